@@ -1,0 +1,97 @@
+"""The command line: argv to `Options`, then the chosen mode under `trio.run`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from . import __version__
+from ._errors import ConfigError
+
+DESCRIPTION = """\
+forged: a headless coding agent speaking the agent-forge RPC protocol.
+
+A client writes JSON commands (one per line) to stdin and reads responses and events
+(one JSON object per line) from stdout. See the protocol reference, rpc.md."""
+
+EPILOG = """\
+environment:
+  AGENT_FORGE_DIR     the agent directory (default ~/.agent-forge/agent): models.json,
+                      AGENTS.md and sessions live here
+  ANTHROPIC_API_KEY   key for the built-in anthropic provider
+  OPENAI_API_KEY      key for the built-in openai provider
+
+example (no API key needed):
+  forged --mode rpc --provider scripted --script forged/examples/fix-greeting.json"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"forged {__version__}")
+    parser.add_argument("--mode", choices=["rpc"], default="rpc",
+                        help="how to talk to the client (rpc: JSON lines over stdin/stdout)")
+    parser.add_argument("--provider", help="the model provider (anthropic, openai, scripted, "
+                        "or one from models.json)")
+    parser.add_argument("--model", help="the model: an id, provider/id, or a name fragment, "
+                        "with an optional :<thinking> suffix (off, minimal, low, medium, high, "
+                        "xhigh, max)")
+    parser.add_argument("--name", "-n", dest="session_name", help="the session's display name")
+    parser.add_argument("--no-session", action="store_true",
+                        help="keep the session in memory only; write no session file")
+    parser.add_argument("--session-dir", type=Path,
+                        help="where session files are stored (default <agentDir>/sessions/...)")
+    parser.add_argument("--cwd", type=Path, help="the project directory the agent works in "
+                        "(default: the current directory)")
+    parser.add_argument("--script", type=Path,
+                        help="with --provider scripted: the JSON script of model replies")
+    return parser
+
+
+def _reserve_stdout() -> int:
+    """Keep fd 1 for protocol lines only: return a duplicate of it for the writer and point fd 1
+    at stderr, so a stray print or a child process cannot corrupt the stream."""
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol_fd
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ._daemon import Options, run_stdio
+
+    cwd = (args.cwd or Path.cwd()).expanduser().resolve()
+    if not cwd.is_dir():
+        print(f"forged: --cwd {cwd}: not a directory", file=sys.stderr)
+        return 2
+    options = Options(cwd=cwd, provider=args.provider, model=args.model, script=args.script,
+                      session_name=args.session_name, no_session=args.no_session,
+                      session_dir=args.session_dir)
+    protocol_fd = _reserve_stdout()
+    try:
+        trio.run(run_stdio, options, 0, protocol_fd)
+    except (ConfigError, BaseExceptionGroup) as exc:
+        problems = _config_errors(exc)
+        if not problems:
+            raise
+        for problem in problems:
+            print(f"forged: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _config_errors(exc: BaseException) -> list[ConfigError]:
+    """The configuration errors `exc` is made of, or [] if it holds anything else."""
+    if isinstance(exc, ConfigError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_config_errors(inner) for inner in exc.exceptions]
+        if all(found):
+            return [error for errors in found for error in errors]
+    return []

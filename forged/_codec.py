@@ -1,0 +1,211 @@
+"""The one cattrs converter: wire classes to JSON-ready values and back.
+
+`configure_converter` registers every hook: camelCase names, omitted unset fields, ``null`` for
+`keep_null` fields, tagged unions keyed on ``type`` / ``role``, and strict primitives (a string
+field given a number is an error naming the field, never a silent ``str(5)``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from . import _wire as w
+from ._errors import WireError
+
+T = TypeVar("T")
+
+_CAMEL = re.compile(r"_([a-z0-9])")
+
+
+def camel(name: str) -> str:
+    return _CAMEL.sub(lambda m: m.group(1).upper(), name)
+
+
+def _strict(kind: type[Any], expected: str) -> Callable[[Any, type[Any]], Any]:
+    def structure(value: Any, _: type[Any]) -> Any:
+        if type(value) is bool and kind is not bool:
+            raise ValueError(f"expected {expected}")
+        if isinstance(value, kind):
+            return value
+        raise ValueError(f"expected {expected}")
+
+    return structure
+
+
+def _structure_float(value: Any, _: type[Any]) -> float:
+    if type(value) is bool or not isinstance(value, int | float):
+        raise ValueError("expected a number")
+    return float(value)
+
+
+def _is_list(cl: Any) -> bool:
+    return get_origin(cl) is list
+
+
+def _strict_list(converter: cattrs.Converter, cl: Any) -> Callable[[Any, Any], Any]:
+    (item,) = get_args(cl)
+    structure_item = converter.get_structure_hook(item)
+
+    def structure(value: Any, _: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise ValueError("expected an array")
+        errors: list[Exception] = []
+        out: list[Any] = []
+        for index, element in enumerate(value):
+            try:
+                out.append(structure_item(element, item))
+            except Exception as exc:
+                note = cattrs.errors.IterableValidationNote(f"index {index}", index, item)
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+                errors.append(exc)
+        if errors:
+            raise cattrs.IterableValidationError("while structuring a list", errors, cl)
+        return out
+
+    return structure
+
+
+def _is_literal(cl: Any) -> bool:
+    return get_origin(cl) is Literal
+
+
+def _structure_literal(cl: Any) -> Callable[[Any, Any], Any]:
+    allowed = get_args(cl)
+    expected = ", ".join(repr(value) for value in allowed)
+
+    def structure(value: Any, _: Any) -> Any:
+        if value in allowed and type(value) is str:
+            return value
+        raise ValueError(f"expected one of {expected}")
+
+    return structure
+
+
+def _field_overrides(cls: type[Any]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for field in attrs.fields(cls):
+        keep = field.metadata.get(w.KEEP_NULL, False)
+        omit = field.default is None and not keep
+        overrides[field.name] = override(rename=camel(field.name), omit_if_default=omit)
+    return overrides
+
+
+def _unstructure_response(converter: cattrs.Converter) -> Callable[[w.Response], dict[str, Any]]:
+    def unstructure(response: w.Response) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if response.id is not None:
+            out["id"] = response.id
+        out["type"] = "response"
+        out["command"] = response.command
+        out["success"] = response.success
+        if response.data is not w.ABSENT:
+            out["data"] = converter.unstructure(response.data)
+        if response.error is not None:
+            out["error"] = response.error
+        return out
+
+    return unstructure
+
+
+def register_tagged_union(converter: cattrs.Converter, union: Any, key: str) -> None:
+    by_tag = {attrs.fields(cls)[0].default: cls for cls in get_args(union)}
+
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError("expected an object")
+        cls = by_tag.get(value.get(key))
+        if cls is None:
+            raise ValueError(f"unknown {key} {value.get(key)!r}")
+        return converter.structure(value, cls)
+
+    converter.register_structure_hook(union, structure)
+
+
+def configure_converter(converter: cattrs.Converter) -> None:
+    converter.register_structure_hook(str, _strict(str, "a string"))
+    converter.register_structure_hook(int, _strict(int, "an integer"))
+    converter.register_structure_hook(bool, _strict(bool, "a boolean"))
+    converter.register_structure_hook(float, _structure_float)
+    converter.register_structure_hook(Any, lambda value, _: value)
+
+    converter.register_unstructure_hook(w.Response, _unstructure_response(converter))
+    converter.register_unstructure_hook_factory(
+        attrs.has,
+        lambda cls: make_dict_unstructure_fn(
+            cls, converter, _cattrs_include_init_false=True, **_field_overrides(cls)
+        ),
+    )
+    converter.register_structure_hook_factory(_is_list, lambda cl: _strict_list(converter, cl))
+    converter.register_structure_hook_factory(_is_literal, _structure_literal)
+    converter.register_structure_hook_factory(
+        attrs.has,
+        lambda cls: make_dict_structure_fn(cls, converter, **_field_overrides(cls)),
+    )
+    register_tagged_union(converter, w.UserContent, "type")
+    register_tagged_union(converter, w.AssistantContent, "type")
+    register_tagged_union(converter, w.AgentMessage, "role")
+    register_tagged_union(converter, w.AssistantMessageEvent, "type")
+
+
+def new_converter() -> cattrs.Converter:
+    converter = cattrs.Converter(detailed_validation=True, forbid_extra_keys=False)
+    configure_converter(converter)
+    return converter
+
+
+converter = new_converter()
+
+
+def unstructure(value: Any) -> Any:
+    return converter.unstructure(value)
+
+
+def structure(value: Any, cls: type[T]) -> T:
+    """Convert a JSON value to `cls`, or raise `WireError` naming the bad field."""
+    try:
+        return converter.structure(value, cls)
+    except cattrs.BaseValidationError as exc:
+        raise WireError(describe_error(exc)) from exc
+    except (ValueError, TypeError) as exc:
+        raise WireError(str(exc)) from exc
+
+
+def _describe(exc: BaseException, path: str) -> str:
+    message = str(exc)
+    if isinstance(exc, KeyError):
+        return f"missing required field '{path}'"
+    if not message or isinstance(exc, TypeError):
+        message = "invalid value"
+    return f"invalid field '{path}': {message}"
+
+
+def describe_error(exc: cattrs.BaseValidationError) -> str:
+    problems: list[str] = []
+
+    def walk(error: BaseException, path: str) -> None:
+        if isinstance(error, cattrs.ClassValidationError):
+            with_notes, others = error.group_exceptions()
+            for inner, note in with_notes:
+                walk(inner, f"{path}.{camel(note.name)}" if path else camel(note.name))
+            for inner in others:
+                walk(inner, path)
+        elif isinstance(error, cattrs.IterableValidationError):
+            with_index, rest = error.group_exceptions()
+            for inner, index_note in with_index:
+                walk(inner, f"{path}[{index_note.index}]")
+            for inner in rest:
+                walk(inner, path)
+        elif isinstance(error, cattrs.BaseValidationError):
+            for inner in error.exceptions:
+                walk(inner, path)
+        else:
+            problems.append(_describe(error, path))
+
+    walk(exc, "")
+    return "; ".join(problems) or str(exc)

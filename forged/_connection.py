@@ -1,0 +1,188 @@
+"""One peer: a reader that turns lines into commands, and one writer that owns the output.
+
+Everything a peer sees (responses, events) goes through its `Outbox` as encoded lines, in the
+order it was produced; the writer task is the only code that writes to the peer's stream.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import trio
+
+from . import _codec
+from . import _wire as w
+from ._errors import WireError
+from ._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
+
+READ_CHUNK_BYTES = 256 * 1024
+WRITE_BATCH_BYTES = 256 * 1024
+OUTBOX_HIGH_WATER_BYTES = 4 * 1024 * 1024
+"""A producer that checks for room (the agent loop does) waits while more than this is unread."""
+
+
+class Outbox:
+    """The single ordered output channel of one peer.
+
+    `put` never blocks (closing events must be written even while cancelled); producers that
+    can wait call `wait_for_room` so memory stays bounded when the peer reads slowly.
+    """
+
+    def __init__(self, high_water_bytes: int = OUTBOX_HIGH_WATER_BYTES) -> None:
+        self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
+        self._queued = 0
+        self._high_water = high_water_bytes
+        self._room = trio.Event()
+        self._room.set()
+
+    def put(self, line: bytes) -> None:
+        self._queued += len(line)
+        if self._queued > self._high_water:
+            self._room = trio.Event() if self._room.is_set() else self._room
+        try:
+            self._send.send_nowait(line)
+        except trio.ClosedResourceError:
+            pass
+
+    async def wait_for_room(self) -> None:
+        while self._queued > self._high_water:
+            await self._room.wait()
+
+    def close(self) -> None:
+        self._send.close()
+
+    async def serve_writer(self, stream: trio.abc.SendStream) -> None:
+        """Write lines in batches until the outbox is closed and drained."""
+        async with self._receive:
+            async for line in self._receive:
+                batch = [line]
+                size = len(line)
+                while size < WRITE_BATCH_BYTES:
+                    try:
+                        more = self._receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batch.append(more)
+                    size += len(more)
+                await stream.send_all(b"".join(batch))
+                self._queued -= size
+                if self._queued <= self._high_water:
+                    self._room.set()
+
+
+# --- reading commands --------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class Incoming:
+    """One input line: a command, or the response that refuses it."""
+
+    command: Any = None
+    command_id: str | int | None = None
+    refusal: w.Response | None = None
+
+
+def _refuse(command: str, error: str, command_id: str | int | None = None) -> Incoming:
+    return Incoming(refusal=w.Response(id=command_id, command=command, success=False,
+                                       error=error), command_id=command_id)
+
+
+def parse_line(line: bytes) -> Incoming | None:
+    """Read one line as a command; None for a blank line (ignored)."""
+    if not line.strip():
+        return None
+    try:
+        raw = decode_json(line)
+    except ValueError as exc:
+        return _refuse("parse", f"Failed to parse command: {exc}")
+    if not isinstance(raw, dict):
+        return _refuse("parse", "Failed to parse command: expected a JSON object")
+    command_id = raw.get("id")
+    if type(command_id) not in (str, int):
+        command_id = None
+    kind = raw.get("type")
+    if not isinstance(kind, str):
+        return _refuse("parse", "Failed to parse command: missing string field 'type'",
+                       command_id)
+    cls = w.COMMAND_CLASSES.get(kind)
+    if cls is None:
+        return _refuse(kind, f"Unknown command: {kind}", command_id)
+    try:
+        command = _codec.structure(raw, cls)
+    except WireError as exc:
+        return _refuse(kind, f"Invalid {kind} command: {exc}", command_id)
+    return Incoming(command=command, command_id=command_id)
+
+
+async def serve_reader(stream: trio.abc.ReceiveStream,
+                       commands: trio.MemorySendChannel[Incoming]) -> None:
+    """Read lines until EOF and pass each on, in order; the channel is closed at EOF."""
+    splitter = LineSplitter()
+    async with commands:
+        while True:
+            data = await stream.receive_some(READ_CHUNK_BYTES)
+            pieces = list(splitter.feed(bytes(data))) if data else list(splitter.close())
+            for piece in pieces:
+                if isinstance(piece, LineTooLong):
+                    incoming: Incoming | None = _refuse(
+                        "parse", f"Failed to parse command: line of {piece.size} bytes exceeds "
+                        "the 64 MiB limit")
+                else:
+                    incoming = parse_line(piece)
+                if incoming is not None:
+                    await commands.send(incoming)
+            if not data:
+                return
+
+
+async def serve_dispatcher(commands: trio.MemoryReceiveChannel[Incoming],
+                           handle: Callable[[Any, str | int | None], None],
+                           refuse: Callable[[bytes], None]) -> None:
+    """Hand each command to `handle`, in arrival order, until the reader is done."""
+    async with commands:
+        async for incoming in commands:
+            if incoming.refusal is not None:
+                refuse(encode_line(_codec.unstructure(incoming.refusal)))
+            else:
+                handle(incoming.command, incoming.command_id)
+
+
+# --- file descriptors --------------------------------------------------------------------------
+
+class _ThreadedFd(trio.abc.HalfCloseableStream):
+    """A regular file as a stream (epoll cannot wait on regular files): I/O in a thread."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return await trio.to_thread.run_sync(os.read, self._fd, max_bytes or READ_CHUNK_BYTES)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        view = memoryview(data)
+        while view:
+            written = await trio.to_thread.run_sync(os.write, self._fd, view)
+            view = view[written:]
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def send_eof(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        os.close(self._fd)
+        await trio.lowlevel.checkpoint()
+
+
+def open_fd_stream(fd: int) -> Any:
+    """A trio stream on its own duplicate of `fd`."""
+    duplicate = os.dup(fd)
+    if stat.S_ISREG(os.fstat(duplicate).st_mode):
+        return _ThreadedFd(duplicate)
+    return trio.lowlevel.FdStream(duplicate)
+

@@ -1,0 +1,134 @@
+"""The supervision tree, and the shutdown policy.
+
+::
+
+    run_stdio
+    └── daemon_nursery
+        ├── ScriptedServer.serve          the scripted provider (--provider scripted only)
+        ├── watch_signals                 SIGTERM / SIGINT: stop reading, abort, flush, exit 0
+        ├── Session.serve → session_nursery
+        │   └── Session._drive            one task per accepted prompt and its continuations,
+        │       └── run_agent             each run inside the session's run_scope (abort);
+        │           └── tool processes    bash and rg, each in its own process group
+        └── connection_nursery
+            ├── Outbox.serve_writer       the only writer of the protocol stream (fd 1)
+            └── input_nursery             cancelled by a signal
+                ├── serve_reader          stdin -> lines -> commands, in order
+                └── serve_dispatcher      commands -> handlers, which never wait
+
+Shutdown: at stdin EOF the reader ends, the dispatcher drains, the current run and its queued
+messages finish, the outbox is flushed and the process exits 0. A signal aborts the run first
+and allows `SHUTDOWN_GRACE_S` for the closing events.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from . import _wire as w
+from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, serve_reader
+from ._dispatch import Dispatcher
+from ._errors import ConfigError
+from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
+from ._providers.scripted import ScriptedServer, load_script
+from ._session import Session, SessionConfig
+
+SHUTDOWN_GRACE_S = 2.5
+COMMAND_QUEUE_SIZE = 256
+
+
+@attrs.define(kw_only=True)
+class Options:
+    """What the command line asked for."""
+
+    cwd: Path
+    provider: str | None = None
+    model: str | None = None
+    script: Path | None = None
+    session_name: str | None = None
+    no_session: bool = False
+    session_dir: Path | None = None
+
+
+async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
+    """Load models (starting the scripted server if asked) and choose the starting model."""
+    directory = agent_dir()
+    registry = ModelRegistry()
+    registry.load_models_json(directory / "models.json")
+    provider: str | None = options.provider
+    model_pattern: str | None = options.model
+    if options.script is not None or options.provider == SCRIPTED_PROVIDER:
+        if options.script is None:
+            raise ConfigError("--provider scripted needs --script FILE")
+        script = load_script(options.script)
+        server = ScriptedServer(script.replies)
+        await nursery.start(server.serve)
+        register_scripted(registry, server.base_url)
+        provider = provider or SCRIPTED_PROVIDER
+        model_pattern = model_pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
+    level: str = "medium"
+    model: w.Model | None
+    if model_pattern is not None:
+        model, suffix = registry.resolve_pattern(model_pattern, provider)
+        level = suffix or level
+    else:
+        model = registry.initial_model(provider)
+    return SessionConfig(cwd=options.cwd, agent_dir=directory, registry=registry, model=model,
+                         thinking_level=clamp_level(model, level) if model else level,
+                         session_name=options.session_name)
+
+
+async def run_stdio(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
+    """Serve one session over the process's stdin and stdout until EOF or a signal."""
+    stdin, stdout = open_fd_stream(stdin_fd), open_fd_stream(stdout_fd)
+    async with trio.open_nursery() as daemon_nursery:
+        config = await open_session_config(options, daemon_nursery)
+        await serve_connection(config, stdin, stdout, daemon_nursery, watch_signals=True)
+        daemon_nursery.cancel_scope.cancel()
+
+
+async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
+                           daemon_nursery: trio.Nursery, *, watch_signals: bool) -> None:
+    """One session on one pair of streams: returns once input ended and output is flushed."""
+    outbox = Outbox()
+    session = Session(config, outbox.put, outbox.wait_for_room)
+    await daemon_nursery.start(session.serve)
+    dispatcher = Dispatcher(session, outbox.put)
+    input_scope = trio.CancelScope()
+    stopping = trio.Event()
+    if watch_signals:
+        daemon_nursery.start_soon(_watch_signals, session, input_scope, stopping)
+    async with trio.open_nursery() as connection_nursery:
+        connection_nursery.start_soon(outbox.serve_writer, stdout)
+        commands_send, commands_receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
+        with input_scope:
+            async with trio.open_nursery() as input_nursery:
+                input_nursery.start_soon(serve_reader, stdin, commands_send)
+                input_nursery.start_soon(serve_dispatcher, commands_receive, dispatcher.handle,
+                                         outbox.put)
+        with trio.move_on_after(SHUTDOWN_GRACE_S) if stopping.is_set() else _forever():
+            await session.wait_settled()
+        outbox.close()
+    await stdout.aclose()
+
+
+def _forever() -> trio.CancelScope:
+    return trio.CancelScope()
+
+
+async def _watch_signals(session: Session, input_scope: trio.CancelScope,
+                         stopping: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            print(f"forged: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
+            stopping.set()
+            session.clear_queue()
+            session.abort(lambda: None)
+            input_scope.cancel()
+            return

@@ -1,0 +1,140 @@
+"""Command type to handler.
+
+Every handler answers through its `Reply` exactly once. Handlers never wait: state reads,
+setters, queue operations and ``abort`` answer at once (``abort`` right after the aborted run's
+``agent_end``); work that takes time runs as a task in the session's nursery and answers when
+done.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from . import _codec
+from . import _wire as w
+from ._errors import CommandError
+from ._jsonl import encode_line
+from ._session import Session
+
+Sink = Callable[[bytes], None]
+
+LATER_FEATURES: dict[type[Any], str] = {
+    **dict.fromkeys(
+        (w.NewSession, w.SwitchSession, w.Fork, w.Clone, w.GetForkMessages, w.GetEntries,
+         w.GetTree, w.SetSessionName, w.GetSessionStats, w.ExportHtml),
+        "persistent sessions"),
+    **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
+    **dict.fromkeys((w.SetAutoRetry, w.AbortRetry), "auto-retry"),
+    **dict.fromkeys((w.Bash, w.AbortBash), "direct bash"),
+    **dict.fromkeys((w.GetCommands, w.ExtensionUiResponse), "plugins, skills and templates"),
+}
+
+
+class Reply:
+    """Answers one command, once: later calls are ignored."""
+
+    __slots__ = ("_command", "_id", "_sink", "sent")
+
+    def __init__(self, sink: Sink, command: str, command_id: str | int | None) -> None:
+        self._sink = sink
+        self._command = command
+        self._id = command_id
+        self.sent = False
+
+    def ok(self, data: Any = w.ABSENT) -> None:
+        self._send(w.Response(id=self._id, command=self._command, success=True, data=data))
+
+    def fail(self, error: str) -> None:
+        self._send(w.Response(id=self._id, command=self._command, success=False, error=error))
+
+    def _send(self, response: w.Response) -> None:
+        if not self.sent:
+            self.sent = True
+            self._sink(encode_line(_codec.unstructure(response)))
+
+
+class Dispatcher:
+    """Runs commands against one session."""
+
+    def __init__(self, session: Session, sink: Sink) -> None:
+        self.session = session
+        self.sink = sink
+        self._handlers: dict[type[Any], Callable[[Any, Reply], None]] = {
+            w.Prompt: self.prompt,
+            w.Steer: self.steer,
+            w.FollowUp: self.follow_up,
+            w.Abort: self.abort,
+            w.ClearQueue: lambda _, reply: reply.ok(self.session.clear_queue()),
+            w.GetState: lambda _, reply: reply.ok(self.session.state()),
+            w.GetMessages: lambda _, reply: reply.ok(w.MessageList(
+                messages=list(self.session.messages))),
+            w.GetLastAssistantText: lambda _, reply: reply.ok(w.AssistantText(
+                text=self.session.last_assistant_text())),
+            w.SetModel: lambda cmd, reply: reply.ok(self.session.set_model(
+                cmd.provider, cmd.model_id)),
+            w.CycleModel: lambda _, reply: reply.ok(self.session.cycle_model()),
+            w.GetAvailableModels: lambda _, reply: reply.ok(w.ModelList(
+                models=self.session.registry.available())),
+            w.SetThinkingLevel: self.set_thinking_level,
+            w.CycleThinkingLevel: self.cycle_thinking_level,
+            w.GetAvailableThinkingLevels: lambda _, reply: reply.ok(w.ThinkingLevelList(
+                levels=self.session.available_thinking_levels())),
+            w.SetSteeringMode: self.set_steering_mode,
+            w.SetFollowUpMode: self.set_follow_up_mode,
+        }
+
+    def handle(self, command: Any, command_id: str | int | None) -> None:
+        """Handle one parsed command. Never raises: failures become error responses."""
+        reply = Reply(self.sink, command.type, command_id)
+        handler = self._handlers.get(type(command))
+        try:
+            if handler is None:
+                feature = LATER_FEATURES[type(command)]
+                raise CommandError(f"{command.type} is not available yet: it comes with "
+                                   f"{feature}, which this forged does not have yet")
+            handler(command, reply)
+        except CommandError as exc:
+            reply.fail(str(exc))
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            reply.fail(str(exc) or type(exc).__name__)
+
+    # --- prompting -----------------------------------------------------------------------------
+
+    def prompt(self, command: w.Prompt, reply: Reply) -> None:
+        disposition, then = self.session.prompt(
+            command.message, command.images, command.streaming_behavior)
+        reply.ok(w.PromptAccepted(disposition=disposition))  # type: ignore[arg-type]
+        then()
+
+    def steer(self, command: w.Steer, reply: Reply) -> None:
+        reply.ok(w.PromptAccepted(disposition="queued"))
+        self.session.enqueue("steer", command.message, command.images)
+
+    def follow_up(self, command: w.FollowUp, reply: Reply) -> None:
+        reply.ok(w.PromptAccepted(disposition="queued"))
+        self.session.enqueue("follow_up", command.message, command.images)
+
+    def abort(self, _: w.Abort, reply: Reply) -> None:
+        self.session.abort(reply.ok)
+
+    # --- setters -------------------------------------------------------------------------------
+
+    def set_thinking_level(self, command: w.SetThinkingLevel, reply: Reply) -> None:
+        self.session.set_thinking_level(command.level)
+        reply.ok()
+
+    def cycle_thinking_level(self, _: w.CycleThinkingLevel, reply: Reply) -> None:
+        level = self.session.cycle_thinking_level()
+        reply.ok(None if level is None else w.ThinkingLevelData(level=level))
+
+    def set_steering_mode(self, command: w.SetSteeringMode, reply: Reply) -> None:
+        self.session.steering_mode = command.mode
+        reply.ok()
+
+    def set_follow_up_mode(self, command: w.SetFollowUpMode, reply: Reply) -> None:
+        self.session.follow_up_mode = command.mode
+        reply.ok()

@@ -1,0 +1,115 @@
+"""LF-only JSON-lines framing.
+
+Input is split on ``\\n`` only (never on U+2028, U+2029 or other Unicode line breaks), one
+trailing ``\\r`` is stripped, and a final line without ``\\n`` is still a line. Output escapes
+U+2028 and U+2029 so clients that split on them keep working; everything else non-ASCII is raw
+UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+MAX_LINE_BYTES = 64 * 1024 * 1024 + 64 * 1024
+"""Longest accepted input line: 64 MiB of payload plus room for the JSON around it."""
+
+
+class LineTooLong:
+    """Marks a line that exceeded `MAX_LINE_BYTES`; its bytes were discarded."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class LineSplitter:
+    """Turns a byte stream into lines, holding at most `max_line_bytes` of one line."""
+
+    def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._max = max_line_bytes
+        self._parts: list[bytes] = []
+        self._held = 0
+        self._discarding = 0  # bytes dropped so far of an over-long line, 0 when not dropping
+
+    def feed(self, data: bytes) -> Iterator[bytes | LineTooLong]:
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                self._hold(data[start:])
+                return
+            yield from self._finish(data[start:end])
+            start = end + 1
+
+    def close(self) -> Iterator[bytes | LineTooLong]:
+        """The stream ended: a final line without a newline is still a line."""
+        if self._held or self._discarding:
+            yield from self._finish(b"")
+
+    def _hold(self, piece: bytes) -> None:
+        if not piece:
+            return
+        if self._discarding:
+            self._discarding += len(piece)
+            return
+        self._held += len(piece)
+        if self._held > self._max:
+            self._discarding = self._held
+            self._parts.clear()
+            self._held = 0
+        else:
+            self._parts.append(piece)
+
+    def _finish(self, tail: bytes) -> Iterator[bytes | LineTooLong]:
+        if self._discarding:
+            size = self._discarding + len(tail)
+            self._discarding = 0
+            yield LineTooLong(size)
+            return
+        if self._held + len(tail) > self._max:
+            size = self._held + len(tail)
+            self._parts.clear()
+            self._held = 0
+            yield LineTooLong(size)
+            return
+        if self._parts:
+            self._parts.append(tail)
+            line = b"".join(self._parts)
+            self._parts.clear()
+            self._held = 0
+        else:
+            line = tail
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield line
+
+
+_ASCII_ENCODER = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), check_circular=False)
+
+
+def encode_line(value: Any) -> bytes:
+    """One JSON value as one protocol line, newline included."""
+    try:
+        data = orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        # orjson refuses lone surrogates (legal as JSON escapes) and integers beyond 64 bits:
+        # the standard library writes both, escaped.
+        return _ASCII_ENCODER.encode(value).encode("ascii") + b"\n"
+    if b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data:
+        data = data.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
+    return data
+
+
+def decode_json(data: bytes) -> Any:
+    """Parse one JSON document; raises `ValueError` with a readable reason."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # The standard library also accepts lone surrogate escapes and huge integers, and its
+        # messages ("Expecting value: line 1 column 1 (char 0)") read better.
+        return json.loads(data)

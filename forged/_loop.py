@@ -1,0 +1,193 @@
+"""One agent run: stream a response, run its tool calls, deliver steering, repeat.
+
+The run stops when the model stops and no steering or follow-up waits. Every event of the run
+is emitted here, in the order of reference-behaviour.md §5.6.
+
+Cancellation (abort): the partial assistant message is finished with ``stopReason:"aborted"``,
+an interrupted tool call gets an error result saying so, the turn and the run are closed with
+``turn_end`` and ``agent_end``, then `trio.Cancelled` propagates. Closing events are emitted
+synchronously, so cancellation cannot lose them.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from . import _wire as w
+from ._errors import ProviderError
+from ._providers import AssistantBuilder, Provider, ProviderRequest
+from ._providers.base import now_ms
+from ._tools import Tool, ToolContext, ToolError, error_result, parse_arguments
+
+ABORTED_MESSAGE = "Request was aborted"
+
+
+class AgentHost(Protocol):
+    """What a run needs from its session."""
+
+    cwd: Path
+
+    @property
+    def tools(self) -> Mapping[str, Tool]: ...
+
+    def emit(self, event: w.Event) -> None: ...
+    def append(self, message: w.AgentMessage) -> None: ...
+    def take_steering(self) -> list[w.AgentMessage]: ...
+    def take_follow_ups(self) -> list[w.AgentMessage]: ...
+    def model_request(self) -> tuple[Provider, ProviderRequest]: ...
+    async def wait_for_room(self) -> None: ...
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """True for `trio.Cancelled`, or a group made only of them."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_cancellation(inner) for inner in exc.exceptions)
+    return False
+
+
+def describe_failure(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__
+
+
+class _Turn:
+    """What the current turn has emitted, so an abort can close it."""
+
+    def __init__(self) -> None:
+        self.assistant: w.AssistantMessage | None = None
+        self.results: list[w.ToolResultMessage] = []
+
+
+async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
+                    poll_steering: bool = True) -> list[w.AgentMessage]:
+    """Run until the model stops and nothing is queued; return the run's new messages."""
+    new: list[w.AgentMessage] = []
+    turn = _Turn()
+
+    def deliver(messages: list[w.AgentMessage]) -> None:
+        for message in messages:
+            host.emit(w.MessageStart(message=message))
+            host.emit(w.MessageEnd(message=message))
+            host.append(message)
+            new.append(message)
+
+    host.emit(w.AgentStart())
+    host.emit(w.TurnStart())
+    try:
+        deliver(prompt)
+        pending = host.take_steering() if poll_steering else []
+        while True:
+            deliver(pending)
+            assistant = await stream_assistant(host, new, turn)
+            if assistant.stop_reason in ("error", "aborted"):
+                host.emit(w.TurnEnd(message=assistant, tool_results=[]))
+                return new
+            await run_tool_calls(host, assistant, new, turn)
+            host.emit(w.TurnEnd(message=assistant, tool_results=turn.results))
+            had_tools = bool(turn.results)
+            turn = _Turn()
+            pending = host.take_steering()
+            if not had_tools and not pending:
+                pending = host.take_follow_ups()
+                if not pending:
+                    return new
+            host.emit(w.TurnStart())
+    except BaseException as exc:
+        if is_cancellation(exc) and turn.assistant is not None:
+            host.emit(w.TurnEnd(message=turn.assistant, tool_results=turn.results))
+        raise
+    finally:
+        host.emit(w.AgentEnd(messages=new))
+
+
+async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
+                           turn: _Turn) -> w.AssistantMessage:
+    provider, request = host.model_request()
+    builder = AssistantBuilder(request.model, host.emit, host.wait_for_room)
+    message = builder.message
+    host.emit(w.MessageStart(message=message))
+
+    def finish() -> w.AssistantMessage:
+        host.emit(w.MessageEnd(message=message))
+        host.append(message)
+        new.append(message)
+        turn.assistant = message
+        return message
+
+    try:
+        await provider(request, builder)
+        builder.end_all()
+    except ProviderError as exc:
+        builder.settle_partial()
+        message.stop_reason = "error"
+        message.error_message = str(exc)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        builder.settle_partial()
+        message.stop_reason = "error"
+        message.error_message = describe_failure(exc)
+    except BaseException as exc:
+        if is_cancellation(exc):
+            builder.settle_partial()
+            message.stop_reason = "aborted"
+            message.error_message = ABORTED_MESSAGE
+            finish()
+        raise
+    return finish()
+
+
+async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
+                         new: list[w.AgentMessage], turn: _Turn) -> None:
+    """Run the turn's tool calls one after another, in the order the model gave them."""
+    for call in [block for block in assistant.content if isinstance(block, w.ToolCall)]:
+        host.emit(w.ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                       args=call.arguments))
+
+        def update(partial: w.ToolResult, call: w.ToolCall = call) -> None:
+            host.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
+                                            args=call.arguments, partial_result=partial))
+
+        context = ToolContext(cwd=host.cwd, update=update)
+        try:
+            result, is_error = await execute(host.tools.get(call.name), call, context), False
+        except ToolError as exc:
+            result, is_error = error_result(exc.text, exc.details), True
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            result, is_error = error_result(describe_failure(exc)), True
+        except BaseException as exc:
+            if is_cancellation(exc):
+                aborted = context.aborted_result or error_result("Operation aborted")
+                _finish_tool(host, call, aborted, True, new, turn)
+            raise
+        _finish_tool(host, call, result, is_error, new, turn)
+
+
+async def execute(tool: Tool | None, call: w.ToolCall, context: ToolContext) -> w.ToolResult:
+    if tool is None:
+        raise ToolError(f"Tool {call.name} not found")
+    return await tool.run(parse_arguments(tool, call.arguments), context)
+
+
+def _finish_tool(host: AgentHost, call: w.ToolCall, result: w.ToolResult, is_error: bool,
+                 new: list[w.AgentMessage], turn: _Turn) -> None:
+    host.emit(w.ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name, result=result,
+                                 is_error=is_error))
+    message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
+                                  content=result.content, details=result.details,
+                                  is_error=is_error, timestamp=now_ms())
+    host.emit(w.MessageStart(message=message))
+    host.emit(w.MessageEnd(message=message))
+    host.append(message)
+    new.append(message)
+    turn.results.append(message)
+

@@ -1,0 +1,311 @@
+"""The model catalogue: built-in Anthropic and OpenAI models, custom providers from
+``<agentDir>/models.json``, API keys, ``--model`` patterns and thinking levels.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import attrs
+import orjson
+
+from . import _codec
+from . import _wire as w
+from ._errors import ConfigError, WireError
+from ._providers import APIS
+
+LEVELS: list[str] = list(w.THINKING_LEVELS)
+_BASIC = ["off", "minimal", "low", "medium", "high"]
+_XHIGH = [*_BASIC, "xhigh"]
+_MAX = [*_XHIGH, "max"]
+
+
+@attrs.define(kw_only=True)
+class ProviderConfig:
+    """How to reach one provider. Never written to the wire (it holds the key)."""
+
+    name: str
+    base_url: str
+    api_key: str | None  # an environment variable's name, or a literal key
+    headers: dict[str, str] = attrs.field(factory=dict)
+
+
+def _model(provider: str, api: str, base_url: str, model_id: str, name: str, *, window: int,
+           max_tokens: int, cost: tuple[float, float, float, float], levels: list[str] | None,
+           images: bool = True) -> w.Model:
+    return w.Model(
+        id=model_id, name=name, api=api, provider=provider, base_url=base_url,
+        reasoning=levels is not None, input=["text", "image"] if images else ["text"],
+        context_window=window, max_tokens=max_tokens,
+        cost=w.ModelCost(input=cost[0], output=cost[1], cache_read=cost[2], cache_write=cost[3]),
+        thinking_levels=levels if levels is not None else ["off"],
+    )
+
+
+ANTHROPIC_URL = "https://api.anthropic.com"
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def builtin_models() -> list[w.Model]:
+    def claude(model_id: str, name: str, max_tokens: int, cost: tuple[float, float, float, float],
+               levels: list[str] | None = _BASIC) -> w.Model:
+        return _model("anthropic", "anthropic-messages", ANTHROPIC_URL, model_id, name,
+                      window=200_000, max_tokens=max_tokens, cost=cost, levels=levels)
+
+    def gpt(model_id: str, name: str, window: int, max_tokens: int,
+            cost: tuple[float, float, float, float], levels: list[str] | None) -> w.Model:
+        return _model("openai", "openai-responses", OPENAI_URL, model_id, name, window=window,
+                      max_tokens=max_tokens, cost=cost, levels=levels)
+
+    return [
+        claude("claude-opus-4-6", "Claude Opus 4.6", 128_000, (5, 25, 0.5, 6.25), _MAX),
+        claude("claude-sonnet-4-6", "Claude Sonnet 4.6", 64_000, (3, 15, 0.3, 3.75)),
+        claude("claude-haiku-4-5", "Claude Haiku 4.5", 64_000, (1, 5, 0.1, 1.25)),
+        claude("claude-opus-4-5", "Claude Opus 4.5", 64_000, (5, 25, 0.5, 6.25)),
+        claude("claude-sonnet-4-5", "Claude Sonnet 4.5", 64_000, (3, 15, 0.3, 3.75)),
+        claude("claude-opus-4-1", "Claude Opus 4.1", 32_000, (15, 75, 1.5, 18.75)),
+        claude("claude-sonnet-4-20250514", "Claude Sonnet 4", 64_000, (3, 15, 0.3, 3.75)),
+        gpt("gpt-5.6", "GPT-5.6", 400_000, 128_000, (1.75, 14, 0.175, 0), _MAX),
+        gpt("gpt-5.4", "GPT-5.4", 400_000, 128_000, (1.25, 10, 0.125, 0), _XHIGH),
+        gpt("gpt-5.2", "GPT-5.2", 400_000, 128_000, (1.25, 10, 0.125, 0), _XHIGH),
+        gpt("gpt-5", "GPT-5", 400_000, 128_000, (1.25, 10, 0.125, 0), _BASIC),
+        gpt("gpt-5-mini", "GPT-5 mini", 400_000, 128_000, (0.25, 2, 0.025, 0), _BASIC),
+        gpt("gpt-5-nano", "GPT-5 nano", 400_000, 128_000, (0.05, 0.4, 0.005, 0), _BASIC),
+        gpt("o4-mini", "o4-mini", 200_000, 100_000, (1.1, 4.4, 0.275, 0),
+            ["off", "low", "medium", "high"]),
+        gpt("o3", "o3", 200_000, 100_000, (2, 8, 0.5, 0), ["off", "low", "medium", "high"]),
+        gpt("gpt-4.1", "GPT-4.1", 1_047_576, 32_768, (2, 8, 0.5, 0), None),
+        gpt("gpt-4.1-mini", "GPT-4.1 mini", 1_047_576, 32_768, (0.4, 1.6, 0.1, 0), None),
+    ]
+
+
+BUILTIN_PROVIDERS = {
+    "anthropic": ProviderConfig(name="anthropic", base_url=ANTHROPIC_URL,
+                                api_key="ANTHROPIC_API_KEY"),
+    "openai": ProviderConfig(name="openai", base_url=OPENAI_URL, api_key="OPENAI_API_KEY"),
+}
+DEFAULT_MODELS = {"anthropic": "claude-opus-4-6", "openai": "gpt-5.4"}
+
+
+# --- models.json -------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class ModelDefinition:
+    id: str
+    name: str | None = None
+    api: str | None = None
+    base_url: str | None = None
+    reasoning: bool = False
+    input: list[str] = attrs.field(factory=lambda: ["text"])
+    context_window: int = 128_000
+    max_tokens: int = 16_384
+    cost: w.ModelCost = attrs.field(factory=w.ModelCost)
+    headers: dict[str, str] | None = None
+    thinking_levels: list[str] | None = None
+
+
+@attrs.define(kw_only=True)
+class ProviderDefinition:
+    base_url: str | None = None
+    api: str | None = None
+    api_key: str | None = None
+    headers: dict[str, str] | None = None
+    models: list[ModelDefinition] | None = None
+
+
+@attrs.define(kw_only=True)
+class ModelsFile:
+    providers: dict[str, ProviderDefinition] = attrs.field(factory=dict)
+
+
+def agent_dir() -> Path:
+    configured = os.environ.get("AGENT_FORGE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".agent-forge" / "agent"
+
+
+def resolve_value(value: str | None) -> str | None:
+    """An API key or header value: the named environment variable if set, else the literal."""
+    if not value:
+        return None
+    return os.environ.get(value, value)
+
+
+class ModelRegistry:
+    """Every known model and how to reach its provider."""
+
+    def __init__(self) -> None:
+        self.providers: dict[str, ProviderConfig] = {
+            name: attrs.evolve(config) for name, config in BUILTIN_PROVIDERS.items()}
+        self.models: list[w.Model] = builtin_models()
+        self._headers: dict[tuple[str, str], dict[str, str]] = {}
+        self.error: str | None = None
+
+    def add_provider(self, config: ProviderConfig, models: list[w.Model]) -> None:
+        self.providers[config.name] = config
+        for model in models:
+            self._upsert(model)
+
+    def _upsert(self, model: w.Model) -> None:
+        for index, known in enumerate(self.models):
+            if known.provider == model.provider and known.id == model.id:
+                self.models[index] = model
+                return
+        self.models.append(model)
+
+    def load_models_json(self, path: Path) -> None:
+        """Merge custom providers; on any error they are dropped and the reason kept."""
+        if not path.exists():
+            return
+        try:
+            parsed = _codec.structure(orjson.loads(path.read_bytes()), ModelsFile)
+            self._merge(parsed)
+        except (OSError, orjson.JSONDecodeError, ConfigError, WireError) as exc:
+            self.error = f"{path}: {exc}"
+            print(f"forged: ignoring custom models: {self.error}", file=sys.stderr)
+
+    def _merge(self, parsed: ModelsFile) -> None:
+        staged_providers: dict[str, ProviderConfig] = {}
+        staged_models: list[w.Model] = []
+        staged_headers: dict[tuple[str, str], dict[str, str]] = {}
+        for name, definition in parsed.providers.items():
+            builtin = self.providers.get(name)
+            if (definition.models and builtin is None
+                    and (not definition.base_url or not definition.api_key)):
+                raise ConfigError(f"provider {name!r} with models needs baseUrl and apiKey")
+            base_url = definition.base_url or (builtin.base_url if builtin else None)
+            if base_url is None:
+                raise ConfigError(f"provider {name!r} needs a baseUrl")
+            staged_providers[name] = ProviderConfig(
+                name=name, base_url=base_url,
+                api_key=definition.api_key or (builtin.api_key if builtin else None),
+                headers={**(builtin.headers if builtin else {}), **(definition.headers or {})})
+            if definition.base_url and builtin is not None:
+                for model in self.models:
+                    if model.provider == name:
+                        staged_models.append(attrs.evolve(model, base_url=base_url))
+            for model_def in definition.models or []:
+                api = model_def.api or definition.api
+                if api not in APIS:
+                    raise ConfigError(f"model {name}/{model_def.id}: unknown api {api!r}")
+                if model_def.context_window <= 0 or model_def.max_tokens <= 0:
+                    raise ConfigError(f"model {name}/{model_def.id}: limits must be positive")
+                levels = model_def.thinking_levels or (_BASIC if model_def.reasoning else ["off"])
+                staged_models.append(w.Model(
+                    id=model_def.id, name=model_def.name or model_def.id, api=api,
+                    provider=name, base_url=model_def.base_url or base_url,
+                    reasoning=model_def.reasoning, input=model_def.input,
+                    context_window=model_def.context_window, max_tokens=model_def.max_tokens,
+                    cost=model_def.cost, thinking_levels=levels))
+                if model_def.headers:
+                    staged_headers[(name, model_def.id)] = model_def.headers
+        self.providers.update(staged_providers)
+        for model in staged_models:
+            self._upsert(model)
+        self._headers.update(staged_headers)
+
+    # keys and availability
+    def api_key(self, provider: str) -> str | None:
+        config = self.providers.get(provider)
+        return resolve_value(config.api_key) if config else None
+
+    def request_headers(self, model: w.Model) -> dict[str, str]:
+        config = self.providers.get(model.provider)
+        headers = dict(config.headers) if config else {}
+        headers.update(self._headers.get((model.provider, model.id), {}))
+        return {key: resolve_value(value) or "" for key, value in headers.items()}
+
+    def has_auth(self, provider: str) -> bool:
+        config = self.providers.get(provider)
+        if config is None or not config.api_key:
+            return False
+        if config.name in BUILTIN_PROVIDERS and config.api_key == BUILTIN_PROVIDERS[
+                config.name].api_key:
+            return bool(os.environ.get(config.api_key))
+        return True
+
+    def available(self) -> list[w.Model]:
+        return [model for model in self.models if self.has_auth(model.provider)]
+
+    def find(self, provider: str, model_id: str) -> w.Model | None:
+        for model in self.models:
+            if model.provider == provider and model.id == model_id:
+                return model
+        return None
+
+    def resolve_pattern(self, pattern: str, provider: str | None = None
+                        ) -> tuple[w.Model, str | None]:
+        """``provider/id``, or an id or name, with an optional ``:<thinking>`` suffix."""
+        model = self._match(pattern, provider)
+        if model is not None:
+            return model, None
+        head, sep, level = pattern.rpartition(":")
+        if sep and level in LEVELS:
+            model = self._match(head, provider)
+            if model is not None:
+                return model, level
+        raise ConfigError(f"Model not found: {pattern}")
+
+    def _match(self, pattern: str, provider: str | None) -> w.Model | None:
+        candidates = [m for m in self.models if provider is None or m.provider == provider]
+        if "/" in pattern:
+            head, _, tail = pattern.partition("/")
+            for model in candidates:
+                if model.provider == head and model.id == tail:
+                    return model
+        for model in candidates:
+            if model.id == pattern:
+                return model
+        lowered = pattern.lower()
+        for model in candidates:
+            if lowered in model.id.lower() or lowered in model.name.lower():
+                return model
+        return None
+
+    def initial_model(self, provider: str | None = None) -> w.Model | None:
+        """The model a session starts with when none was asked for."""
+        available = [m for m in self.available() if provider is None or m.provider == provider]
+        for name, model_id in DEFAULT_MODELS.items():
+            for model in available:
+                if model.provider == name and model.id == model_id:
+                    return model
+        return available[0] if available else None
+
+
+# --- thinking levels ---------------------------------------------------------------------------
+
+def supported_levels(model: w.Model | None) -> list[str]:
+    if model is None or not model.reasoning:
+        return ["off"]
+    return [level for level in LEVELS if level in model.thinking_levels]
+
+
+def clamp_level(model: w.Model | None, level: str) -> str:
+    """The highest level the model supports that is not above `level`."""
+    supported = supported_levels(model)
+    wanted = LEVELS.index(level)
+    best = supported[0]
+    for candidate in supported:
+        if LEVELS.index(candidate) <= wanted:
+            best = candidate
+    return best
+
+
+SCRIPTED_PROVIDER = "scripted"
+SCRIPTED_KEY = "scripted-key"
+
+
+def register_scripted(registry: ModelRegistry, base_url: str) -> None:
+    """The scripted provider: one model per wire format, all served by one local server."""
+    def scripted(api: str, url: str) -> w.Model:
+        return _model(SCRIPTED_PROVIDER, api, url, api, f"Scripted ({api})", window=200_000,
+                      max_tokens=16_384, cost=(3, 15, 0.3, 3.75), levels=_BASIC)
+
+    registry.add_provider(
+        ProviderConfig(name=SCRIPTED_PROVIDER, base_url=base_url, api_key=SCRIPTED_KEY),
+        [scripted("anthropic-messages", base_url),
+         scripted("openai-completions", f"{base_url}/v1"),
+         scripted("openai-responses", f"{base_url}/v1")])

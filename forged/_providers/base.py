@@ -1,0 +1,441 @@
+"""The neutral stream every provider writes to, and the one place provider errors are mapped.
+
+A provider is an async function ``stream(request, out)``: it sends `request` through its official
+SDK and turns the provider's streaming format into calls on `out`, an `AssistantBuilder`. The
+builder assembles the `AssistantMessage` and emits one ``message_update`` per call, so the agent
+loop never knows which provider it talks to.
+
+Error handling: a provider raises `ProviderError` (mapped from SDK and httpx errors by
+`provider_errors`) or lets `trio.Cancelled` through on abort; either way the builder keeps the
+partial content, and the loop finishes the message with ``stopReason`` ``error`` or ``aborted``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import importlib
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+import jiter
+import orjson
+import trio
+
+from .. import _wire as w
+from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
+
+Emit = Callable[[w.Event], None]
+
+
+@attrs.define(kw_only=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@attrs.define(kw_only=True)
+class ProviderRequest:
+    """Everything one model call needs; `messages` is the context as the model should see it."""
+
+    model: w.Model
+    system_prompt: str
+    messages: list[w.AgentMessage]
+    tools: list[ToolSpec]
+    thinking_level: str
+    api_key: str
+    headers: dict[str, str]
+    session_id: str
+
+
+Provider = Callable[[ProviderRequest, "AssistantBuilder"], Awaitable[None]]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def compute_cost(usage: w.Usage, cost: w.ModelCost) -> None:
+    usage.cost.input = cost.input * usage.input / 1e6
+    usage.cost.output = cost.output * usage.output / 1e6
+    usage.cost.cache_read = cost.cache_read * usage.cache_read / 1e6
+    usage.cost.cache_write = cost.cache_write * usage.cache_write / 1e6
+    usage.cost.total = (
+        usage.cost.input + usage.cost.output + usage.cost.cache_read + usage.cost.cache_write
+    )
+
+
+def parse_tool_arguments(text: str) -> dict[str, Any]:
+    """Arguments of a finished tool call: the JSON object, or the best partial reading of it."""
+    if not text.strip():
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            value = jiter.from_json(text.encode(), partial_mode="trailing-strings")
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+class _Block:
+    __slots__ = ("index", "kind", "parts")
+
+    def __init__(self, index: int, kind: str) -> None:
+        self.index = index
+        self.kind = kind
+        self.parts: list[str] = []
+
+
+class AssistantBuilder:
+    """Assembles one assistant message from neutral stream calls and emits its events.
+
+    Blocks are addressed by a provider-chosen `key` (a stream index, an item id); content indexes
+    follow the order blocks were started in, as the protocol requires.
+    """
+
+    def __init__(self, model: w.Model, emit: Emit,
+                 wait_for_room: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.message = w.AssistantMessage(
+            api=model.api, provider=model.provider, model=model.id, timestamp=now_ms()
+        )
+        self._cost = model.cost
+        self._emit = emit
+        self._wait_for_room = wait_for_room
+        self._open: dict[object, _Block] = {}
+
+    async def wait_for_room(self) -> None:
+        """Backpressure: wait while the client has not read what was already emitted."""
+        if self._wait_for_room is not None:
+            await self._wait_for_room()
+
+    @property
+    def usage(self) -> w.Usage:
+        return self.message.usage
+
+    def _update(self, event: w.AssistantMessageEvent) -> None:
+        self._emit(w.MessageUpdate(usage=self.message.usage, assistant_message_event=event))
+
+    def _start(self, key: object, kind: str, block: w.AssistantContent) -> int:
+        if key in self._open:
+            self._finish_block(key)
+        index = len(self.message.content)
+        self.message.content.append(block)
+        self._open[key] = _Block(index, kind)
+        return index
+
+    def is_open(self, key: object) -> bool:
+        return key in self._open
+
+    # text
+    def start_text(self, key: object, signature: str | None = None) -> None:
+        index = self._start(key, "text", w.TextContent(text="", text_signature=signature))
+        self._update(w.TextStart(content_index=index))
+
+    def text_delta(self, key: object, delta: str) -> None:
+        if not delta:
+            return
+        block = self._open.get(key) or self._open_implicit(key, "text")
+        block.parts.append(delta)
+        self._update(w.TextDelta(content_index=block.index, delta=delta))
+
+    # thinking
+    def start_thinking(self, key: object) -> None:
+        index = self._start(key, "thinking", w.ThinkingContent(thinking=""))
+        self._update(w.ThinkingStart(content_index=index))
+
+    def thinking_delta(self, key: object, delta: str) -> None:
+        if not delta:
+            return
+        block = self._open.get(key) or self._open_implicit(key, "thinking")
+        block.parts.append(delta)
+        self._update(w.ThinkingDelta(content_index=block.index, delta=delta))
+
+    def set_thinking_signature(self, key: object, signature: str, *, append: bool = False) -> None:
+        block = self._open.get(key)
+        if block is None or block.kind != "thinking":
+            return
+        content = self.message.content[block.index]
+        assert isinstance(content, w.ThinkingContent)
+        content.thinking_signature = (
+            (content.thinking_signature or "") + signature if append else signature
+        )
+
+    def redacted_thinking(self, key: object, data: str) -> None:
+        index = self._start(key, "thinking", w.ThinkingContent(
+            thinking="[Reasoning redacted]", thinking_signature=data, redacted=True))
+        self._open[key].parts.append("[Reasoning redacted]")
+        self._update(w.ThinkingStart(content_index=index))
+        self.end(key)
+
+    # tool calls
+    def start_tool_call(self, key: object, call_id: str, name: str) -> None:
+        index = self._start(key, "toolCall", w.ToolCall(id=call_id, name=name, arguments={}))
+        self._update(w.ToolcallStart(content_index=index, id=call_id, tool_name=name))
+
+    def tool_call_delta(self, key: object, delta: str) -> None:
+        block = self._open.get(key)
+        if block is None or not delta:
+            return
+        block.parts.append(delta)
+        self._update(w.ToolcallDelta(content_index=block.index, delta=delta))
+
+    def tool_call_id(self, key: object) -> str | None:
+        block = self._open.get(key)
+        if block is None:
+            return None
+        content = self.message.content[block.index]
+        return content.id if isinstance(content, w.ToolCall) else None
+
+    # any block
+    def end(self, key: object) -> None:
+        if key in self._open:
+            self._finish_block(key, announce=True)
+
+    def end_all(self) -> None:
+        for key in list(self._open):
+            self._finish_block(key, announce=True)
+
+    def _open_implicit(self, key: object, kind: str) -> _Block:
+        if kind == "text":
+            self.start_text(key)
+        else:
+            self.start_thinking(key)
+        return self._open[key]
+
+    def _finish_block(self, key: object, *, announce: bool = False) -> None:
+        block = self._open.pop(key)
+        content = self.message.content[block.index]
+        text = "".join(block.parts)
+        if isinstance(content, w.TextContent):
+            content.text = text
+            if announce:
+                self._update(w.TextEnd(content_index=block.index, content=text))
+        elif isinstance(content, w.ThinkingContent):
+            content.thinking = text
+            if announce:
+                self._update(w.ThinkingEnd(content_index=block.index, content=text))
+        elif isinstance(content, w.ToolCall):
+            content.arguments = parse_tool_arguments(text)
+            if announce:
+                self._update(w.ToolcallEnd(content_index=block.index, tool_call=content))
+
+    def settle_partial(self) -> None:
+        """Fold open blocks into the message without events (the stream broke or was aborted)."""
+        for key in list(self._open):
+            self._finish_block(key)
+
+    # usage and stop
+    def set_usage(self, *, input: int | None = None, output: int | None = None,
+                  cache_read: int | None = None, cache_write: int | None = None,
+                  total: int | None = None) -> None:
+        usage = self.message.usage
+        if input is not None:
+            usage.input = input
+        if output is not None:
+            usage.output = output
+        if cache_read is not None:
+            usage.cache_read = cache_read
+        if cache_write is not None:
+            usage.cache_write = cache_write
+        usage.total_tokens = (
+            total if total is not None
+            else usage.input + usage.output + usage.cache_read + usage.cache_write
+        )
+        compute_cost(usage, self._cost)
+
+    def set_stop_reason(self, reason: w.StopReason) -> None:
+        self.message.stop_reason = reason
+
+    def has_tool_calls(self) -> bool:
+        return any(isinstance(block, w.ToolCall) for block in self.message.content)
+
+
+# --- SSE on bytes ------------------------------------------------------------------------------
+
+class SseDecoder:
+    """Server-sent events split on bytes: only CR, LF and CRLF end a line, never U+2028."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._event = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> Iterator[tuple[bytes, bytes]]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = buffer[start:end]
+            start = end + 1
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if self._data:
+                    yield self._event, b"\n".join(self._data)
+                self._event = b""
+                self._data = []
+            elif line.startswith(b"data:"):
+                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip()
+        self._buffer = buffer[start:]
+
+
+async def sse_events(chunks: AsyncIterator[bytes],
+                     out: AssistantBuilder) -> AsyncIterator[tuple[bytes, Any]]:
+    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream."""
+    decoder = SseDecoder()
+    async for chunk in chunks:
+        await out.wait_for_room()
+        for event, data in decoder.feed(chunk):
+            if data == b"[DONE]":
+                return
+            try:
+                yield event, orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise ProviderStreamError(f"Malformed stream event: {exc}") from exc
+
+
+# --- SDK loading and error mapping -------------------------------------------------------------
+
+_sdk_lock = trio.Lock()
+
+
+async def load_sdk(name: str) -> Any:
+    """Import an SDK module in a worker thread (it takes seconds), once per process."""
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    async with _sdk_lock:
+        return await trio.to_thread.run_sync(importlib.import_module, name)
+
+
+def _retry_after_s(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds:
+        try:
+            return float(milliseconds) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _status_error(exc: Any) -> ProviderStatusError:
+    response = exc.response
+    try:
+        body = response.text
+    except Exception:
+        body = ""
+    status = int(exc.status_code)
+    message = f"{status} {body}".strip() if body else f"{status} {exc.message}"
+    return ProviderStatusError(message, status=status,
+                               retry_after_s=_retry_after_s(response.headers))
+
+
+@contextmanager
+def provider_errors() -> Iterator[None]:
+    """Map SDK and HTTP client errors to `ProviderError`. The only place that knows them."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except Exception as exc:
+        for sdk in ("anthropic", "openai"):
+            module = sys.modules.get(sdk)
+            if module is None:
+                continue
+            if isinstance(exc, module.APIStatusError):
+                raise _status_error(exc) from exc
+            if isinstance(exc, module.APIError):
+                cause = exc.__cause__
+                detail = f": {cause}" if cause is not None and str(cause) else ""
+                raise ProviderStreamError(f"{exc.message}{detail}") from exc
+        httpx2 = sys.modules.get("httpx2")
+        if httpx2 is not None and isinstance(exc, httpx2.HTTPError):
+            raise ProviderStreamError(str(exc) or type(exc).__name__) from exc
+        if isinstance(exc, OSError | trio.BrokenResourceError):
+            raise ProviderStreamError(f"Connection error: {exc}") from exc
+        raise
+
+
+# --- the context as a model sees it ------------------------------------------------------------
+
+def bash_execution_text(message: w.BashExecutionMessage) -> str:
+    text = f"Ran `{message.command}`\n```\n{message.output or '(no output)'}\n```"
+    if message.cancelled:
+        text += "\n\n(command cancelled)"
+    elif message.exit_code not in (0, None):
+        text += f"\n\nCommand exited with code {message.exit_code}"
+    if message.truncated and message.full_output_path:
+        text += f"\n\n[Output truncated. Full output: {message.full_output_path}]"
+    return text
+
+
+LlmMessage = w.UserMessage | w.AssistantMessage | w.ToolResultMessage
+
+
+def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMessage]:
+    """The context a provider sends: failed and aborted replies left out, bash runs as user
+    text, thinking from another model as plain text, and every tool call answered."""
+    out: list[LlmMessage] = []
+    unanswered: dict[str, str] = {}
+
+    def answer_missing() -> None:
+        for call_id, name in unanswered.items():
+            out.append(w.ToolResultMessage(
+                tool_call_id=call_id, tool_name=name,
+                content=[w.TextContent(text="No result provided")], is_error=True,
+                timestamp=now_ms()))
+        unanswered.clear()
+
+    for message in messages:
+        if isinstance(message, w.AssistantMessage):
+            if message.stop_reason in ("error", "aborted"):
+                continue
+            answer_missing()
+            same_model = message.provider == model.provider and message.model == model.id
+            if not same_model:
+                content: list[w.AssistantContent] = []
+                for block in message.content:
+                    if isinstance(block, w.ThinkingContent):
+                        if block.thinking and not block.redacted:
+                            content.append(w.TextContent(text=block.thinking))
+                    else:
+                        content.append(block)
+                message = attrs.evolve(message, content=content)
+            out.append(message)
+            unanswered = {b.id: b.name for b in message.content if isinstance(b, w.ToolCall)}
+        elif isinstance(message, w.ToolResultMessage):
+            if message.tool_call_id in unanswered:
+                del unanswered[message.tool_call_id]
+                out.append(message)
+        else:
+            answer_missing()
+            if isinstance(message, w.BashExecutionMessage):
+                out.append(w.UserMessage(content=[w.TextContent(text=bash_execution_text(message))],
+                                         timestamp=message.timestamp))
+            else:
+                out.append(message)
+    answer_missing()
+    return out
+
+
+def max_output_tokens(model: w.Model) -> int:
+    return min(model.max_tokens, 32000)

@@ -1,0 +1,306 @@
+"""OpenAI Chat Completions and Responses through the official ``openai`` SDK.
+
+As with Anthropic, the SDK sends the request and the streamed body is read raw, split on bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from .. import _wire as w
+from .._errors import ProviderError, ProviderStreamError
+from .base import (
+    AssistantBuilder,
+    LlmMessage,
+    ProviderRequest,
+    llm_messages,
+    load_sdk,
+    max_output_tokens,
+    provider_errors,
+    sse_events,
+)
+
+_CHAT_STOP: dict[str, w.StopReason] = {
+    "stop": "stop", "end": "stop", "length": "length", "tool_calls": "toolUse",
+    "function_call": "toolUse",
+}
+REASONING_EFFORT = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high",
+                    "xhigh": "xhigh", "max": "max"}
+
+
+def _client(openai: Any, request: ProviderRequest) -> Any:
+    return openai.AsyncOpenAI(
+        api_key=request.api_key, base_url=request.model.base_url, max_retries=0,
+        timeout=openai.Timeout(600.0, connect=30.0), default_headers=request.headers or None,
+    )
+
+
+def _data_url(image: w.ImageContent) -> str:
+    return f"data:{image.mime_type};base64,{image.data}"
+
+
+def _text_of(content: list[w.UserContent]) -> str:
+    return "\n".join(block.text for block in content if isinstance(block, w.TextContent))
+
+
+def _uses_developer_role(model: w.Model) -> bool:
+    return model.reasoning and "api.openai.com" in model.base_url
+
+
+# --- Chat Completions --------------------------------------------------------------------------
+
+def chat_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system_prompt:
+        role = "developer" if _uses_developer_role(request.model) else "system"
+        out.append({"role": role, "content": request.system_prompt})
+    pending_images: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, w.ToolResultMessage) and pending_images:
+            out.append({"role": "user", "content": [
+                {"type": "text", "text": "Attached image(s) from tool result:"}, *pending_images]})
+            pending_images = []
+        if isinstance(message, w.UserMessage):
+            if all(isinstance(block, w.TextContent) for block in message.content):
+                out.append({"role": "user", "content": _text_of(message.content)})
+            else:
+                out.append({"role": "user", "content": [
+                    {"type": "text", "text": block.text} if isinstance(block, w.TextContent)
+                    else {"type": "image_url", "image_url": {"url": _data_url(block)}}
+                    for block in message.content]})
+        elif isinstance(message, w.AssistantMessage):
+            text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
+            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            calls = [{"id": b.id, "type": "function",
+                      "function": {"name": b.name, "arguments": orjson.dumps(b.arguments).decode()}}
+                     for b in message.content if isinstance(b, w.ToolCall)]
+            if calls:
+                entry["tool_calls"] = calls
+            if text or calls:
+                out.append(entry)
+        else:
+            out.append({"role": "tool", "tool_call_id": message.tool_call_id,
+                        "content": _text_of(message.content) or "(no text output)"})
+            pending_images.extend(
+                {"type": "image_url", "image_url": {"url": _data_url(block)}}
+                for block in message.content if isinstance(block, w.ImageContent))
+    if pending_images:
+        out.append({"role": "user", "content": [
+            {"type": "text", "text": "Attached image(s) from tool result:"}, *pending_images]})
+    return out
+
+
+def chat_params(request: ProviderRequest) -> dict[str, Any]:
+    model = request.model
+    params: dict[str, Any] = {
+        "model": model.id,
+        "messages": chat_messages(request, llm_messages(request.messages, model)),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_completion_tokens": max_output_tokens(model),
+    }
+    if request.tools:
+        params["tools"] = [{"type": "function", "function": {
+            "name": tool.name, "description": tool.description, "parameters": tool.parameters}}
+            for tool in request.tools]
+    if model.reasoning and request.thinking_level != "off":
+        params["reasoning_effort"] = REASONING_EFFORT[request.thinking_level]
+    return params
+
+
+async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
+    with provider_errors():
+        openai = await load_sdk("openai")
+        client = _client(openai, request)
+        params = chat_params(request)
+        finished = False
+        current: tuple[str, Any] | None = None  # the open block: (kind, key)
+        tool_keys: dict[int, str] = {}
+        async with client, client.chat.completions.with_streaming_response.create(
+                **params) as response:
+            async for _, chunk in sse_events(response.iter_bytes(), out):
+                if chunk.get("error"):
+                    error = chunk["error"]
+                    raise ProviderError(str(error.get("message") or error))
+                usage = chunk.get("usage")
+                if usage:
+                    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                    out.set_usage(input=(usage.get("prompt_tokens") or 0) - cached,
+                                  output=usage.get("completion_tokens") or 0,
+                                  cache_read=cached, cache_write=0)
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    content = delta.get("content")
+                    reasoning_text = (delta.get("reasoning_content") or delta.get("reasoning")
+                                      or delta.get("reasoning_text"))
+                    if reasoning_text:
+                        if current is None or current[0] != "thinking":
+                            current = ("thinking", ("thinking", len(out.message.content)))
+                            out.start_thinking(current[1])
+                        out.thinking_delta(current[1], reasoning_text)
+                    if content:
+                        if current is None or current[0] != "text":
+                            current = ("text", ("text", len(out.message.content)))
+                            out.start_text(current[1])
+                        out.text_delta(current[1], content)
+                    for call in delta.get("tool_calls") or ():
+                        index = call.get("index", 0)
+                        function = call.get("function") or {}
+                        if call.get("id") and tool_keys.get(index) != call["id"]:
+                            tool_keys[index] = call["id"]
+                            current = ("tool", ("tool", call["id"]))
+                            out.start_tool_call(current[1], call["id"], function.get("name", ""))
+                        key = ("tool", tool_keys.get(index))
+                        if function.get("arguments"):
+                            out.tool_call_delta(key, function["arguments"])
+                    reason = choice.get("finish_reason")
+                    if reason:
+                        if reason == "content_filter":
+                            raise ProviderError("The response was blocked by the content filter")
+                        out.set_stop_reason(_CHAT_STOP.get(reason, "stop"))
+                        finished = True
+        if not finished:
+            raise ProviderStreamError(
+                "terminated: the stream ended before the message was complete")
+        out.end_all()
+        if out.has_tool_calls() and out.message.stop_reason == "stop":
+            out.set_stop_reason("toolUse")
+
+
+# --- Responses ---------------------------------------------------------------------------------
+
+def responses_input(request: ProviderRequest, messages: list[LlmMessage]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    model = request.model
+    for message in messages:
+        if isinstance(message, w.UserMessage):
+            items.append({"role": "user", "content": [
+                {"type": "input_text", "text": block.text} if isinstance(block, w.TextContent)
+                else {"type": "input_image", "detail": "auto", "image_url": _data_url(block)}
+                for block in message.content]})
+        elif isinstance(message, w.AssistantMessage):
+            same_model = message.provider == model.provider and message.model == model.id
+            for block in message.content:
+                if isinstance(block, w.ThinkingContent):
+                    if same_model and block.thinking_signature:
+                        try:
+                            items.append(orjson.loads(block.thinking_signature))
+                        except orjson.JSONDecodeError:
+                            pass
+                elif isinstance(block, w.TextContent):
+                    item: dict[str, Any] = {
+                        "type": "message", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": block.text,
+                                     "annotations": []}]}
+                    if same_model and block.text_signature:
+                        item["id"] = block.text_signature
+                    items.append(item)
+                else:
+                    call_id, _, item_id = block.id.partition("|")
+                    call: dict[str, Any] = {"type": "function_call", "call_id": call_id,
+                                            "name": block.name,
+                                            "arguments": orjson.dumps(block.arguments).decode()}
+                    if same_model and item_id:
+                        call["id"] = item_id
+                    items.append(call)
+        else:
+            items.append({"type": "function_call_output",
+                          "call_id": message.tool_call_id.partition("|")[0],
+                          "output": _text_of(message.content) or "(no text output)"})
+            images = [{"type": "input_image", "detail": "auto", "image_url": _data_url(block)}
+                      for block in message.content if isinstance(block, w.ImageContent)]
+            if images:
+                items.append({"role": "user", "content": [
+                    {"type": "input_text", "text": "Attached image(s) from tool result:"},
+                    *images]})
+    return items
+
+
+def responses_params(request: ProviderRequest) -> dict[str, Any]:
+    model = request.model
+    params: dict[str, Any] = {
+        "model": model.id,
+        "input": responses_input(request, llm_messages(request.messages, model)),
+        "stream": True,
+        "store": False,
+        "max_output_tokens": max_output_tokens(model),
+    }
+    if request.system_prompt:
+        params["instructions"] = request.system_prompt
+    if request.tools:
+        params["tools"] = [{"type": "function", "name": tool.name,
+                            "description": tool.description, "parameters": tool.parameters,
+                            "strict": False} for tool in request.tools]
+    if model.reasoning and request.thinking_level != "off":
+        params["reasoning"] = {"effort": REASONING_EFFORT[request.thinking_level],
+                               "summary": "auto"}
+        params["include"] = ["reasoning.encrypted_content"]
+    if request.session_id:
+        params["prompt_cache_key"] = request.session_id
+    return params
+
+
+async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> None:
+    with provider_errors():
+        openai = await load_sdk("openai")
+        client = _client(openai, request)
+        params = responses_params(request)
+        async with client, client.responses.with_streaming_response.create(
+                **params) as response:
+            async for _, event in sse_events(response.iter_bytes(), out):
+                if handle_responses_event(event, out):
+                    return
+        raise ProviderStreamError("terminated: the stream ended before the message was complete")
+
+
+def handle_responses_event(event: dict[str, Any], out: AssistantBuilder) -> bool:
+    """Apply one Responses stream event; True once the response is complete."""
+    kind = event.get("type", "")
+    if kind == "response.output_text.delta" or kind == "response.refusal.delta":
+        out.text_delta(event["item_id"], event["delta"])
+    elif kind == "response.function_call_arguments.delta":
+        out.tool_call_delta(event["item_id"], event["delta"])
+    elif kind == "response.reasoning_summary_text.delta":
+        out.thinking_delta(event["item_id"], event["delta"])
+    elif kind == "response.reasoning_summary_part.added":
+        if event.get("summary_index", 0) > 0:
+            out.thinking_delta(event["item_id"], "\n\n")
+    elif kind == "response.output_item.added":
+        item = event["item"]
+        item_kind = item.get("type")
+        if item_kind == "reasoning":
+            out.start_thinking(item["id"])
+        elif item_kind == "message":
+            out.start_text(item["id"], signature=item.get("id"))
+        elif item_kind == "function_call":
+            out.start_tool_call(item["id"], f"{item['call_id']}|{item['id']}", item["name"])
+            if item.get("arguments"):
+                out.tool_call_delta(item["id"], item["arguments"])
+    elif kind == "response.output_item.done":
+        item = event["item"]
+        if item.get("type") == "reasoning":
+            out.set_thinking_signature(item["id"], orjson.dumps(item).decode())
+        out.end(item["id"])
+    elif kind in ("response.completed", "response.incomplete", "response.failed"):
+        response = event.get("response") or {}
+        usage = response.get("usage") or {}
+        if usage:
+            cached = (usage.get("input_tokens_details") or {}).get("cached_tokens") or 0
+            out.set_usage(input=(usage.get("input_tokens") or 0) - cached,
+                          output=usage.get("output_tokens") or 0, cache_read=cached,
+                          cache_write=0, total=usage.get("total_tokens"))
+        status = response.get("status")
+        if kind == "response.failed" or status in ("failed", "cancelled"):
+            error = response.get("error") or {}
+            raise ProviderError(str(error.get("message") or f"The response {status}"))
+        out.end_all()
+        if status == "incomplete":
+            out.set_stop_reason("length")
+        else:
+            out.set_stop_reason("toolUse" if out.has_tool_calls() else "stop")
+        return True
+    elif kind == "error":
+        raise ProviderError(str(event.get("message") or event.get("code") or "error"))
+    return False

@@ -1,0 +1,156 @@
+"""What every tool shares: its shape, its context, path resolution and output truncation."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from .. import _codec
+from .. import _wire as w
+
+MAX_LINES = 2000
+MAX_BYTES = 50 * 1024
+
+
+class ToolError(Exception):
+    """The tool failed; `text` (and `details`) become an error result for the model."""
+
+    def __init__(self, text: str, details: dict[str, Any] | None = None) -> None:
+        super().__init__(text)
+        self.text = text
+        self.details = details
+
+
+@attrs.define(kw_only=True)
+class ToolContext:
+    cwd: Path
+    update: Callable[[w.ToolResult], None]
+    aborted_result: w.ToolResult | None = None
+    """Set by a tool before it lets an abort through: the result the interrupted call gets."""
+
+
+@attrs.define(kw_only=True)
+class Tool:
+    name: str
+    description: str
+    snippet: str  # the one line the system prompt lists the tool with
+    parameters: dict[str, Any]
+    params_type: type[Any]
+    run: Callable[[Any, ToolContext], Awaitable[w.ToolResult]]
+
+
+def text_result(text: str, details: dict[str, Any] | None = None) -> w.ToolResult:
+    return w.ToolResult(content=[w.TextContent(text=text)], details=details)
+
+
+def schema(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required,
+            "additionalProperties": False}
+
+
+_UNICODE_SPACES = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000]")
+
+
+def resolve_path(path: str, cwd: Path) -> Path:
+    """A tool's path argument: ``@`` and odd spaces stripped, ``~`` expanded, relative to cwd."""
+    path = _UNICODE_SPACES.sub(" ", path.removeprefix("@"))
+    if path == "~" or path.startswith("~/"):
+        path = os.path.expanduser(path)
+    resolved = Path(path)
+    return resolved if resolved.is_absolute() else cwd / resolved
+
+
+# --- truncation --------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class Truncation:
+    truncated: bool
+    truncated_by: str | None = w.keep_null()
+    total_lines: int
+    total_bytes: int
+    output_lines: int
+    output_bytes: int
+    last_line_partial: bool = False
+    first_line_exceeds_limit: bool = False
+    max_lines: int = MAX_LINES
+    max_bytes: int = MAX_BYTES
+
+    def details(self) -> dict[str, Any]:
+        return _codec.unstructure(self)  # type: ignore[no-any-return]
+
+
+def format_size(size: int) -> str:
+    if size < 1024:
+        return f"{size}B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f}KB"
+    return f"{size / (1024 * 1024):.1f}MB"
+
+
+def truncate_head(text: str, max_lines: int = MAX_LINES,
+                  max_bytes: int = MAX_BYTES) -> tuple[str, Truncation]:
+    """Keep whole leading lines within both limits."""
+    total_bytes = len(text.encode())
+    lines = text.split("\n")
+    if len(lines) <= max_lines and total_bytes <= max_bytes:
+        return text, Truncation(truncated=False, total_lines=len(lines), total_bytes=total_bytes,
+                                output_lines=len(lines), output_bytes=total_bytes)
+    if len(lines[0].encode()) > max_bytes:
+        return "", Truncation(truncated=True, truncated_by="bytes", total_lines=len(lines),
+                              total_bytes=total_bytes, output_lines=0, output_bytes=0,
+                              first_line_exceeds_limit=True)
+    kept: list[str] = []
+    size = 0
+    by = "lines"
+    for line in lines:
+        if len(kept) >= max_lines:
+            break
+        cost = len(line.encode()) + (1 if kept else 0)
+        if size + cost > max_bytes:
+            by = "bytes"
+            break
+        kept.append(line)
+        size += cost
+    out = "\n".join(kept)
+    return out, Truncation(truncated=True, truncated_by=by, total_lines=len(lines),
+                           total_bytes=total_bytes, output_lines=len(kept),
+                           output_bytes=len(out.encode()))
+
+
+def truncate_tail(text: str, max_lines: int = MAX_LINES,
+                  max_bytes: int = MAX_BYTES) -> tuple[str, Truncation]:
+    """Keep whole trailing lines within both limits (or the end of an over-long last line)."""
+    encoded = text.encode()
+    total_bytes = len(encoded)
+    lines = text.split("\n")
+    if len(lines) <= max_lines and total_bytes <= max_bytes:
+        return text, Truncation(truncated=False, total_lines=len(lines), total_bytes=total_bytes,
+                                output_lines=len(lines), output_bytes=total_bytes)
+    last = lines[-1].encode()
+    if len(last) > max_bytes:
+        tail = last[-max_bytes:].decode("utf-8", "ignore")
+        return tail, Truncation(truncated=True, truncated_by="bytes", total_lines=len(lines),
+                                total_bytes=total_bytes, output_lines=1,
+                                output_bytes=len(tail.encode()), last_line_partial=True)
+    kept: list[str] = []
+    size = 0
+    by = "lines"
+    for line in reversed(lines):
+        if len(kept) >= max_lines:
+            break
+        cost = len(line.encode()) + (1 if kept else 0)
+        if size + cost > max_bytes:
+            by = "bytes"
+            break
+        kept.append(line)
+        size += cost
+    kept.reverse()
+    out = "\n".join(kept)
+    return out, Truncation(truncated=True, truncated_by=by, total_lines=len(lines),
+                           total_bytes=total_bytes, output_lines=len(kept),
+                           output_bytes=len(out.encode()))

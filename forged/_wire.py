@@ -1,0 +1,712 @@
+"""Every command, event, message and response body of the agent-forge RPC protocol.
+
+Each class is named after its wire ``type`` (or ``role``) and carries it as its first field, so a
+converted object reads like the protocol. Attributes are snake_case; `forged._codec` renames them
+to camelCase in one hook. A field whose default is ``None`` is omitted when unset, unless it is
+marked `keep_null`, which writes ``null`` as the spec requires (DECISIONS.md §4).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+import attrs
+
+KEEP_NULL = "forged.keep_null"
+
+
+def tag(value: str) -> Any:
+    return attrs.field(default=value, init=False)
+
+
+def keep_null(default: Any = None) -> Any:
+    """A field written as ``null`` instead of being omitted when it is None."""
+    return attrs.field(default=default, metadata={KEEP_NULL: True})
+
+
+def _list() -> Any:
+    return attrs.field(factory=list)
+
+
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = (
+    "off", "minimal", "low", "medium", "high", "xhigh", "max",
+)
+QueueMode = Literal["all", "one-at-a-time"]
+StopReason = Literal["stop", "length", "toolUse", "error", "aborted"]
+
+
+# --- content blocks ----------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class TextContent:
+    type: str = tag("text")
+    text: str
+    text_signature: str | None = None
+
+
+@attrs.define(kw_only=True)
+class ThinkingContent:
+    type: str = tag("thinking")
+    thinking: str
+    thinking_signature: str | None = None
+    redacted: bool | None = None
+
+
+@attrs.define(kw_only=True)
+class ImageContent:
+    type: str = tag("image")
+    data: str
+    mime_type: str
+
+
+@attrs.define(kw_only=True)
+class ToolCall:
+    type: str = tag("toolCall")
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+UserContent = TextContent | ImageContent
+AssistantContent = TextContent | ThinkingContent | ToolCall
+
+
+# --- usage and models --------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class UsageCost:
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+    total: float = 0.0
+
+
+@attrs.define(kw_only=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total_tokens: int = 0
+    cost: UsageCost = attrs.field(factory=UsageCost)
+
+
+@attrs.define(kw_only=True)
+class ModelCost:
+    """USD per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+@attrs.define(kw_only=True)
+class Model:
+    id: str
+    name: str
+    api: str
+    provider: str
+    base_url: str
+    reasoning: bool
+    input: list[str]
+    context_window: int
+    max_tokens: int
+    cost: ModelCost
+    thinking_levels: list[str]
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class UserMessage:
+    role: str = tag("user")
+    content: list[UserContent]
+    timestamp: int
+
+
+@attrs.define(kw_only=True)
+class AssistantMessage:
+    role: str = tag("assistant")
+    content: list[AssistantContent] = _list()
+    api: str
+    provider: str
+    model: str
+    usage: Usage = attrs.field(factory=Usage)
+    stop_reason: StopReason = "stop"
+    error_message: str | None = None
+    timestamp: int
+
+
+@attrs.define(kw_only=True)
+class ToolResultMessage:
+    role: str = tag("toolResult")
+    tool_call_id: str
+    tool_name: str
+    content: list[UserContent]
+    details: dict[str, Any] | None = None
+    is_error: bool
+    timestamp: int
+
+
+@attrs.define(kw_only=True)
+class BashExecutionMessage:
+    role: str = tag("bashExecution")
+    command: str
+    output: str
+    exit_code: int | None = keep_null()
+    cancelled: bool
+    truncated: bool
+    full_output_path: str | None = keep_null()
+    timestamp: int
+
+
+AgentMessage = UserMessage | AssistantMessage | ToolResultMessage | BashExecutionMessage
+
+
+@attrs.define(kw_only=True)
+class ToolResult:
+    content: list[UserContent]
+    details: dict[str, Any] | None = None
+
+
+# --- assistant message events (inside message_update) ------------------------------------------
+
+@attrs.define(kw_only=True)
+class TextStart:
+    type: str = tag("text_start")
+    content_index: int
+
+
+@attrs.define(kw_only=True)
+class TextDelta:
+    type: str = tag("text_delta")
+    content_index: int
+    delta: str
+
+
+@attrs.define(kw_only=True)
+class TextEnd:
+    type: str = tag("text_end")
+    content_index: int
+    content: str
+
+
+@attrs.define(kw_only=True)
+class ThinkingStart:
+    type: str = tag("thinking_start")
+    content_index: int
+
+
+@attrs.define(kw_only=True)
+class ThinkingDelta:
+    type: str = tag("thinking_delta")
+    content_index: int
+    delta: str
+
+
+@attrs.define(kw_only=True)
+class ThinkingEnd:
+    type: str = tag("thinking_end")
+    content_index: int
+    content: str
+
+
+@attrs.define(kw_only=True)
+class ToolcallStart:
+    type: str = tag("toolcall_start")
+    content_index: int
+    id: str
+    tool_name: str
+
+
+@attrs.define(kw_only=True)
+class ToolcallDelta:
+    type: str = tag("toolcall_delta")
+    content_index: int
+    delta: str
+
+
+@attrs.define(kw_only=True)
+class ToolcallEnd:
+    type: str = tag("toolcall_end")
+    content_index: int
+    tool_call: ToolCall
+
+
+AssistantMessageEvent = (
+    TextStart | TextDelta | TextEnd | ThinkingStart | ThinkingDelta | ThinkingEnd
+    | ToolcallStart | ToolcallDelta | ToolcallEnd
+)
+
+
+# --- events ------------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class AgentStart:
+    type: str = tag("agent_start")
+
+
+@attrs.define(kw_only=True)
+class AgentEnd:
+    type: str = tag("agent_end")
+    messages: list[AgentMessage]
+    will_retry: bool = False
+
+
+@attrs.define(kw_only=True)
+class AgentSettled:
+    type: str = tag("agent_settled")
+
+
+@attrs.define(kw_only=True)
+class TurnStart:
+    type: str = tag("turn_start")
+
+
+@attrs.define(kw_only=True)
+class TurnEnd:
+    type: str = tag("turn_end")
+    message: AgentMessage
+    tool_results: list[ToolResultMessage]
+
+
+@attrs.define(kw_only=True)
+class MessageStart:
+    type: str = tag("message_start")
+    message: AgentMessage
+
+
+@attrs.define(kw_only=True)
+class MessageUpdate:
+    type: str = tag("message_update")
+    usage: Usage
+    assistant_message_event: AssistantMessageEvent
+
+
+@attrs.define(kw_only=True)
+class MessageEnd:
+    type: str = tag("message_end")
+    message: AgentMessage
+
+
+@attrs.define(kw_only=True)
+class ToolExecutionStart:
+    type: str = tag("tool_execution_start")
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+
+
+@attrs.define(kw_only=True)
+class ToolExecutionUpdate:
+    type: str = tag("tool_execution_update")
+    tool_call_id: str
+    tool_name: str
+    args: dict[str, Any]
+    partial_result: ToolResult
+
+
+@attrs.define(kw_only=True)
+class ToolExecutionEnd:
+    type: str = tag("tool_execution_end")
+    tool_call_id: str
+    tool_name: str
+    result: ToolResult
+    is_error: bool
+
+
+@attrs.define(kw_only=True)
+class QueueUpdate:
+    type: str = tag("queue_update")
+    steering: list[str]
+    follow_up: list[str]
+
+
+@attrs.define(kw_only=True)
+class BashExecutionUpdate:
+    type: str = tag("bash_execution_update")
+    id: str | int | None = None
+    delta: str
+
+
+@attrs.define(kw_only=True)
+class CompactionResult:
+    summary: str
+    first_kept_entry_id: str
+    tokens_before: int
+    estimated_tokens_after: int | None = None
+    usage: Usage | None = None
+    details: dict[str, Any] | None = None
+
+
+@attrs.define(kw_only=True)
+class CompactionStart:
+    type: str = tag("compaction_start")
+    reason: Literal["manual", "threshold", "overflow"]
+
+
+@attrs.define(kw_only=True)
+class CompactionEnd:
+    type: str = tag("compaction_end")
+    reason: Literal["manual", "threshold", "overflow"]
+    result: CompactionResult | None = keep_null()
+    aborted: bool
+    will_retry: bool
+    error_message: str | None = None
+
+
+@attrs.define(kw_only=True)
+class AutoRetryStart:
+    type: str = tag("auto_retry_start")
+    attempt: int
+    max_attempts: int
+    delay_ms: int
+    error_message: str
+
+
+@attrs.define(kw_only=True)
+class AutoRetryEnd:
+    type: str = tag("auto_retry_end")
+    success: bool
+    attempt: int
+    final_error: str | None = None
+
+
+@attrs.define(kw_only=True)
+class SummarizationRetryScheduled:
+    type: str = tag("summarization_retry_scheduled")
+    attempt: int
+    max_attempts: int
+    delay_ms: int
+    error_message: str
+
+
+@attrs.define(kw_only=True)
+class SummarizationRetryAttemptStart:
+    type: str = tag("summarization_retry_attempt_start")
+    source: Literal["compaction", "branchSummary"]
+    reason: str | None = None
+
+
+@attrs.define(kw_only=True)
+class SummarizationRetryFinished:
+    type: str = tag("summarization_retry_finished")
+
+
+@attrs.define(kw_only=True)
+class ExtensionUiRequest:
+    type: str = tag("extension_ui_request")
+    id: str
+    method: str
+    title: str | None = None
+    message: str | None = None
+    options: list[str] | None = None
+    placeholder: str | None = None
+    notify_type: str | None = None
+    timeout: int | None = None
+
+
+Event = (
+    AgentStart | AgentEnd | AgentSettled | TurnStart | TurnEnd | MessageStart | MessageUpdate
+    | MessageEnd | ToolExecutionStart | ToolExecutionUpdate | ToolExecutionEnd | QueueUpdate
+    | BashExecutionUpdate | CompactionStart | CompactionEnd | AutoRetryStart | AutoRetryEnd
+    | SummarizationRetryScheduled | SummarizationRetryAttemptStart | SummarizationRetryFinished
+    | ExtensionUiRequest
+)
+
+
+# --- commands ----------------------------------------------------------------------------------
+# The command's `id` is read from the raw object before the command is converted (so that even
+# a malformed command's response can carry it); it is not an attribute here.
+
+@attrs.define(kw_only=True)
+class Prompt:
+    type: str = tag("prompt")
+    message: str
+    images: list[ImageContent] | None = None
+    streaming_behavior: Literal["steer", "followUp"] | None = None
+
+
+@attrs.define(kw_only=True)
+class Steer:
+    type: str = tag("steer")
+    message: str
+    images: list[ImageContent] | None = None
+
+
+@attrs.define(kw_only=True)
+class FollowUp:
+    type: str = tag("follow_up")
+    message: str
+    images: list[ImageContent] | None = None
+
+
+@attrs.define(kw_only=True)
+class Abort:
+    type: str = tag("abort")
+
+
+@attrs.define(kw_only=True)
+class ClearQueue:
+    type: str = tag("clear_queue")
+
+
+@attrs.define(kw_only=True)
+class NewSession:
+    type: str = tag("new_session")
+    parent_session: str | None = None
+
+
+@attrs.define(kw_only=True)
+class GetState:
+    type: str = tag("get_state")
+
+
+@attrs.define(kw_only=True)
+class GetMessages:
+    type: str = tag("get_messages")
+
+
+@attrs.define(kw_only=True)
+class SetModel:
+    type: str = tag("set_model")
+    provider: str
+    model_id: str
+
+
+@attrs.define(kw_only=True)
+class CycleModel:
+    type: str = tag("cycle_model")
+
+
+@attrs.define(kw_only=True)
+class GetAvailableModels:
+    type: str = tag("get_available_models")
+
+
+@attrs.define(kw_only=True)
+class SetThinkingLevel:
+    type: str = tag("set_thinking_level")
+    level: str
+
+
+@attrs.define(kw_only=True)
+class CycleThinkingLevel:
+    type: str = tag("cycle_thinking_level")
+
+
+@attrs.define(kw_only=True)
+class GetAvailableThinkingLevels:
+    type: str = tag("get_available_thinking_levels")
+
+
+@attrs.define(kw_only=True)
+class SetSteeringMode:
+    type: str = tag("set_steering_mode")
+    mode: QueueMode
+
+
+@attrs.define(kw_only=True)
+class SetFollowUpMode:
+    type: str = tag("set_follow_up_mode")
+    mode: QueueMode
+
+
+@attrs.define(kw_only=True)
+class Compact:
+    type: str = tag("compact")
+    custom_instructions: str | None = None
+
+
+@attrs.define(kw_only=True)
+class SetAutoCompaction:
+    type: str = tag("set_auto_compaction")
+    enabled: bool
+
+
+@attrs.define(kw_only=True)
+class SetAutoRetry:
+    type: str = tag("set_auto_retry")
+    enabled: bool
+
+
+@attrs.define(kw_only=True)
+class AbortRetry:
+    type: str = tag("abort_retry")
+
+
+@attrs.define(kw_only=True)
+class Bash:
+    type: str = tag("bash")
+    command: str
+
+
+@attrs.define(kw_only=True)
+class AbortBash:
+    type: str = tag("abort_bash")
+
+
+@attrs.define(kw_only=True)
+class GetSessionStats:
+    type: str = tag("get_session_stats")
+
+
+@attrs.define(kw_only=True)
+class ExportHtml:
+    type: str = tag("export_html")
+    output_path: str | None = None
+
+
+@attrs.define(kw_only=True)
+class SwitchSession:
+    type: str = tag("switch_session")
+    session_path: str
+
+
+@attrs.define(kw_only=True)
+class Fork:
+    type: str = tag("fork")
+    entry_id: str
+
+
+@attrs.define(kw_only=True)
+class Clone:
+    type: str = tag("clone")
+
+
+@attrs.define(kw_only=True)
+class GetForkMessages:
+    type: str = tag("get_fork_messages")
+
+
+@attrs.define(kw_only=True)
+class GetEntries:
+    type: str = tag("get_entries")
+    since: str | None = None
+
+
+@attrs.define(kw_only=True)
+class GetTree:
+    type: str = tag("get_tree")
+
+
+@attrs.define(kw_only=True)
+class GetLastAssistantText:
+    type: str = tag("get_last_assistant_text")
+
+
+@attrs.define(kw_only=True)
+class SetSessionName:
+    type: str = tag("set_session_name")
+    name: str
+
+
+@attrs.define(kw_only=True)
+class GetCommands:
+    type: str = tag("get_commands")
+
+
+@attrs.define(kw_only=True)
+class ExtensionUiResponse:
+    type: str = tag("extension_ui_response")
+    value: str | None = None
+    confirmed: bool | None = None
+    cancelled: bool | None = None
+
+
+Command = (
+    Prompt | Steer | FollowUp | Abort | ClearQueue | NewSession | GetState | GetMessages
+    | SetModel | CycleModel | GetAvailableModels | SetThinkingLevel | CycleThinkingLevel
+    | GetAvailableThinkingLevels | SetSteeringMode | SetFollowUpMode | Compact
+    | SetAutoCompaction | SetAutoRetry | AbortRetry | Bash | AbortBash | GetSessionStats
+    | ExportHtml | SwitchSession | Fork | Clone | GetForkMessages | GetEntries | GetTree
+    | GetLastAssistantText | SetSessionName | GetCommands | ExtensionUiResponse
+)
+
+COMMAND_CLASSES: dict[str, type[Any]] = {
+    attrs.fields(cls).type.default: cls for cls in get_args(Command)
+}
+
+
+# --- responses ---------------------------------------------------------------------------------
+
+class _Absent:
+    """`Response.data` when the response has no `data` key (unlike a `null` data)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+@attrs.define(kw_only=True)
+class Response:
+    id: str | int | None = None
+    type: str = tag("response")
+    command: str
+    success: bool
+    data: Any = ABSENT
+    error: str | None = None
+
+
+@attrs.define(kw_only=True)
+class PromptAccepted:
+    disposition: Literal["started", "queued", "handled"]
+
+
+@attrs.define(kw_only=True)
+class QueueContents:
+    steering: list[str]
+    follow_up: list[str]
+
+
+@attrs.define(kw_only=True)
+class SessionState:
+    model: Model | None = keep_null()
+    thinking_level: str
+    is_streaming: bool
+    is_compacting: bool
+    steering_mode: QueueMode
+    follow_up_mode: QueueMode
+    session_file: str | None = None
+    session_id: str
+    session_name: str | None = None
+    auto_compaction_enabled: bool
+    message_count: int
+    pending_message_count: int
+
+
+@attrs.define(kw_only=True)
+class MessageList:
+    messages: list[AgentMessage]
+
+
+@attrs.define(kw_only=True)
+class ModelList:
+    models: list[Model]
+
+
+@attrs.define(kw_only=True)
+class CycledModel:
+    model: Model
+    thinking_level: str
+    is_scoped: bool
+
+
+@attrs.define(kw_only=True)
+class ThinkingLevelData:
+    level: str
+
+
+@attrs.define(kw_only=True)
+class ThinkingLevelList:
+    levels: list[str]
+
+
+@attrs.define(kw_only=True)
+class AssistantText:
+    text: str | None = keep_null()

@@ -1,0 +1,144 @@
+"""A forged connection over memory streams, with the scripted provider in the same trio run."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+import trio.testing
+
+from forged._daemon import serve_connection
+from forged._models import ModelRegistry, register_scripted
+from forged._providers.scripted import Reply, ScriptedServer
+from forged._session import SessionConfig
+
+Event = dict[str, Any]
+
+
+class Client:
+    """The client end: writes command lines, collects every output line."""
+
+    def __init__(self, stream: trio.abc.Stream, server: ScriptedServer, cwd: Path,
+                 config: SessionConfig) -> None:
+        self.stream = stream
+        self.server = server
+        self.cwd = cwd
+        self.config = config
+        self.lines: list[bytes] = []
+        self.output: list[Event] = []
+        self._arrived = trio.Condition()
+        self._eof = False
+        self._counter = 0
+
+    async def pump(self) -> None:
+        buffer = b""
+        while True:
+            data = await self.stream.receive_some(1 << 20)
+            if not data:
+                break
+            buffer += data
+            *complete, buffer = buffer.split(b"\n")
+            async with self._arrived:
+                for line in complete:
+                    self.lines.append(line + b"\n")
+                    self.output.append(orjson.loads(line))
+                self._arrived.notify_all()
+        async with self._arrived:
+            self._eof = True
+            self._arrived.notify_all()
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def send(self, command: dict[str, Any]) -> str:
+        """Send a command with a fresh id (unless it has one); return the id."""
+        if "id" not in command:
+            self._counter += 1
+            command = {"id": f"req-{self._counter}", **command}
+        await self.send_raw(orjson.dumps(command) + b"\n")
+        return str(command["id"])
+
+    async def wait_for(self, predicate: Callable[[Event], bool], *, start: int = 0) -> Event:
+        async with self._arrived:
+            while True:
+                for item in self.output[start:]:
+                    if predicate(item):
+                        return item
+                if self._eof:
+                    seen = [e.get("type") for e in self.output]
+                    raise AssertionError(f"stream ended; got {seen}")
+                await self._arrived.wait()
+
+    async def response(self, command_id: str) -> Event:
+        return await self.wait_for(
+            lambda e: e.get("type") == "response" and e.get("id") == command_id)
+
+    async def request(self, command: dict[str, Any]) -> Event:
+        return await self.response(await self.send(command))
+
+    async def settled(self, count: int = 1) -> None:
+        async with self._arrived:
+            while sum(e.get("type") == "agent_settled" for e in self.output) < count:
+                if self._eof:
+                    raise AssertionError("stream ended before agent_settled")
+                await self._arrived.wait()
+
+    async def prompt_and_settle(self, message: str, **extra: Any) -> Event:
+        settled_before = self.count("agent_settled")
+        response = await self.request({"type": "prompt", "message": message, **extra})
+        assert response["success"], response
+        await self.settled(settled_before + 1)
+        return response
+
+    def count(self, kind: str) -> int:
+        return sum(e.get("type") == kind for e in self.output)
+
+    def types(self, start: int = 0) -> list[str]:
+        return [e["type"] for e in self.output[start:]]
+
+    def events(self, kind: str) -> list[Event]:
+        return [e for e in self.output if e.get("type") == kind]
+
+    async def close_input(self) -> None:
+        await self.stream.send_eof()  # type: ignore[attr-defined]
+
+    async def wait_eof(self) -> None:
+        async with self._arrived:
+            while not self._eof:
+                await self._arrived.wait()
+
+
+@asynccontextmanager
+async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
+                      api: str = "anthropic-messages", model: bool = True,
+                      registry: ModelRegistry | None = None) -> AsyncIterator[Client]:
+    """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams."""
+    cwd = tmp_path / "project"
+    cwd.mkdir(exist_ok=True)
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir(exist_ok=True)
+    os.environ["AGENT_FORGE_DIR"] = str(agent_dir)
+    server = ScriptedServer(replies)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        registry = registry or ModelRegistry()
+        register_scripted(registry, server.base_url)
+        chosen = registry.find("scripted", api) if model else None
+        config = SessionConfig(cwd=cwd, agent_dir=agent_dir, registry=registry, model=chosen,
+                               thinking_level="medium")
+        client_stream, forged_stream = trio.testing.memory_stream_pair()
+        client = Client(client_stream, server, cwd, config)
+        nursery.start_soon(client.pump)
+
+        async def serve() -> None:
+            await serve_connection(config, forged_stream, forged_stream, nursery,
+                                   watch_signals=False)
+
+        nursery.start_soon(serve)
+        yield client
+        nursery.cancel_scope.cancel()
