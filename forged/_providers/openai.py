@@ -116,8 +116,17 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
         client = _client(openai, request)
         params = chat_params(request)
         finished = False
-        current: tuple[str, Any] | None = None  # the open block: (kind, key)
-        tool_keys: dict[int, str] = {}
+        # Chat Completions has one open block at a time: a change of kind ends the previous one.
+        current: tuple[str, object] | None = None  # (kind, key) of the open block
+        tool_keys: dict[int, object] = {}
+
+        def switch(kind: str, key: object) -> object:
+            nonlocal current
+            if current is not None and current != (kind, key):
+                out.end(current[1])
+            current = (kind, key)
+            return key
+
         async with client, client.chat.completions.with_streaming_response.create(
                 **params) as response:
             async for _, chunk in sse_events(response.iter_bytes(), out):
@@ -132,29 +141,27 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
                                   cache_read=cached, cache_write=0)
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
-                    content = delta.get("content")
-                    reasoning_text = (delta.get("reasoning_content") or delta.get("reasoning")
-                                      or delta.get("reasoning_text"))
-                    if reasoning_text:
+                    reasoning = (delta.get("reasoning_content") or delta.get("reasoning")
+                                 or delta.get("reasoning_text"))
+                    if reasoning:
                         if current is None or current[0] != "thinking":
-                            current = ("thinking", ("thinking", len(out.message.content)))
-                            out.start_thinking(current[1])
-                        out.thinking_delta(current[1], reasoning_text)
-                    if content:
+                            out.start_thinking(switch("thinking", len(out.message.content)))
+                        assert current is not None
+                        out.thinking_delta(current[1], reasoning)
+                    if delta.get("content"):
                         if current is None or current[0] != "text":
-                            current = ("text", ("text", len(out.message.content)))
-                            out.start_text(current[1])
-                        out.text_delta(current[1], content)
+                            out.start_text(switch("text", len(out.message.content)))
+                        assert current is not None
+                        out.text_delta(current[1], delta["content"])
                     for call in delta.get("tool_calls") or ():
                         index = call.get("index", 0)
                         function = call.get("function") or {}
                         if call.get("id") and tool_keys.get(index) != call["id"]:
                             tool_keys[index] = call["id"]
-                            current = ("tool", ("tool", call["id"]))
-                            out.start_tool_call(current[1], call["id"], function.get("name", ""))
-                        key = ("tool", tool_keys.get(index))
-                        if function.get("arguments"):
-                            out.tool_call_delta(key, function["arguments"])
+                            out.start_tool_call(switch("tool", call["id"]), call["id"],
+                                                function.get("name", ""))
+                        if function.get("arguments") and index in tool_keys:
+                            out.tool_call_delta(tool_keys[index], function["arguments"])
                     reason = choice.get("finish_reason")
                     if reason:
                         if reason == "content_filter":

@@ -104,12 +104,33 @@ class OutputSpool:
             self._file.close()
 
 
-def _group_alive(pgid: int) -> bool:
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that still run (zombies excluded: an init that never reaps
+    leaves them in the group forever, and they hold nothing)."""
     try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+        entries = os.listdir("/proc")
+    except OSError:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return []
+        return [pgid]
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                fields = stat_file.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+def _group_alive(pgid: int) -> bool:
+    return bool(live_group_members(pgid))
 
 
 def _signal_group(pgid: int, signum: int) -> None:

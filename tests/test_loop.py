@@ -1,0 +1,208 @@
+"""The agent loop end to end: the official SDKs against the scripted provider, per format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forged._providers.scripted import (
+    Reply,
+    ScriptText,
+    ScriptThinking,
+    ScriptToolCall,
+    ScriptUsage,
+)
+
+from .harness import Client, Event, open_client
+
+APIS = ["anthropic-messages", "openai-completions", "openai-responses"]
+APP = "def value():\n    return 1\n\nprint(value())\n"
+
+
+def shape(event: Event) -> str:
+    """An event as the sequence tests compare it: type, role, or the stream delta's type."""
+    kind = event["type"]
+    if kind in ("message_start", "message_end"):
+        return f"{kind}:{event['message']['role']}"
+    if kind == "message_update":
+        return f"update:{event['assistantMessageEvent']['type']}"
+    if kind == "response":
+        return f"response:{event['command']}"
+    return str(kind)
+
+
+def shapes(client: Client, start: int = 0) -> list[str]:
+    return [shape(event) for event in client.output[start:]]
+
+
+def coding_replies() -> list[Reply]:
+    return [
+        Reply(content=[ScriptThinking(thinking="Look at the file first.", signature="sig-read"),
+                       ScriptToolCall(name="read", arguments={"path": "app.py"}, id="call_read")]),
+        Reply(content=[ScriptToolCall(name="edit", id="call_edit", arguments={
+            "path": "app.py", "oldText": "return 1", "newText": "return 2"})]),
+        Reply(content=[ScriptToolCall(name="bash", id="call_bash",
+                                      arguments={"command": "python3 app.py"})]),
+        Reply(content=[ScriptText(text="The value is now 2.", chunks=3)],
+              usage=ScriptUsage(input=120, output=7, cache_read=30)),
+    ]
+
+
+TOOL_TURN = ["message_start:assistant", "update:toolcall_start", "update:toolcall_delta",
+             "update:toolcall_end", "message_end:assistant", "tool_execution_start",
+             "tool_execution_end", "message_start:toolResult", "message_end:toolResult",
+             "turn_end", "turn_start"]
+
+CODING_SEQUENCE = [
+    "response:prompt", "agent_start", "turn_start", "message_start:user", "message_end:user",
+    "message_start:assistant", "update:thinking_start", "update:thinking_delta",
+    "update:thinking_end", "update:toolcall_start", "update:toolcall_delta",
+    "update:toolcall_end", "message_end:assistant", "tool_execution_start",
+    "tool_execution_end", "message_start:toolResult", "message_end:toolResult", "turn_end",
+    "turn_start",
+    *TOOL_TURN[:6], "tool_execution_update", *TOOL_TURN[6:],
+    "message_start:assistant", "update:text_start", "update:text_delta", "update:text_delta",
+    "update:text_delta", "update:text_end", "message_end:assistant", "turn_end", "agent_end",
+    "agent_settled",
+]
+# The edit turn has no update; the bash turn has one; the order above is read, edit, bash.
+CODING_SEQUENCE[19:19] = TOOL_TURN
+
+
+def tool_results_sent(api: str, body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(call id, text) of every tool result in a request body."""
+    found: list[tuple[str, str]] = []
+    if api == "anthropic-messages":
+        for message in body["messages"]:
+            for block in message["content"]:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    found.append((block["tool_use_id"], block["content"][0]["text"]))
+    elif api == "openai-completions":
+        found += [(m["tool_call_id"], m["content"]) for m in body["messages"]
+                  if m["role"] == "tool"]
+    else:
+        found += [(item["call_id"], item["output"]) for item in body["input"]
+                  if item.get("type") == "function_call_output"]
+    return found
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_coding_scenario(tmp_path: Path, api: str) -> None:
+    async with open_client(tmp_path, coding_replies(), api=api) as client:
+        (client.cwd / "app.py").write_text(APP)
+        await client.prompt_and_settle("Make value() return 2 and run it")
+        state = await client.request({"type": "get_state"})
+        text = await client.request({"type": "get_last_assistant_text"})
+        messages = await client.request({"type": "get_messages"})
+
+    assert shapes(client)[: len(CODING_SEQUENCE)] == CODING_SEQUENCE
+    assert (client.cwd / "app.py").read_text() == APP.replace("return 1", "return 2")
+    assert text["data"] == {"text": "The value is now 2."}
+    assert state["data"]["messageCount"] == 8
+    assert [m["role"] for m in messages["data"]["messages"]] == [
+        "user", "assistant", "toolResult", "assistant", "toolResult", "assistant", "toolResult",
+        "assistant"]
+
+    ends = client.events("tool_execution_end")
+    assert [e["toolName"] for e in ends] == ["read", "edit", "bash"]
+    assert ends[0]["result"]["content"] == [{"type": "text", "text": APP}]
+    assert ends[1]["result"]["details"]["diff"] == (
+        " 1 def value():\n-2     return 1\n+2     return 2\n 3 \n 4 print(value())\n 5 ")
+    assert ends[1]["result"]["details"]["firstChangedLine"] == 2
+    assert ends[2]["result"]["content"] == [{"type": "text", "text": "2\n"}]
+    assert not any(e["isError"] for e in ends)
+
+    final = client.events("message_end")[-1]["message"]
+    assert final["stopReason"] == "stop"
+    assert [(b["type"], b["text"]) for b in final["content"]] == [
+        ("text", "The value is now 2.")]
+    assert final["usage"]["input"] == 120 and final["usage"]["cacheRead"] == 30
+    assert final["usage"]["output"] == 7
+    assert final["usage"]["cost"]["total"] == pytest.approx(
+        (120 * 3 + 7 * 15 + 30 * 0.3) / 1e6)
+    first = client.events("message_end")[1]["message"]
+    assert first["stopReason"] == "toolUse"
+    assert first["content"][0]["type"] == "thinking"
+    assert first["content"][0]["thinking"] == "Look at the file first."
+    agent_end = client.events("agent_end")[0]
+    assert agent_end["willRetry"] is False and len(agent_end["messages"]) == 8
+
+    requests = client.server.requests
+    assert len(requests) == 4
+    assert requests[0].headers["authorization"] == "Bearer scripted-key" or api.startswith(
+        "anthropic")
+    assert "x-stainless-retry-count" in requests[0].headers  # the official SDK sent it
+    final_body = requests[3].body
+    assert [text for _, text in tool_results_sent(api, final_body)] == [
+        APP, "Successfully replaced text in app.py.", "2\n"]
+    assert_thinking_sent_back(api, requests[1].body)
+
+
+def assert_thinking_sent_back(api: str, body: dict[str, Any]) -> None:
+    if api == "anthropic-messages":
+        assistant = body["messages"][1]
+        assert assistant["role"] == "assistant"
+        assert assistant["content"][0] == {
+            "type": "thinking", "thinking": "Look at the file first.", "signature": "sig-read"}
+        assert assistant["content"][1]["type"] == "tool_use"
+        assert assistant["content"][1]["id"] == "call_read"
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 8192}
+        assert len(body["tools"]) == 7
+    elif api == "openai-completions":
+        assert body["messages"][0]["role"] == "system"
+        assert body["messages"][2]["tool_calls"][0]["id"] == "call_read"
+        assert body["stream_options"] == {"include_usage": True}
+        assert body["reasoning_effort"] == "medium"
+        assert len(body["tools"]) == 7
+    else:
+        reasoning = body["input"][1]
+        assert reasoning["type"] == "reasoning"
+        assert reasoning["encrypted_content"] == "sig-read"
+        assert reasoning["summary"] == [{"type": "summary_text",
+                                         "text": "Look at the file first."}]
+        call = body["input"][2]
+        assert call["type"] == "function_call" and call["call_id"] == "call_read"
+        assert body["include"] == ["reasoning.encrypted_content"]
+        assert body["reasoning"] == {"effort": "medium", "summary": "auto"}
+        assert body["store"] is False
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_provider_error_ends_the_turn(tmp_path: Path, api: str) -> None:
+    replies = [Reply(status=400, error_type="invalid_request_error",
+                     error_message="bad things happened")]
+    async with open_client(tmp_path, replies, api=api) as client:
+        await client.prompt_and_settle("hi")
+    assert shapes(client) == [
+        "response:prompt", "agent_start", "turn_start", "message_start:user",
+        "message_end:user", "message_start:assistant", "message_end:assistant", "turn_end",
+        "agent_end", "agent_settled"]
+    message = client.events("message_end")[1]["message"]
+    assert message["stopReason"] == "error"
+    assert message["errorMessage"].startswith("400 ")
+    assert "bad things happened" in message["errorMessage"]
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_stream_cut_mid_response_is_an_error(tmp_path: Path, api: str) -> None:
+    replies = [Reply(content=[ScriptText(text="partial answer", chunks=2)], cut=True)]
+    async with open_client(tmp_path, replies, api=api) as client:
+        await client.prompt_and_settle("hi")
+    message = client.events("message_end")[1]["message"]
+    assert message["stopReason"] == "error"
+    assert message["errorMessage"]
+    assert message["content"][0]["text"] == "partial answer"
+    assert client.types()[-2:] == ["agent_end", "agent_settled"]
+
+
+async def test_a_failed_reply_is_left_out_of_the_next_request(tmp_path: Path) -> None:
+    replies = [Reply(status=500, error_message="boom"), Reply(content=[ScriptText(text="ok")])]
+    async with open_client(tmp_path, replies) as client:
+        await client.prompt_and_settle("first")
+        await client.prompt_and_settle("second")
+    body = client.server.requests[1].body
+    assert [m["role"] for m in body["messages"]] == ["user", "user"]
