@@ -83,8 +83,8 @@ class OutputSpool:
         """The temp file with the whole output, created now if it was not needed before."""
         if self._file is None:
             self._spill()
-        assert self.path is not None
-        self._file.flush()  # type: ignore[union-attr]
+        assert self._file is not None and self.path is not None
+        self._file.flush()
         return self.path
 
     def tail_text(self) -> str:
@@ -258,6 +258,7 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
                                       on_output=on_output)
+        text, details = format_output(spool)
     except trio.Cancelled:
         text, details = format_output(spool)
         body = "" if text == "(no output)" else f"{text}\n\n"
@@ -265,7 +266,6 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         raise
     finally:
         spool.close()
-    text, details = format_output(spool)
     if execution.timed_out:
         body = "" if text == "(no output)" else f"{text}\n\n"
         raise ToolError(f"{body}Command timed out after {params.timeout:g} seconds", details)

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import orjson
+import pathspec
 import trio
 
 from .. import _wire as w
@@ -206,15 +207,18 @@ async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
     if not target.is_dir():
         raise ToolError(f"Path not found: {target}")
     limit = max(1, params.limit)
-    args = ["--files", "--color=never", "--hidden", "--no-require-git", "--glob", "!.git",
-            "--glob", params.pattern]
+    # rg's own --glob would override .gitignore, so rg lists what is not ignored and the
+    # pattern (gitignore glob syntax: '*.py' at any depth, 'src/**/*.ts' anchored) filters.
+    args = ["--files", "--color=never", "--hidden", "--no-require-git", "--glob", "!.git"]
+    matcher = pathspec.PathSpec.from_lines("gitignore", [params.pattern])
     found: list[str] = []
 
     def on_line(raw: bytes) -> bool:
         if len(found) >= limit:
             return False
-        if raw:
-            found.append(raw.decode(errors="replace").removeprefix("./"))
+        path = raw.decode(errors="replace").removeprefix("./")
+        if path and matcher.match_file(path):
+            found.append(path)
         return True
 
     code, errors = await _run_rg(args, target, on_line)

@@ -1,0 +1,105 @@
+"""Framing and the codec: any bytes in, never a crash, exactly one response per line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forged import _wire as w
+from forged._connection import parse_line
+from forged._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
+from forged._providers.base import SseDecoder
+
+from .harness import open_client
+
+
+def test_split_on_lf_only_and_strip_one_cr() -> None:
+    splitter = LineSplitter()
+    lines = list(splitter.feed('{"a":"x\u2028y\u2029z"}\r\n{"b":2}\r\r\n'.encode()))
+    assert lines == ['{"a":"x\u2028y\u2029z"}'.encode(), b'{"b":2}\r']
+    assert list(splitter.feed(b'{"c":')) == []
+    assert list(splitter.feed(b"3}")) == []
+    assert list(splitter.close()) == [b'{"c":3}']
+
+
+def test_a_line_over_the_limit_is_refused_and_skipped() -> None:
+    splitter = LineSplitter(max_line_bytes=8)
+    out = list(splitter.feed(b"0123"))
+    out += list(splitter.feed(b"456789abc"))
+    out += list(splitter.feed(b"def\nok\n"))
+    assert isinstance(out[0], LineTooLong) and out[0].size == 16
+    assert out[1:] == [b"ok"]
+
+
+def test_encode_escapes_only_the_separators() -> None:
+    line = encode_line({"t": "a\u2028b\u2029c é 😀", "n": None})
+    assert line == '{"t":"a\\u2028b\\u2029c é 😀","n":null}\n'.encode()
+    assert orjson.loads(line) == {"t": "a\u2028b\u2029c é 😀", "n": None}
+    assert encode_line({"s": "\ud800"}) == b'{"s":"\\ud800"}\n'  # lone surrogate: escaped
+
+
+def test_sse_splits_on_bytes_not_unicode_line_breaks() -> None:
+    decoder = SseDecoder()
+    payload = '{"text":"a\u2028b\u0085c\u2029"}'.encode()
+    chunks = [b"event: x\r\ndata: " + payload[:5], payload[5:] + b"\n\n", b"data: [DONE]\n\n"]
+    events = [event for chunk in chunks for event in decoder.feed(chunk)]
+    assert events == [(b"x", payload), (b"", b"[DONE]")]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+COMMANDS = sorted(w.COMMAND_CLASSES)
+
+
+@st.composite
+def command_like(draw: st.DrawFn) -> bytes:
+    fields = draw(st.dictionaries(st.sampled_from(
+        ["id", "message", "mode", "level", "provider", "modelId", "images",
+         "streamingBehavior", "enabled", "command", "since", "name"]), JSON, max_size=4))
+    fields["type"] = draw(st.sampled_from(COMMANDS) | st.text(max_size=5))
+    return encode_line(fields)[:-1]
+
+
+LINES = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")) | command_like()
+                 | JSON.map(lambda v: encode_line(v)[:-1]), max_size=8)
+
+
+@given(line=st.binary(max_size=200))
+def test_parse_line_never_raises(line: bytes) -> None:
+    parsed = parse_line(line)
+    if not line.strip():
+        assert parsed is None
+    else:
+        assert parsed is not None
+        assert (parsed.command is None) != (parsed.refusal is None)
+
+
+@given(value=JSON)
+def test_decode_round_trips_what_encode_writes(value: Any) -> None:
+    assert decode_json(encode_line(value)) == value
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=LINES)
+async def test_one_response_per_line_whatever_the_input(tmp_path: Path,
+                                                        lines: list[bytes]) -> None:
+    async with open_client(tmp_path) as client:
+        for line in lines:
+            await client.send_raw(line + b"\n")
+        await client.send_raw(b'{"type":"abort","id":"stop-1"}\n')
+        await client.send_raw(b'{"type":"get_state","id":"probe-9"}\n')
+        await client.response("probe-9")
+        await client.settled(client.count("agent_start") and 1)
+    responses = [e for e in client.output if e["type"] == "response"]
+    expected = sum(1 for line in lines if line.strip())
+    assert len(responses) - 2 == expected
+    assert responses[-1]["id"] == "probe-9" and responses[-1]["success"] is True

@@ -1,0 +1,171 @@
+"""`forged --mode rpc` as a child process over pipes, as a client spawns it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+import forged
+from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
+
+BIN = Path(sys.executable).parent
+EXAMPLE = Path(forged.__file__).parent / "examples" / "fix-greeting.json"
+
+
+def child_env(agent_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+    env["AGENT_FORGE_DIR"] = str(agent_dir)
+    return env
+
+
+class Child:
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.buffer = b""
+        self.output: list[dict[str, Any]] = []
+
+    async def send(self, command: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(orjson.dumps(command) + b"\n")
+
+    async def read_until(self, kind: str, **fields: Any) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        while True:
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                event = orjson.loads(line)
+                self.output.append(event)
+                if event.get("type") == kind and all(event.get(k) == v
+                                                     for k, v in fields.items()):
+                    return event
+            data = await self.process.stdout.receive_some(1 << 16)
+            assert data, f"forged exited early; got {[e['type'] for e in self.output]}"
+            self.buffer += data
+
+
+async def spawn(args: list[str], cwd: Path, env: dict[str, str]) -> Child:
+    process = await trio.lowlevel.open_process(
+        [str(BIN / "forged"), "--mode", "rpc", *args], cwd=cwd, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return Child(process)
+
+
+async def test_forged_over_pipes_against_a_custom_provider(tmp_path: Path) -> None:
+    project, agent_dir = tmp_path / "project", tmp_path / "agent"
+    project.mkdir()
+    agent_dir.mkdir()
+    server = ScriptedServer([
+        Reply(content=[ScriptToolCall(name="bash", arguments={
+            "command": "echo to-stdout; echo to-stderr >&2"})]),
+        Reply(content=[ScriptText(text="finished", chunks=4, delay_ms=5)]),
+    ])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"local": {
+            "baseUrl": server.base_url, "api": "anthropic-messages", "apiKey": "LOCAL_KEY",
+            "models": [{"id": "m1", "reasoning": True}]}}}))
+        (agent_dir / "AGENTS.md").write_text("Always answer in English.")
+        child = await spawn(["--model", "local/m1:low", "--cwd", str(project), "-n", "demo"],
+                            tmp_path, child_env(agent_dir))
+        await child.send({"id": "s", "type": "get_state"})
+        state = await child.read_until("response", id="s")
+        await child.send({"id": "p", "type": "prompt", "message": "run it"})
+        await child.read_until("agent_settled")
+        assert child.process.stdin is not None
+        await child.process.stdin.aclose()
+        with trio.fail_after(10):
+            code = await child.process.wait()
+        nursery.cancel_scope.cancel()
+    assert code == 0
+    assert state["data"]["model"]["id"] == "m1"
+    assert state["data"]["thinkingLevel"] == "low"
+    assert state["data"]["sessionName"] == "demo"
+    types = [e["type"] for e in child.output]
+    assert types[:3] == ["response", "response", "agent_start"]
+    end = next(e for e in child.output if e["type"] == "tool_execution_end")
+    assert end["result"]["content"][0]["text"] == "to-stdout\nto-stderr\n"
+    system = server.requests[0].body["system"][0]["text"]
+    assert "Always answer in English." in system
+    assert f"Current working directory: {project}" in system
+    assert server.requests[0].body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert server.requests[0].headers["authorization"] == "Bearer LOCAL_KEY"
+
+
+async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path) -> None:
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    prompt = b'{"type":"prompt","message":"Write a greeting program and run it"}\n'
+    result = await trio.run_process(
+        [str(BIN / "forged"), "--mode", "rpc", "--provider", "scripted", "--script",
+         str(EXAMPLE), "--cwd", str(tmp_path)],
+        stdin=prompt, capture_stdout=True, capture_stderr=True, env=child_env(agent_dir))
+    events = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert events[0]["type"] == "response" and events[0]["success"] is True
+    assert events[-1]["type"] == "agent_settled"
+    tools = [e["toolName"] for e in events if e["type"] == "tool_execution_end"]
+    assert tools == ["write", "read", "edit", "bash"]
+    assert (tmp_path / "greet.py").read_text() == "print('Hello, world!')\n"
+    bash = [e for e in events if e["type"] == "tool_execution_end"][-1]
+    assert bash["result"]["content"][0]["text"] == "Hello, world!\n"
+
+
+async def test_help_version_and_the_agent_forge_alias(tmp_path: Path) -> None:
+    help_text = (await trio.run_process([str(BIN / "forged"), "--help"],
+                                        capture_stdout=True)).stdout.decode()
+    for option in ("--mode", "--provider", "--model", "--name", "-n", "--no-session",
+                   "--session-dir", "--cwd", "--version", "--script"):
+        assert option in help_text
+    version = await trio.run_process([str(BIN / "agent-forge"), "--version"],
+                                     capture_stdout=True)
+    assert version.stdout.decode().strip() == f"forged {forged.__version__}"
+    module = await trio.run_process([sys.executable, "-m", "forged", "--version"],
+                                    capture_stdout=True)
+    assert module.stdout == version.stdout
+
+
+async def test_bad_model_exits_with_a_message(tmp_path: Path) -> None:
+    result = await trio.run_process(
+        [str(BIN / "forged"), "--mode", "rpc", "--model", "no-such-model"], stdin=b"",
+        capture_stdout=True, capture_stderr=True, check=False, env=child_env(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert b"Model not found: no-such-model" in result.stderr
+
+
+async def test_stray_output_cannot_reach_the_protocol_stream(tmp_path: Path) -> None:
+    code = ("import os, subprocess; from forged._cli import _reserve_stdout\n"
+            "fd = _reserve_stdout()\n"
+            "print('stray print')\n"
+            "os.write(1, b'stray fd write\\n')\n"
+            "subprocess.run(['echo', 'stray child'])\n"
+            "os.write(fd, b'{\"protocol\":true}\\n')\n")
+    result = await trio.run_process([sys.executable, "-c", code], capture_stdout=True,
+                                    capture_stderr=True)
+    assert result.stdout == b'{"protocol":true}\n'
+    assert b"stray print" in result.stderr and b"stray child" in result.stderr
+
+
+async def test_stdin_eof_lets_the_run_finish(tmp_path: Path) -> None:
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [
+        {"content": [{"type": "text", "text": "slow answer", "chunks": 10, "delayMs": 30}]}]}))
+    with trio.fail_after(20):
+        result = await trio.run_process(
+            [str(BIN / "forged"), "--mode", "rpc", "--provider", "scripted", "--script",
+             str(script)],
+            stdin=b'{"type":"prompt","message":"hi"}', capture_stdout=True,
+            capture_stderr=True, env=child_env(agent_dir), cwd=tmp_path)
+    events = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1] == {"type": "agent_settled"}
+    assert events[-3]["type"] == "turn_end"
+    assert events[-3]["message"]["content"][0]["text"] == "slow answer"

@@ -1,0 +1,232 @@
+"""The model's tools, called as the loop calls them, with the exact texts a model reads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forged import _wire as w
+from forged._tools import BUILTIN_TOOLS, ToolContext, ToolError, parse_arguments
+from forged._tools.base import truncate_head, truncate_tail
+from forged._tools.files import diff_string
+
+
+async def call(name: str, cwd: Path, updates: list[w.ToolResult] | None = None,
+               **arguments: Any) -> w.ToolResult:
+    tool = BUILTIN_TOOLS[name]
+    context = ToolContext(cwd=cwd, update=(updates if updates is not None else []).append)
+    return await tool.run(parse_arguments(tool, arguments), context)
+
+
+def text(result: w.ToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, w.TextContent)
+    return block.text
+
+
+async def fails(name: str, cwd: Path, **arguments: Any) -> str:
+    with pytest.raises(ToolError) as caught:
+        await call(name, cwd, **arguments)
+    return caught.value.text
+
+
+# --- read --------------------------------------------------------------------------------------
+
+async def test_read_whole_file_and_pages(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("\n".join(f"line {i}" for i in range(1, 11)))
+    assert text(await call("read", tmp_path, path="f.txt")).startswith("line 1\nline 2")
+    paged = text(await call("read", tmp_path, path="f.txt", offset=3, limit=2))
+    assert paged == "line 3\nline 4\n\n[6 more lines in file. Use offset=5 to continue.]"
+    assert text(await call("read", tmp_path, path="@f.txt", offset="9")) == "line 9\nline 10"
+    assert await fails("read", tmp_path, path="f.txt", offset=11) == (
+        "Offset 11 is beyond end of file (10 lines total)")
+
+
+async def test_read_truncates_by_lines_and_bytes(tmp_path: Path) -> None:
+    (tmp_path / "long.txt").write_text("\n".join(str(i) for i in range(1, 3001)))
+    result = await call("read", tmp_path, path="long.txt")
+    assert text(result).endswith("\n\n[Showing lines 1-2000 of 3000. Use offset=2001 to continue.]")
+    assert result.details is not None and result.details["truncation"]["truncatedBy"] == "lines"
+    (tmp_path / "wide.txt").write_text("\n".join("x" * 100 for _ in range(1000)))
+    wide = text(await call("read", tmp_path, path="wide.txt"))
+    assert wide.endswith("\n\n[Showing lines 1-506 of 1000 (50.0KB limit). "
+                         "Use offset=507 to continue.]")
+    (tmp_path / "huge.txt").write_text("y" * 60_000 + "\nshort")
+    assert text(await call("read", tmp_path, path="huge.txt")) == (
+        "[Line 1 is 58.6KB, exceeds 50.0KB limit. Use bash: sed -n '1p' huge.txt | "
+        "head -c 51200]")
+
+
+async def test_read_image_by_magic_bytes(tmp_path: Path) -> None:
+    (tmp_path / "pic.dat").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
+    result = await call("read", tmp_path, path="pic.dat")
+    assert text(result) == "Read image file [image/png]"
+    image = result.content[1]
+    assert isinstance(image, w.ImageContent) and image.mime_type == "image/png"
+
+
+async def test_read_missing_file(tmp_path: Path) -> None:
+    message = await fails("read", tmp_path, path="nope.txt")
+    assert message == f"ENOENT: no such file or directory, access '{tmp_path / 'nope.txt'}'"
+
+
+async def test_arguments_are_validated_and_coerced(tmp_path: Path) -> None:
+    message = await fails("read", tmp_path, offset="x")
+    assert message.startswith('Validation failed for tool "read":\n'
+                              "  - missing required field 'path'\n")
+    assert message.endswith('Received arguments:\n{\n  "offset": "x"\n}')
+
+
+# --- write and edit ----------------------------------------------------------------------------
+
+async def test_write_creates_parents(tmp_path: Path) -> None:
+    result = await call("write", tmp_path, path="a/b/c.txt", content="héllo 😀")
+    assert text(result) == "Successfully wrote 8 bytes to a/b/c.txt"
+    assert (tmp_path / "a/b/c.txt").read_text() == "héllo 😀"
+
+
+async def test_edit_exact_and_diff(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("".join(f"line{i}\n" for i in range(1, 21)))
+    result = await call("edit", tmp_path, path="m.py", oldText="line10\n", newText="ten\n")
+    assert text(result) == "Successfully replaced text in m.py."
+    assert result.details is not None
+    assert result.details["firstChangedLine"] == 10
+    assert result.details["diff"] == "\n".join([
+        "    ...", "  6 line6", "  7 line7", "  8 line8", "  9 line9", "-10 line10",
+        "+10 ten", " 11 line11", " 12 line12", " 13 line13", " 14 line14", "    ..."])
+
+
+async def test_edit_keeps_crlf_and_bom(tmp_path: Path) -> None:
+    (tmp_path / "w.txt").write_bytes("\ufeffone\r\ntwo\r\n".encode())
+    await call("edit", tmp_path, path="w.txt", oldText="two\n", newText="2\n")
+    assert (tmp_path / "w.txt").read_bytes() == "\ufeffone\r\n2\r\n".encode()
+
+
+async def test_edit_fuzzy_match_normalizes_quotes_and_trailing_space(tmp_path: Path) -> None:
+    (tmp_path / "q.txt").write_text("say \u201chello\u201d   \nbye\n")
+    await call("edit", tmp_path, path="q.txt", oldText='say "hello"\n', newText="say hi\n")
+    assert (tmp_path / "q.txt").read_text() == "say hi\nbye\n"
+
+
+async def test_edit_failures(tmp_path: Path) -> None:
+    (tmp_path / "d.txt").write_text("a\na\n")
+    assert await fails("edit", tmp_path, path="none.txt", oldText="a", newText="b") == (
+        "File not found: none.txt")
+    assert await fails("edit", tmp_path, path="d.txt", oldText="zzz", newText="b") == (
+        "Could not find the exact text in d.txt. The old text must match exactly including "
+        "all whitespace and newlines.")
+    assert await fails("edit", tmp_path, path="d.txt", oldText="a", newText="b") == (
+        "Found 2 occurrences of the text in d.txt. The text must be unique. Please provide "
+        "more context to make it unique.")
+    assert (await fails("edit", tmp_path, path="d.txt", oldText="a\na", newText="a\na")
+            ).startswith("No changes made to d.txt.")
+
+
+def test_diff_numbers_pad_to_the_longest() -> None:
+    diff, first = diff_string("a\nb\nc", "a\nB\nc")
+    assert diff == " 1 a\n-2 b\n+2 B\n 3 c"
+    assert first == 2
+
+
+# --- ls, grep, find ----------------------------------------------------------------------------
+
+async def test_ls_sorts_marks_dirs_and_shows_dotfiles(tmp_path: Path) -> None:
+    (tmp_path / "b.txt").write_text("")
+    (tmp_path / "A").mkdir()
+    (tmp_path / ".hidden").write_text("")
+    assert text(await call("ls", tmp_path)) == ".hidden\nA/\nb.txt"
+    (tmp_path / "empty").mkdir()
+    assert text(await call("ls", tmp_path, path="empty")) == "(empty directory)"
+    limited = await call("ls", tmp_path, limit=2)
+    assert text(limited) == ".hidden\nA/\n\n[2 entries limit reached. Use limit=4 for more]"
+    assert await fails("ls", tmp_path, path="b.txt") == f"Not a directory: {tmp_path / 'b.txt'}"
+
+
+async def test_grep_matches_and_context(tmp_path: Path) -> None:
+    (tmp_path / "example.txt").write_text("first\nmatch line\nlast\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "context.txt").write_text("before\nmatch here\nafter\n")
+    result = text(await call("grep", tmp_path, pattern="match"))
+    assert sorted(result.split("\n")) == ["example.txt:2: match line",
+                                          "sub/context.txt:2: match here"]
+    with_context = text(await call("grep", tmp_path, pattern="here", context=1))
+    assert with_context == ("sub/context.txt-1- before\nsub/context.txt:2: match here\n"
+                            "sub/context.txt-3- after")
+    single = text(await call("grep", tmp_path, pattern="MATCH", path="example.txt",
+                             ignoreCase=True))
+    assert single == "example.txt:2: match line"
+    assert text(await call("grep", tmp_path, pattern="absent")) == "No matches found"
+
+
+async def test_grep_limit_and_long_lines(tmp_path: Path) -> None:
+    (tmp_path / "many.txt").write_text("".join(f"hit {i}\n" for i in range(10)) + "hit "
+                                       + "z" * 600 + "\n")
+    limited = await call("grep", tmp_path, pattern="hit", limit=3)
+    assert text(limited).endswith(
+        "\n\n[3 matches limit reached. Use limit=6 for more, or refine pattern]")
+    assert limited.details == {"matchLimitReached": 3}
+    long = await call("grep", tmp_path, pattern="zzz")
+    assert text(long).endswith("... [truncated]\n\n[Some lines truncated to 500 chars. "
+                               "Use read tool to see full lines]")
+
+
+async def test_find_respects_gitignore_and_includes_hidden(tmp_path: Path) -> None:
+    (tmp_path / ".gitignore").write_text("ignored.py\n")
+    for name in ("a.py", "ignored.py", ".hidden.py", "src/b.py", "src/c.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert text(await call("find", tmp_path, pattern="*.py")) == ".hidden.py\na.py\nsrc/b.py"
+    assert text(await call("find", tmp_path, pattern="*.rs")) == "No files found matching pattern"
+
+
+# --- bash --------------------------------------------------------------------------------------
+
+async def test_bash_output_exit_code_and_updates(tmp_path: Path) -> None:
+    updates: list[w.ToolResult] = []
+    assert text(await call("bash", tmp_path, updates, command="echo out; echo err >&2")) == (
+        "out\nerr\n")
+    assert updates and text(updates[0]).startswith("out")
+    assert text(await call("bash", tmp_path, command="true")) == "(no output)"
+    assert await fails("bash", tmp_path, command="echo bad; exit 3") == (
+        "bad\n\n\nCommand exited with code 3")
+    assert await fails("bash", tmp_path, command="sleep 5", timeout=0.2) == (
+        "Command timed out after 0.2 seconds")
+    assert text(await call("bash", tmp_path, command="pwd")) == f"{tmp_path}\n"
+
+
+async def test_bash_truncates_and_spills_the_full_output(tmp_path: Path) -> None:
+    result = await call("bash", tmp_path, command="seq 1 100000")
+    assert result.details is not None
+    path = result.details["fullOutputPath"]
+    assert text(result) == "".join(f"{i}\n" for i in range(98002, 100001)) + (
+        f"\n\n[Showing lines 98002-100001 of 100001. Full output: {path}]")
+    assert Path(path).read_text() == "".join(f"{i}\n" for i in range(1, 100001))
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert result.details["truncation"]["truncatedBy"] == "lines"
+
+    wide = await call("bash", tmp_path, command="for i in $(seq 1 2000); do "
+                      "printf '%0100d\\n' $i; done")
+    assert wide.details is not None
+    shown = text(wide).split("\n\n[")[0].split("\n")
+    assert len("\n".join(shown).encode()) <= 51200
+    assert text(wide).endswith(
+        f"\n\n[Showing lines {int(shown[0])}-2001 of 2001 (50.0KB limit). "
+        f"Full output: {wide.details['fullOutputPath']}]")
+
+    lines = await call("bash", tmp_path, command="seq 1 3000")
+    assert lines.details is not None
+    assert text(lines).endswith(
+        f"\n\n[Showing lines 1002-3001 of 3001. Full output: {lines.details['fullOutputPath']}]")
+    assert Path(lines.details["fullOutputPath"]).read_text().startswith("1\n2\n")
+
+
+def test_truncate_head_and_tail_limits() -> None:
+    head, info = truncate_head("a\nb\nc", max_lines=2)
+    assert head == "a\nb" and info.truncated_by == "lines" and info.output_lines == 2
+    tail, info = truncate_tail("a\nb\nc", max_lines=2)
+    assert tail == "b\nc" and info.total_lines == 3
+    tail, info = truncate_tail("é" * 10, max_bytes=5)
+    assert tail == "éé" and info.last_line_partial
