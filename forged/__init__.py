@@ -15,8 +15,5 @@ from ._errors import CommandError as CommandError
 from ._errors import ConfigError as ConfigError
 from ._errors import ForgedError as ForgedError
 from ._errors import ProviderError as ProviderError
-from ._providers.scripted import Reply as Reply
-from ._providers.scripted import Script as Script
-from ._providers.scripted import ScriptedServer as ScriptedServer
 from ._session import Session as Session
 from ._session import SessionConfig as SessionConfig

@@ -162,8 +162,16 @@ def new_converter() -> cattrs.Converter:
 converter = new_converter()
 
 
+_hooks: dict[type[Any], Callable[[Any], Any]] = {}
+
+
 def unstructure(value: Any) -> Any:
-    return converter.unstructure(value)
+    """`converter.unstructure`, with the per-class hook looked up once (the hot path)."""
+    cls = type(value)
+    hook = _hooks.get(cls)
+    if hook is None:
+        hook = _hooks[cls] = converter.get_unstructure_hook(cls)
+    return hook(value)
 
 
 def structure(value: Any, cls: type[T]) -> T:

@@ -6,7 +6,6 @@ order it was produced; the writer task is the only code that writes to the peer'
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from ._errors import WireError
 from ._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
 
 READ_CHUNK_BYTES = 256 * 1024
-WRITE_BATCH_BYTES = 256 * 1024
 OUTBOX_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """A producer that checks for room (the agent loop does) waits while more than this is unread."""
 
@@ -29,50 +27,58 @@ OUTBOX_HIGH_WATER_BYTES = 4 * 1024 * 1024
 class Outbox:
     """The single ordered output channel of one peer.
 
-    `put` never blocks (closing events must be written even while cancelled); producers that
-    can wait call `wait_for_room` so memory stays bounded when the peer reads slowly.
+    Lines are appended to one buffer, which the writer takes whole: batching comes free, and
+    no per-line object stays alive while the peer is slow. `put` never blocks (closing events
+    must be written even while cancelled); producers that can wait call `wait_for_room`, so
+    memory stays bounded when the peer reads slowly.
     """
 
     def __init__(self, high_water_bytes: int = OUTBOX_HIGH_WATER_BYTES) -> None:
-        self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
-        self._queued = 0
+        self._pending = bytearray()
         self._high_water = high_water_bytes
+        self._wakeup = trio.Event()
         self._room = trio.Event()
         self._room.set()
+        self._closed = False
+        self._broken = False
 
     def put(self, line: bytes) -> None:
-        self._queued += len(line)
-        if self._queued > self._high_water:
-            self._room = trio.Event() if self._room.is_set() else self._room
-        try:
-            self._send.send_nowait(line)
-        except trio.ClosedResourceError:
-            pass
+        if self._closed or self._broken:
+            return  # closed, or the peer is gone: nobody will read it
+        self._pending += line
+        self._wakeup.set()
+        if len(self._pending) > self._high_water and self._room.is_set():
+            self._room = trio.Event()
 
     async def wait_for_room(self) -> None:
-        while self._queued > self._high_water:
+        while len(self._pending) > self._high_water and not self._broken:
             await self._room.wait()
 
     def close(self) -> None:
-        self._send.close()
+        """No more lines: the writer finishes once what is pending is written."""
+        self._closed = True
+        self._wakeup.set()
 
-    async def serve_writer(self, stream: trio.abc.SendStream) -> None:
-        """Write lines in batches until the outbox is closed and drained."""
-        async with self._receive:
-            async for line in self._receive:
-                batch = [line]
-                size = len(line)
-                while size < WRITE_BATCH_BYTES:
-                    try:
-                        more = self._receive.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    batch.append(more)
-                    size += len(more)
-                await stream.send_all(b"".join(batch))
-                self._queued -= size
-                if self._queued <= self._high_water:
-                    self._room.set()
+    async def serve_writer(self, stream: trio.abc.SendStream) -> bool:
+        """Write until the outbox is closed and drained.
+
+        Returns False if the peer stopped reading (a broken pipe): what is left is dropped.
+        """
+        while True:
+            if not self._pending:
+                if self._closed:
+                    return True
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+                continue
+            data, self._pending = self._pending, bytearray()
+            self._room.set()
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._broken = True
+                self._pending.clear()
+                return False
 
 
 # --- reading commands --------------------------------------------------------------------------

@@ -23,8 +23,10 @@ and allows `SHUTDOWN_GRACE_S` for the closing events.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,6 @@ from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, ser
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
-from ._providers.scripted import ScriptedServer, load_script
 from ._session import Session, SessionConfig
 
 SHUTDOWN_GRACE_S = 2.5
@@ -66,6 +67,8 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
     if options.script is not None or options.provider == SCRIPTED_PROVIDER:
         if options.script is None:
             raise ConfigError("--provider scripted needs --script FILE")
+        from ._providers.scripted import ScriptedServer, load_script
+
         script = load_script(options.script)
         server = ScriptedServer(script.replies)
         await nursery.start(server.serve)
@@ -102,10 +105,24 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
     dispatcher = Dispatcher(session, outbox.put)
     input_scope = trio.CancelScope()
     stopping = trio.Event()
+
+    def stop() -> None:
+        """Stop reading, drop what is queued and abort the run; its closing events follow."""
+        stopping.set()
+        session.clear_queue()
+        session.abort(lambda: None)
+        input_scope.cancel()
+
     if watch_signals:
-        daemon_nursery.start_soon(_watch_signals, session, input_scope, stopping)
+        daemon_nursery.start_soon(_watch_signals, stop)
+
+    async def write() -> None:
+        if not await outbox.serve_writer(stdout):
+            print("forged: the client stopped reading; shutting down", file=sys.stderr)
+            stop()
+
     async with trio.open_nursery() as connection_nursery:
-        connection_nursery.start_soon(outbox.serve_writer, stdout)
+        connection_nursery.start_soon(write)
         commands_send, commands_receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
         with input_scope:
             async with trio.open_nursery() as input_nursery:
@@ -115,20 +132,17 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
         with trio.move_on_after(SHUTDOWN_GRACE_S) if stopping.is_set() else _forever():
             await session.wait_settled()
         outbox.close()
-    await stdout.aclose()
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stdout.aclose()
 
 
 def _forever() -> trio.CancelScope:
     return trio.CancelScope()
 
 
-async def _watch_signals(session: Session, input_scope: trio.CancelScope,
-                         stopping: trio.Event) -> None:
+async def _watch_signals(stop: Callable[[], None]) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
             print(f"forged: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
-            stopping.set()
-            session.clear_queue()
-            session.abort(lambda: None)
-            input_scope.cancel()
+            stop()
             return

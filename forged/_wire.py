@@ -38,14 +38,14 @@ StopReason = Literal["stop", "length", "toolUse", "error", "aborted"]
 
 # --- content blocks ----------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TextContent:
     type: str = tag("text")
     text: str
     text_signature: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ThinkingContent:
     type: str = tag("thinking")
     thinking: str
@@ -53,14 +53,14 @@ class ThinkingContent:
     redacted: bool | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ImageContent:
     type: str = tag("image")
     data: str
     mime_type: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolCall:
     type: str = tag("toolCall")
     id: str
@@ -74,7 +74,7 @@ AssistantContent = TextContent | ThinkingContent | ToolCall
 
 # --- usage and models --------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class UsageCost:
     input: float = 0.0
     output: float = 0.0
@@ -83,7 +83,7 @@ class UsageCost:
     total: float = 0.0
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Usage:
     input: int = 0
     output: int = 0
@@ -93,7 +93,7 @@ class Usage:
     cost: UsageCost = attrs.field(factory=UsageCost)
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ModelCost:
     """USD per million tokens."""
 
@@ -103,7 +103,7 @@ class ModelCost:
     cache_write: float = 0.0
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Model:
     id: str
     name: str
@@ -120,14 +120,14 @@ class Model:
 
 # --- messages ----------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class UserMessage:
     role: str = tag("user")
     content: list[UserContent]
     timestamp: int
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AssistantMessage:
     role: str = tag("assistant")
     content: list[AssistantContent] = _list()
@@ -140,7 +140,7 @@ class AssistantMessage:
     timestamp: int
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolResultMessage:
     role: str = tag("toolResult")
     tool_call_id: str
@@ -151,7 +151,7 @@ class ToolResultMessage:
     timestamp: int
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class BashExecutionMessage:
     role: str = tag("bashExecution")
     command: str
@@ -166,7 +166,7 @@ class BashExecutionMessage:
 AgentMessage = UserMessage | AssistantMessage | ToolResultMessage | BashExecutionMessage
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolResult:
     content: list[UserContent]
     details: dict[str, Any] | None = None
@@ -174,47 +174,47 @@ class ToolResult:
 
 # --- assistant message events (inside message_update) ------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TextStart:
     type: str = tag("text_start")
     content_index: int
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TextDelta:
     type: str = tag("text_delta")
     content_index: int
     delta: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TextEnd:
     type: str = tag("text_end")
     content_index: int
     content: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ThinkingStart:
     type: str = tag("thinking_start")
     content_index: int
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ThinkingDelta:
     type: str = tag("thinking_delta")
     content_index: int
     delta: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ThinkingEnd:
     type: str = tag("thinking_end")
     content_index: int
     content: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolcallStart:
     type: str = tag("toolcall_start")
     content_index: int
@@ -222,14 +222,14 @@ class ToolcallStart:
     tool_name: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolcallDelta:
     type: str = tag("toolcall_delta")
     content_index: int
     delta: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolcallEnd:
     type: str = tag("toolcall_end")
     content_index: int
@@ -244,55 +244,55 @@ AssistantMessageEvent = (
 
 # --- events ------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AgentStart:
     type: str = tag("agent_start")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AgentEnd:
     type: str = tag("agent_end")
     messages: list[AgentMessage]
     will_retry: bool = False
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AgentSettled:
     type: str = tag("agent_settled")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TurnStart:
     type: str = tag("turn_start")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TurnEnd:
     type: str = tag("turn_end")
     message: AgentMessage
     tool_results: list[ToolResultMessage]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class MessageStart:
     type: str = tag("message_start")
     message: AgentMessage
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class MessageUpdate:
     type: str = tag("message_update")
     usage: Usage
     assistant_message_event: AssistantMessageEvent
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class MessageEnd:
     type: str = tag("message_end")
     message: AgentMessage
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolExecutionStart:
     type: str = tag("tool_execution_start")
     tool_call_id: str
@@ -300,7 +300,7 @@ class ToolExecutionStart:
     args: dict[str, Any]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolExecutionUpdate:
     type: str = tag("tool_execution_update")
     tool_call_id: str
@@ -309,7 +309,7 @@ class ToolExecutionUpdate:
     partial_result: ToolResult
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolExecutionEnd:
     type: str = tag("tool_execution_end")
     tool_call_id: str
@@ -318,21 +318,21 @@ class ToolExecutionEnd:
     is_error: bool
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class QueueUpdate:
     type: str = tag("queue_update")
     steering: list[str]
     follow_up: list[str]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class BashExecutionUpdate:
     type: str = tag("bash_execution_update")
     id: str | int | None = None
     delta: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CompactionResult:
     summary: str
     first_kept_entry_id: str
@@ -342,13 +342,13 @@ class CompactionResult:
     details: dict[str, Any] | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CompactionStart:
     type: str = tag("compaction_start")
     reason: Literal["manual", "threshold", "overflow"]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CompactionEnd:
     type: str = tag("compaction_end")
     reason: Literal["manual", "threshold", "overflow"]
@@ -358,7 +358,7 @@ class CompactionEnd:
     error_message: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AutoRetryStart:
     type: str = tag("auto_retry_start")
     attempt: int
@@ -367,7 +367,7 @@ class AutoRetryStart:
     error_message: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AutoRetryEnd:
     type: str = tag("auto_retry_end")
     success: bool
@@ -375,7 +375,7 @@ class AutoRetryEnd:
     final_error: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SummarizationRetryScheduled:
     type: str = tag("summarization_retry_scheduled")
     attempt: int
@@ -384,19 +384,19 @@ class SummarizationRetryScheduled:
     error_message: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SummarizationRetryAttemptStart:
     type: str = tag("summarization_retry_attempt_start")
     source: Literal["compaction", "branchSummary"]
     reason: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SummarizationRetryFinished:
     type: str = tag("summarization_retry_finished")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ExtensionUiRequest:
     type: str = tag("extension_ui_request")
     id: str
@@ -422,7 +422,7 @@ Event = (
 # The command's `id` is read from the raw object before the command is converted (so that even
 # a malformed command's response can carry it); it is not an attribute here.
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Prompt:
     type: str = tag("prompt")
     message: str
@@ -430,186 +430,186 @@ class Prompt:
     streaming_behavior: Literal["steer", "followUp"] | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Steer:
     type: str = tag("steer")
     message: str
     images: list[ImageContent] | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class FollowUp:
     type: str = tag("follow_up")
     message: str
     images: list[ImageContent] | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Abort:
     type: str = tag("abort")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ClearQueue:
     type: str = tag("clear_queue")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class NewSession:
     type: str = tag("new_session")
     parent_session: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetState:
     type: str = tag("get_state")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetMessages:
     type: str = tag("get_messages")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetModel:
     type: str = tag("set_model")
     provider: str
     model_id: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CycleModel:
     type: str = tag("cycle_model")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetAvailableModels:
     type: str = tag("get_available_models")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetThinkingLevel:
     type: str = tag("set_thinking_level")
     level: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CycleThinkingLevel:
     type: str = tag("cycle_thinking_level")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetAvailableThinkingLevels:
     type: str = tag("get_available_thinking_levels")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetSteeringMode:
     type: str = tag("set_steering_mode")
     mode: QueueMode
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetFollowUpMode:
     type: str = tag("set_follow_up_mode")
     mode: QueueMode
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Compact:
     type: str = tag("compact")
     custom_instructions: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetAutoCompaction:
     type: str = tag("set_auto_compaction")
     enabled: bool
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetAutoRetry:
     type: str = tag("set_auto_retry")
     enabled: bool
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AbortRetry:
     type: str = tag("abort_retry")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Bash:
     type: str = tag("bash")
     command: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AbortBash:
     type: str = tag("abort_bash")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetSessionStats:
     type: str = tag("get_session_stats")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ExportHtml:
     type: str = tag("export_html")
     output_path: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SwitchSession:
     type: str = tag("switch_session")
     session_path: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Fork:
     type: str = tag("fork")
     entry_id: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Clone:
     type: str = tag("clone")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetForkMessages:
     type: str = tag("get_fork_messages")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetEntries:
     type: str = tag("get_entries")
     since: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetTree:
     type: str = tag("get_tree")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetLastAssistantText:
     type: str = tag("get_last_assistant_text")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SetSessionName:
     type: str = tag("set_session_name")
     name: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GetCommands:
     type: str = tag("get_commands")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ExtensionUiResponse:
     type: str = tag("extension_ui_response")
     value: str | None = None
@@ -643,7 +643,7 @@ class _Absent:
 ABSENT: Any = _Absent()
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Response:
     id: str | int | None = None
     type: str = tag("response")
@@ -653,18 +653,18 @@ class Response:
     error: str | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class PromptAccepted:
     disposition: Literal["started", "queued", "handled"]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class QueueContents:
     steering: list[str]
     follow_up: list[str]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SessionState:
     model: Model | None = keep_null()
     thinking_level: str
@@ -680,33 +680,33 @@ class SessionState:
     pending_message_count: int
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class MessageList:
     messages: list[AgentMessage]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ModelList:
     models: list[Model]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CycledModel:
     model: Model
     thinking_level: str
     is_scoped: bool
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ThinkingLevelData:
     level: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ThinkingLevelList:
     levels: list[str]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class AssistantText:
     text: str | None = keep_null()

@@ -12,7 +12,6 @@ partial content, and the loop finishes the message with ``stopReason`` ``error``
 
 from __future__ import annotations
 
-import email.utils
 import importlib
 import sys
 import time
@@ -21,7 +20,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import attrs
-import jiter
 import orjson
 import trio
 
@@ -76,6 +74,8 @@ def parse_tool_arguments(text: str) -> dict[str, Any]:
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
+        import jiter
+
         try:
             value = jiter.from_json(text.encode(), partial_mode="trailing-strings")
         except ValueError:
@@ -259,34 +259,32 @@ class AssistantBuilder:
 # --- SSE on bytes ------------------------------------------------------------------------------
 
 class SseDecoder:
-    """Server-sent events split on bytes: only CR, LF and CRLF end a line, never U+2028."""
+    """Server-sent events split on bytes: only LF (or CRLF) ends a line, never U+2028."""
 
     def __init__(self) -> None:
         self._buffer = b""
         self._event = b""
         self._data: list[bytes] = []
 
-    def feed(self, chunk: bytes) -> Iterator[tuple[bytes, bytes]]:
-        buffer = self._buffer + chunk if self._buffer else chunk
-        start = 0
-        while True:
-            end = buffer.find(b"\n", start)
-            if end < 0:
-                break
-            line = buffer[start:end]
-            start = end + 1
+    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+        """The events completed by `chunk`, as (event name, data) pairs."""
+        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
+        self._buffer = lines.pop()
+        events: list[tuple[bytes, bytes]] = []
+        data = self._data
+        for line in lines:
             if line.endswith(b"\r"):
                 line = line[:-1]
             if not line:
-                if self._data:
-                    yield self._event, b"\n".join(self._data)
+                if data:
+                    events.append((self._event, data[0] if len(data) == 1 else b"\n".join(data)))
+                    data = self._data = []
                 self._event = b""
-                self._data = []
             elif line.startswith(b"data:"):
-                self._data.append(line[6:] if line[5:6] == b" " else line[5:])
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line.startswith(b"event:"):
                 self._event = line[6:].strip()
-        self._buffer = buffer[start:]
+        return events
 
 
 async def sse_events(chunks: AsyncIterator[bytes],
@@ -315,7 +313,9 @@ async def load_sdk(name: str) -> Any:
     if module is not None:
         return module
     async with _sdk_lock:
-        return await trio.to_thread.run_sync(importlib.import_module, name)
+        # Abandoned on abort: the import finishes in its thread and the module stays cached.
+        return await trio.to_thread.run_sync(importlib.import_module, name,
+                                             abandon_on_cancel=True)
 
 
 def _retry_after_s(headers: Any) -> float | None:
@@ -333,6 +333,8 @@ def _retry_after_s(headers: Any) -> float | None:
     try:
         return float(value)
     except ValueError:
+        import email.utils  # rare, and slow to import at startup
+
         parsed = email.utils.parsedate_to_datetime(value)
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 

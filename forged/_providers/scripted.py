@@ -26,13 +26,13 @@ until the client goes away.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import attrs
-import h11
 import orjson
 import trio
 
@@ -43,7 +43,7 @@ from .._wire import tag
 SSE_FLUSH_BYTES = 32 * 1024
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ScriptText:
     type: str = tag("text")
     text: str
@@ -51,7 +51,7 @@ class ScriptText:
     delay_ms: float = 0
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ScriptThinking:
     type: str = tag("thinking")
     thinking: str
@@ -60,13 +60,13 @@ class ScriptThinking:
     delay_ms: float = 0
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ScriptRedactedThinking:
     type: str = tag("redactedThinking")
     data: str
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ScriptToolCall:
     type: str = tag("toolCall")
     name: str
@@ -79,7 +79,7 @@ class ScriptToolCall:
 ScriptBlock = ScriptText | ScriptThinking | ScriptRedactedThinking | ScriptToolCall
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ScriptUsage:
     input: int = 10
     output: int = 5
@@ -87,7 +87,7 @@ class ScriptUsage:
     cache_write: int = 0
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Reply:
     """One model response, or one failure."""
 
@@ -103,7 +103,7 @@ class Reply:
     hang: bool = False
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Script:
     api: str = "anthropic-messages"
     replies: list[Reply] = attrs.field(factory=list)
@@ -123,7 +123,7 @@ def load_script(path: str | Path) -> Script:
         raise ConfigError(f"Invalid script {path}: {exc}") from exc
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class RecordedRequest:
     method: str
     path: str
@@ -354,9 +354,13 @@ class ScriptedServer:
     Start it with ``port = await nursery.start(server.serve)``; `base_url` is then set.
     """
 
-    def __init__(self, replies: list[Reply] | None = None) -> None:
+    def __init__(self, replies: list[Reply] | None = None, *, record_sends: bool = False
+                 ) -> None:
         self.replies: deque[Reply] = deque(replies or [])
         self.requests: list[RecordedRequest] = []
+        self.record_sends = record_sends
+        self.sends: list[tuple[float, bytes]] = []
+        """With `record_sends`: (time.perf_counter() after the write, bytes) of each write."""
         self.port = 0
         self._ids = _Ids()
         self._request_arrived = trio.Condition()
@@ -380,15 +384,17 @@ class ScriptedServer:
         await trio.serve_listeners(self._handle, listeners)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        import h11  # only a server needs it: kept out of forged's startup
+
         async with stream:
             try:
-                await self._handle_one(stream)
+                await self._handle_one(stream, h11)
             except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
                 pass
 
-    async def _handle_one(self, stream: trio.SocketStream) -> None:
+    async def _handle_one(self, stream: trio.SocketStream, h11: Any) -> None:
         connection = h11.Connection(h11.SERVER)
-        request: h11.Request | None = None
+        request: Any = None
         body = bytearray()
         while True:
             event = connection.next_event()
@@ -447,17 +453,25 @@ class ScriptedServer:
         model = parsed.get("model", "scripted") if isinstance(parsed, dict) else "scripted"
         pending: list[bytes] = []
         pending_bytes = 0
+
+        async def flush() -> None:
+            data = b"".join(pending)
+            await send(h11.Data(data=data))
+            if self.record_sends:
+                self.sends.append((time.perf_counter(), data))
+            pending.clear()
+
         for frame, delay_s in renderer(reply, model, self._ids):
             if delay_s > 0 or pending_bytes >= SSE_FLUSH_BYTES:
                 if pending:
-                    await send(h11.Data(data=b"".join(pending)))
-                    pending, pending_bytes = [], 0
+                    await flush()
+                    pending_bytes = 0
                 if delay_s > 0:
                     await trio.sleep(delay_s)
             pending.append(frame)
             pending_bytes += len(frame)
         if pending:
-            await send(h11.Data(data=b"".join(pending)))
+            await flush()
         if reply.cut:
             # Close without the terminating chunk: the client sees a broken stream.
             return

@@ -12,7 +12,6 @@ from typing import Any
 
 import attrs
 import orjson
-import pathspec
 import trio
 
 from .. import _wire as w
@@ -210,6 +209,8 @@ async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
     # rg's own --glob would override .gitignore, so rg lists what is not ignored and the
     # pattern (gitignore glob syntax: '*.py' at any depth, 'src/**/*.ts' anchored) filters.
     args = ["--files", "--color=never", "--hidden", "--no-require-git", "--glob", "!.git"]
+    import pathspec  # slow to import; only find needs it
+
     matcher = pathspec.PathSpec.from_lines("gitignore", [params.pattern])
     found: list[str] = []
 

@@ -1,0 +1,251 @@
+"""forged's speed and memory, measured against the scripted provider. Run by hand:
+
+    .venv/bin/python bench/run.py [--repeat N]
+
+Each figure comes from a real `forged --mode rpc` child over pipes; the scripted server runs in
+this process, so the time a delta left the server and the time its event reached the client
+are read from one clock. Prints a table with the targets beside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
+from forged._tools.bash import live_group_members
+
+FORGED = str(Path(sys.executable).parent / "forged")
+
+
+def memory_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+class Child:
+    """A forged child; `lines` holds (receive time, parsed line) for everything it wrote."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.lines: list[tuple[float, dict[str, Any]]] = []
+        self.stdout_bytes = 0
+        self._buffer = b""
+        self._cursor = 0
+
+    async def send(self, command: dict[str, Any]) -> float:
+        assert self.process.stdin is not None
+        await self.process.stdin.send_all(orjson.dumps(command) + b"\n")
+        return time.perf_counter()
+
+    async def until(self, predicate: Callable[[dict[str, Any]], bool]) -> float:
+        """Receive time of the next line, after those already matched, that satisfies
+        `predicate`."""
+        assert self.process.stdout is not None
+        while True:
+            while self._cursor < len(self.lines):
+                received, event = self.lines[self._cursor]
+                self._cursor += 1
+                if predicate(event):
+                    return received
+            data = await self.process.stdout.receive_some(1 << 20)
+            if not data:
+                raise RuntimeError("forged exited")
+            now = time.perf_counter()
+            self.stdout_bytes += len(data)
+            *complete, self._buffer = (self._buffer + data).split(b"\n")
+            self.lines.extend((now, orjson.loads(line)) for line in complete)
+
+    async def close(self) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.aclose()
+        with trio.move_on_after(10):
+            await self.process.wait()
+        if self.process.returncode is None:
+            self.process.kill()
+
+
+async def spawn(args: list[str], env: dict[str, str], cwd: Path) -> Child:
+    process = await trio.lowlevel.open_process(
+        [FORGED, "--mode", "rpc", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL, env=env, cwd=cwd)
+    return Child(process)
+
+
+def is_type(kind: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda event: event.get("type") == kind
+
+
+def is_delta(event: dict[str, Any]) -> bool:
+    return (event.get("type") == "message_update"
+            and event["assistantMessageEvent"]["type"] == "text_delta")
+
+
+class Bench:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.agent_dir = root / "agent"
+        self.agent_dir.mkdir()
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
+        self.env["AGENT_FORGE_DIR"] = str(self.agent_dir)
+
+    async def with_server(self, replies: list[Reply], body: Any) -> Any:
+        server = ScriptedServer(replies, record_sends=True)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve)
+            (self.agent_dir / "models.json").write_text(json.dumps({"providers": {"bench": {
+                "baseUrl": server.base_url, "api": "anthropic-messages", "apiKey": "k",
+                "models": [{"id": "m"}]}}}))
+            child = await spawn(["--model", "bench/m"], self.env, self.root)
+            try:
+                return await body(child, server)
+            finally:
+                await child.close()
+                nursery.cancel_scope.cancel()
+
+    async def cold_start(self) -> dict[str, float]:
+        (self.agent_dir / "models.json").unlink(missing_ok=True)
+        started = time.perf_counter()
+        child = await spawn([], self.env, self.root)
+        await child.send({"id": "s", "type": "get_state"})
+        answered = await child.until(is_type("response"))
+        await trio.sleep(0.2)
+        rss = memory_kb(child.process.pid, "VmRSS")
+        await child.close()
+        return {"cold_ms": (answered - started) * 1000, "idle_mb": rss / 1024}
+
+    async def throughput(self) -> dict[str, float]:
+        warm_up = Reply(content=[ScriptText(text="warm")])
+        reply = Reply(content=[ScriptText(text="abcdefgh" * 20_000, chunks=20_000)])
+
+        async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            # The first prompt imports the SDK (seconds, once per process): timed apart.
+            sent = await child.send({"id": "w", "type": "prompt", "message": "warm up"})
+            first_prompt = await child.until(is_type("agent_settled")) - sent
+            lines_before, bytes_before = len(child.lines), child.stdout_bytes
+            sent = await child.send({"id": "p", "type": "prompt", "message": "go"})
+            settled = await child.until(is_type("agent_settled"))
+            peak = memory_kb(child.process.pid, "VmHWM")
+            deltas = sum(1 for _, e in child.lines[lines_before:] if is_delta(e))
+            seconds = settled - sent
+            return {"deltas": deltas, "seconds": seconds, "first_prompt_s": first_prompt,
+                    "events_per_s": (len(child.lines) - lines_before) / seconds,
+                    "bytes_per_delta": (child.stdout_bytes - bytes_before) / deltas,
+                    "peak_mb": peak / 1024}
+
+        result: dict[str, float] = await self.with_server([warm_up, reply], body)
+        return result
+
+    async def latency(self) -> dict[str, float]:
+        reply = Reply(content=[ScriptText(text="abcdefgh" * 200, chunks=200, delay_ms=5)])
+
+        async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await child.until(is_type("agent_settled"))
+            sent = [at for at, data in server.sends if b'"text_delta"' in data
+                    for _ in range(data.count(b'"text_delta"'))]
+            received = [at for at, event in child.lines if is_delta(event)]
+            added = sorted((r - s) * 1000 for s, r in zip(sent, received, strict=True))
+            return {"p50_ms": statistics.median(added),
+                    "p99_ms": added[min(len(added) - 1, int(len(added) * 0.99))],
+                    "samples": len(added)}
+
+        result: dict[str, float] = await self.with_server([reply], body)
+        return result
+
+    async def abort_stream(self) -> dict[str, float]:
+        reply = Reply(content=[ScriptText(text="x" * 4000, chunks=4000, delay_ms=5)])
+
+        async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await child.until(is_delta)
+            sent = await child.send({"id": "a", "type": "abort"})
+            answered = await child.until(lambda e: e.get("id") == "a")
+            await child.until(is_type("agent_settled"))
+            return {"abort_stream_ms": (answered - sent) * 1000}
+
+        result: dict[str, float] = await self.with_server([reply], body)
+        return result
+
+    async def abort_bash(self) -> dict[str, float]:
+        reply = Reply(content=[ScriptToolCall(name="bash",
+                                              arguments={"command": "echo $$; sleep 60"})])
+
+        async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await child.until(is_type("tool_execution_update"))
+            update = next(e for _, e in child.lines if e["type"] == "tool_execution_update")
+            pgid = int(update["partialResult"]["content"][0]["text"].split()[0])
+            sent = await child.send({"id": "a", "type": "abort"})
+            answered = await child.until(lambda e: e.get("id") == "a")
+            survivors = len(live_group_members(pgid))
+            await child.until(is_type("agent_settled"))
+            return {"abort_bash_ms": (answered - sent) * 1000, "survivors": survivors}
+
+        result: dict[str, float] = await self.with_server([reply], body)
+        return result
+
+
+def best(runs: list[dict[str, float]], key: str, *, highest: bool = False) -> float:
+    values = [run[key] for run in runs]
+    return max(values) if highest else min(values)
+
+
+async def main(repeat: int) -> None:
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory() as directory:
+        runs: dict[str, list[dict[str, float]]] = {}
+        for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash"):
+            for index in range(repeat):
+                root = Path(directory) / f"{name}-{index}"
+                root.mkdir()
+                runs.setdefault(name, []).append(await getattr(Bench(root), name)())
+    cold, thr, lat = runs["cold_start"], runs["throughput"], runs["latency"]
+    median = statistics.median
+    rows += [
+        ("cold start to first get_state", f"{median(r['cold_ms'] for r in cold):.0f} ms",
+         "< 300 ms"),
+        ("idle memory (RSS)", f"{median(r['idle_mb'] for r in cold):.1f} MB", "< 60 MB"),
+        ("first prompt (imports the SDK)", f"{median(r['first_prompt_s'] for r in thr):.2f} s",
+         ""),
+        ("20,000 x 8 B deltas: prompt to settled",
+         f"{median(r['seconds'] for r in thr):.2f} s", ""),
+        ("  events per second", f"{median(r['events_per_s'] for r in thr):,.0f}", ">= 20,000"),
+        ("  stdout bytes per delta", f"{median(r['bytes_per_delta'] for r in thr):.0f}",
+         "< 400"),
+        ("  peak memory (VmHWM)", f"{median(r['peak_mb'] for r in thr):.1f} MB", "< 150 MB"),
+        ("200 deltas 5 ms apart: added latency p50",
+         f"{median(r['p50_ms'] for r in lat):.2f} ms", ""),
+        ("  added latency p99", f"{median(r['p99_ms'] for r in lat):.2f} ms", "< 1.5 ms"),
+        ("abort mid-stream", f"{median(r['abort_stream_ms'] for r in runs['abort_stream']):.1f}"
+         " ms", "< 20 ms"),
+        ("abort mid-bash (sleep 60)",
+         f"{median(r['abort_bash_ms'] for r in runs['abort_bash']):.1f} ms", "< 50 ms"),
+        ("  processes left after abort",
+         f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0"),
+    ]
+    width = max(len(row[0]) for row in rows)
+    print(f"{'measure':<{width}}  {'forged':>12}  target   (median of {repeat})")
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:>12}  {target}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    trio.run(main, parser.parse_args().repeat)
