@@ -7,8 +7,6 @@ run) -> `_providers/`, `_tools/`, `_models`, `_resources` -> `_wire` and `_codec
 protocol's classes and their converter) -> `_jsonl`, `_errors`.
 """
 
-from __future__ import annotations
-
 __version__ = "0.1.0"
 
 from ._errors import CommandError as CommandError

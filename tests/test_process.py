@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,23 @@ async def test_stdin_eof_lets_the_run_finish(tmp_path: Path) -> None:
     assert events[-1] == {"type": "agent_settled"}
     assert events[-3]["type"] == "turn_end"
     assert events[-3]["message"]["content"][0]["text"] == "slow answer"
+
+
+async def test_sigterm_aborts_writes_the_closing_events_and_exits_0(tmp_path: Path) -> None:
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [
+        {"content": [{"type": "text", "text": "x" * 500, "chunks": 500, "delayMs": 10}]}]}))
+    child = await spawn(["--provider", "scripted", "--script", str(script)], tmp_path,
+                        child_env(agent_dir))
+    await child.send({"id": "p", "type": "prompt", "message": "go"})
+    await child.read_until("message_update")
+    child.process.send_signal(signal.SIGTERM)
+    with trio.fail_after(3):
+        await child.read_until("agent_settled")
+        code = await child.process.wait()
+    assert code == 0
+    tail = [e["type"] for e in child.output[-4:]]
+    assert tail == ["message_end", "turn_end", "agent_end", "agent_settled"]
+    assert child.output[-4]["message"]["stopReason"] == "aborted"

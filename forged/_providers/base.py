@@ -12,6 +12,7 @@ partial content, and the loop finishes the message with ``stopReason`` ``error``
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 import time
@@ -314,8 +315,12 @@ async def load_sdk(name: str) -> Any:
         return module
     async with _sdk_lock:
         # Abandoned on abort: the import finishes in its thread and the module stays cached.
-        return await trio.to_thread.run_sync(importlib.import_module, name,
-                                             abandon_on_cancel=True)
+        module = await trio.to_thread.run_sync(importlib.import_module, name,
+                                               abandon_on_cancel=True)
+    # The SDK's thousands of long-lived objects leave the collector's view, so collections
+    # while streaming stay short.
+    gc.freeze()
+    return module
 
 
 def _retry_after_s(headers: Any) -> float | None:

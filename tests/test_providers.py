@@ -1,0 +1,164 @@
+"""Provider details: redacted thinking, cache usage, the scripted server's HTTP, hangs, errors."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+import forged
+from forged import _wire as w
+from forged._errors import ProviderStatusError
+from forged._providers.base import AssistantBuilder, provider_errors
+from forged._providers.openai import handle_responses_event
+from forged._providers.scripted import (
+    Reply,
+    ScriptedServer,
+    ScriptRedactedThinking,
+    ScriptText,
+    ScriptUsage,
+)
+from forged._resources import build_system_prompt, find_context_files
+from forged._tools import BUILTIN_TOOLS
+
+from .harness import open_client
+
+
+async def test_redacted_thinking_is_kept_and_sent_back(tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptRedactedThinking(data="opaque-bytes"),
+                              ScriptText(text="hello")]),
+               Reply(content=[ScriptText(text="again")])]
+    async with open_client(tmp_path, replies) as client:
+        await client.prompt_and_settle("one")
+        await client.prompt_and_settle("two")
+    message = client.events("message_end")[1]["message"]
+    assert message["content"][0] == {"type": "thinking", "thinking": "[Reasoning redacted]",
+                                     "thinkingSignature": "opaque-bytes", "redacted": True}
+    sent = client.server.requests[1].body["messages"][1]["content"][0]
+    assert sent == {"type": "redacted_thinking", "data": "opaque-bytes"}
+
+
+async def test_cache_usage_and_cost_are_reported(tmp_path: Path) -> None:
+    usage = ScriptUsage(input=1000, output=200, cache_read=5000, cache_write=300)
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi", chunks=2)],
+                                            usage=usage)]) as client:
+        await client.prompt_and_settle("hi")
+    updates = client.events("message_update")
+    assert updates[0]["usage"]["input"] == 1000  # reported from message_start on
+    final = client.events("message_end")[1]["message"]["usage"]
+    assert final == {"input": 1000, "output": 200, "cacheRead": 5000, "cacheWrite": 300,
+                     "totalTokens": 6500, "cost": {
+                         "input": pytest.approx(0.003), "output": pytest.approx(0.003),
+                         "cacheRead": pytest.approx(0.0015),
+                         "cacheWrite": pytest.approx(0.001125),
+                         "total": pytest.approx(0.008625)}}
+
+
+async def test_the_scripted_server_speaks_http_with_retry_after() -> None:
+    server = ScriptedServer([Reply(status=429, error_type="rate_limit_error",
+                                   error_message="slow down", retry_after=7)])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with httpx.AsyncClient() as http:
+            response = await http.post(f"{server.base_url}/v1/messages",
+                                       json={"model": "m", "messages": []})
+            exhausted = await http.post(f"{server.base_url}/v1/chat/completions", json={})
+            unknown = await http.post(f"{server.base_url}/v2/other", json={})
+        nursery.cancel_scope.cancel()
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "7"
+    assert response.json() == {"type": "error", "error": {"type": "rate_limit_error",
+                                                          "message": "slow down"}}
+    assert exhausted.status_code == 500 and "script exhausted" in exhausted.text
+    assert unknown.status_code == 404
+    assert [r.path for r in server.requests] == ["/v1/messages", "/v1/chat/completions",
+                                                 "/v2/other"]
+    assert server.requests[0].body == {"model": "m", "messages": []}
+
+
+async def test_status_errors_carry_status_and_retry_after(tmp_path: Path) -> None:
+    async with open_client(tmp_path, [Reply(status=529, error_type="overloaded_error",
+                                            error_message="Overloaded", retry_after=2)]
+                           ) as client:
+        await client.prompt_and_settle("hi")
+    message = client.events("message_end")[1]["message"]
+    assert message["errorMessage"] == (
+        '529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
+    # The mapping reads the status and retry-after off the SDK's own exception.
+    anthropic, httpx2 = sys.modules["anthropic"], sys.modules["httpx2"]
+    response = httpx2.Response(429, headers={"retry-after": "3"}, text="limited",
+                               request=httpx2.Request("POST", "http://x"))
+    with pytest.raises(ProviderStatusError) as caught, provider_errors():
+        raise anthropic.RateLimitError("limited", response=response, body=None)
+    assert caught.value.status == 429 and caught.value.retry_after_s == 3.0
+    assert str(caught.value) == "429 limited"
+
+
+async def test_a_hanging_provider_can_be_aborted(tmp_path: Path) -> None:
+    async with open_client(tmp_path, [Reply(hang=True)]) as client:
+        await client.request({"type": "prompt", "message": "hi"})
+        await client.server.wait_for_requests(1)
+        await trio.sleep(0.1)
+        with trio.fail_after(2):
+            await client.request({"type": "abort"})
+            await client.settled()
+    message = client.events("message_end")[1]["message"]
+    assert message["stopReason"] == "aborted" and message["content"] == []
+
+
+def test_responses_reasoning_item_becomes_the_signature() -> None:
+    model = w.Model(id="m", name="m", api="openai-responses", provider="p", base_url="u",
+                    reasoning=True, input=["text"], context_window=1, max_tokens=1,
+                    cost=w.ModelCost(), thinking_levels=["off"])
+    events: list[w.Event] = []
+    out = AssistantBuilder(model, events.append)
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "enc"}
+    handle_responses_event({"type": "response.output_item.added", "item": item}, out)
+    handle_responses_event({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1",
+                            "delta": "think"}, out)
+    handle_responses_event({"type": "response.output_item.done", "item": item}, out)
+    block = out.message.content[0]
+    assert isinstance(block, w.ThinkingContent) and block.thinking == "think"
+    assert block.thinking_signature is not None and '"encrypted_content":"enc"' in (
+        block.thinking_signature)
+
+
+def test_context_files_run_from_the_agent_dir_then_root_down(tmp_path: Path) -> None:
+    agent_dir, project = tmp_path / "agent", tmp_path / "a" / "b"
+    project.mkdir(parents=True)
+    agent_dir.mkdir()
+    (agent_dir / "AGENTS.md").write_text("global")
+    (tmp_path / "a" / "CLAUDE.md").write_text("from a")
+    (project / "AGENTS.md").write_text("from b")
+    (project / "CLAUDE.md").write_text("ignored: AGENTS.md wins")
+    found = find_context_files(project, agent_dir)
+    assert [f.content for f in found] == ["global", "from a", "from b"]
+    prompt = build_system_prompt(list(BUILTIN_TOOLS.values()), project, found,
+                                 today=datetime.date(2026, 12, 2))
+    assert "- read: Read file contents" in prompt and "- grep:" in prompt
+    assert prompt.index("global") < prompt.index("from a") < prompt.index("from b")
+    assert prompt.endswith(f"Current date: 2026-12-02\nCurrent working directory: {project}")
+    assert "Available tools:\n(none)" in build_system_prompt([], project, [])
+
+
+async def test_last_assistant_text_is_null_before_any_reply(tmp_path: Path) -> None:
+    async with open_client(tmp_path) as client:
+        response = await client.request({"type": "get_last_assistant_text"})
+    assert response["data"] == {"text": None}
+
+
+def test_the_sdks_are_not_imported_at_startup() -> None:
+    code = ("import sys, forged._cli, forged._daemon\n"
+            "assert 'anthropic' not in sys.modules and 'openai' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_public_api() -> None:
+    public = sorted(name for name in vars(forged) if not name.startswith("_"))
+    assert public == ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
+                      "SessionConfig"]
