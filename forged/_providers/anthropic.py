@@ -16,9 +16,9 @@ from .base import (
     LlmMessage,
     ProviderRequest,
     llm_messages,
-    load_sdk,
     max_output_tokens,
     provider_errors,
+    sdk_client,
     sse_events,
 )
 
@@ -136,7 +136,7 @@ def build_params(request: ProviderRequest) -> dict[str, Any]:
             params["thinking"] = {"type": "enabled", "budget_tokens": budget}
     if not is_adaptive(model.id):
         beta.append("interleaved-thinking-2025-05-14")
-    params["extra_headers"] = {**request.headers, "anthropic-beta": ",".join(beta)}
+    params["extra_headers"] = {"anthropic-beta": ",".join(beta)}
     if extra_body:
         params["extra_body"] = extra_body
     return params
@@ -144,13 +144,9 @@ def build_params(request: ProviderRequest) -> dict[str, Any]:
 
 async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
     with provider_errors():
-        anthropic = await load_sdk("anthropic")
-        client = anthropic.AsyncAnthropic(
-            api_key=request.api_key, base_url=request.model.base_url, max_retries=0,
-            timeout=anthropic.Timeout(600.0, connect=30.0),
-        )
+        client = await sdk_client("anthropic", request)
         params = build_params(request)
-        async with client, client.messages.with_streaming_response.create(**params) as response:
+        async with client.messages.with_streaming_response.create(**params) as response:
             async for _, data in sse_events(response.iter_bytes(), out):
                 if handle_event(data, out):
                     return

@@ -323,6 +323,32 @@ async def load_sdk(name: str) -> Any:
     return module
 
 
+_clients: trio.lowlevel.RunVar[dict[tuple[Any, ...], Any]] = trio.lowlevel.RunVar("forged_clients")
+CONNECT_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 600.0
+
+
+async def sdk_client(sdk: str, request: ProviderRequest) -> Any:
+    """The SDK client for a request's provider, one per base URL, key and headers in a trio
+    run: connections and the TLS context (about 100 ms to build) are reused across turns.
+    The SDK's own retries are off; forged decides what to retry."""
+    module = await load_sdk(sdk)
+    try:
+        clients = _clients.get()
+    except LookupError:
+        clients = {}
+        _clients.set(clients)
+    key = (sdk, request.model.base_url, request.api_key, tuple(sorted(request.headers.items())))
+    client = clients.get(key)
+    if client is None:
+        factory = module.AsyncAnthropic if sdk == "anthropic" else module.AsyncOpenAI
+        client = clients[key] = factory(
+            api_key=request.api_key, base_url=request.model.base_url, max_retries=0,
+            timeout=module.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            default_headers=request.headers or None)
+    return client
+
+
 def _retry_after_s(headers: Any) -> float | None:
     if headers is None:
         return None

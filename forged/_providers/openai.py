@@ -16,9 +16,9 @@ from .base import (
     LlmMessage,
     ProviderRequest,
     llm_messages,
-    load_sdk,
     max_output_tokens,
     provider_errors,
+    sdk_client,
     sse_events,
 )
 
@@ -28,13 +28,6 @@ _CHAT_STOP: dict[str, w.StopReason] = {
 }
 REASONING_EFFORT = {"minimal": "minimal", "low": "low", "medium": "medium", "high": "high",
                     "xhigh": "xhigh", "max": "max"}
-
-
-def _client(openai: Any, request: ProviderRequest) -> Any:
-    return openai.AsyncOpenAI(
-        api_key=request.api_key, base_url=request.model.base_url, max_retries=0,
-        timeout=openai.Timeout(600.0, connect=30.0), default_headers=request.headers or None,
-    )
 
 
 def _data_url(image: w.ImageContent) -> str:
@@ -112,8 +105,7 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
 
 async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
     with provider_errors():
-        openai = await load_sdk("openai")
-        client = _client(openai, request)
+        client = await sdk_client("openai", request)
         params = chat_params(request)
         finished = False
         # Chat Completions has one open block at a time: a change of kind ends the previous one.
@@ -127,7 +119,7 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
             current = (kind, key)
             return key
 
-        async with client, client.chat.completions.with_streaming_response.create(
+        async with client.chat.completions.with_streaming_response.create(
                 **params) as response:
             async for _, chunk in sse_events(response.iter_bytes(), out):
                 if chunk.get("error"):
@@ -251,10 +243,9 @@ def responses_params(request: ProviderRequest) -> dict[str, Any]:
 
 async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> None:
     with provider_errors():
-        openai = await load_sdk("openai")
-        client = _client(openai, request)
+        client = await sdk_client("openai", request)
         params = responses_params(request)
-        async with client, client.responses.with_streaming_response.create(
+        async with client.responses.with_streaming_response.create(
                 **params) as response:
             async for _, event in sse_events(response.iter_bytes(), out):
                 if handle_responses_event(event, out):
