@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,36 @@ def format_size(size: int) -> str:
     return f"{size / (1024 * 1024):.1f}MB"
 
 
+def _take_lines(lines: Iterable[str], max_lines: int, max_bytes: int) -> tuple[list[str], str]:
+    """Whole lines, in the order given, while both limits hold; and which limit stopped it."""
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        if len(kept) >= max_lines:
+            return kept, "lines"
+        cost = len(line.encode()) + (1 if kept else 0)
+        if size + cost > max_bytes:
+            return kept, "bytes"
+        kept.append(line)
+        size += cost
+    return kept, "lines"
+
+
+def listing_result(entries: list[str], notices: list[str], details: dict[str, Any],
+                   last_notice: str | None = None) -> w.ToolResult:
+    """A list of lines (ls, grep, find) cut at `MAX_BYTES`, the notices in one bracket after:
+    `notices`, then the size limit's, then `last_notice`."""
+    text, truncation = truncate_head("\n".join(entries), max_lines=sys.maxsize)
+    if truncation.truncated:
+        details["truncation"] = truncation.details()
+        notices.append(f"{format_size(MAX_BYTES)} limit reached")
+    if last_notice:
+        notices.append(last_notice)
+    if notices:
+        text += f"\n\n[{'. '.join(notices)}]"
+    return text_result(text, details or None)
+
+
 def truncate_head(text: str, max_lines: int = MAX_LINES,
                   max_bytes: int = MAX_BYTES) -> tuple[str, Truncation]:
     """Keep whole leading lines within both limits."""
@@ -104,18 +135,7 @@ def truncate_head(text: str, max_lines: int = MAX_LINES,
         return "", Truncation(truncated=True, truncated_by="bytes", total_lines=len(lines),
                               total_bytes=total_bytes, output_lines=0, output_bytes=0,
                               first_line_exceeds_limit=True)
-    kept: list[str] = []
-    size = 0
-    by = "lines"
-    for line in lines:
-        if len(kept) >= max_lines:
-            break
-        cost = len(line.encode()) + (1 if kept else 0)
-        if size + cost > max_bytes:
-            by = "bytes"
-            break
-        kept.append(line)
-        size += cost
+    kept, by = _take_lines(lines, max_lines, max_bytes)
     out = "\n".join(kept)
     return out, Truncation(truncated=True, truncated_by=by, total_lines=len(lines),
                            total_bytes=total_bytes, output_lines=len(kept),
@@ -137,18 +157,7 @@ def truncate_tail(text: str, max_lines: int = MAX_LINES,
         return tail, Truncation(truncated=True, truncated_by="bytes", total_lines=len(lines),
                                 total_bytes=total_bytes, output_lines=1,
                                 output_bytes=len(tail.encode()), last_line_partial=True)
-    kept: list[str] = []
-    size = 0
-    by = "lines"
-    for line in reversed(lines):
-        if len(kept) >= max_lines:
-            break
-        cost = len(line.encode()) + (1 if kept else 0)
-        if size + cost > max_bytes:
-            by = "bytes"
-            break
-        kept.append(line)
-        size += cost
+    kept, by = _take_lines(reversed(lines), max_lines, max_bytes)
     kept.reverse()
     out = "\n".join(kept)
     return out, Truncation(truncated=True, truncated_by=by, total_lines=len(lines),

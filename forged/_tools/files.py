@@ -7,6 +7,7 @@ import difflib
 import os
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -19,6 +20,7 @@ from .base import (
     ToolContext,
     ToolError,
     format_size,
+    listing_result,
     resolve_path,
     schema,
     text_result,
@@ -288,19 +290,13 @@ def _ls_sync(params: LsParams, path: Path) -> w.ToolResult:
     if not entries:
         return text_result("(empty directory)")
     limit = max(1, params.limit)
-    details: dict[str, object] = {}
+    details: dict[str, Any] = {}
     notices: list[str] = []
     if len(entries) > limit:
         entries = entries[:limit]
         details["entryLimitReached"] = limit
         notices.append(f"{limit} entries limit reached. Use limit={limit * 2} for more")
-    text, truncation = truncate_head("\n".join(entries), max_lines=10**9)
-    if truncation.truncated:
-        details["truncation"] = truncation.details()
-        notices.append(f"{format_size(MAX_BYTES)} limit reached")
-    if notices:
-        text += f"\n\n[{'. '.join(notices)}]"
-    return text_result(text, details or None)
+    return listing_result(entries, notices, details)
 
 
 async def run_ls(params: LsParams, ctx: ToolContext) -> w.ToolResult:

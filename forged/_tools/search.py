@@ -20,11 +20,10 @@ from .base import (
     Tool,
     ToolContext,
     ToolError,
-    format_size,
+    listing_result,
     resolve_path,
     schema,
     text_result,
-    truncate_head,
 )
 
 GREP_LINE_CHARS = 500
@@ -150,23 +149,18 @@ async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
         raise ToolError(errors.strip() or f"rg exited with code {code}")
     if matches == 0:
         return text_result("No matches found")
-    text, truncation = truncate_head("\n".join(lines), max_lines=10**9)
     details: dict[str, Any] = {}
     notices: list[str] = []
     if matches >= limit:
         details["matchLimitReached"] = limit
         notices.append(
             f"{limit} matches limit reached. Use limit={limit * 2} for more, or refine pattern")
-    if truncation.truncated:
-        details["truncation"] = truncation.details()
-        notices.append(f"{format_size(MAX_BYTES)} limit reached")
+    long_note = None
     if long_lines:
         details["linesTruncated"] = True
-        notices.append(
-            f"Some lines truncated to {GREP_LINE_CHARS} chars. Use read tool to see full lines")
-    if notices:
-        text += f"\n\n[{'. '.join(notices)}]"
-    return text_result(text, details or None)
+        long_note = (f"Some lines truncated to {GREP_LINE_CHARS} chars. "
+                     "Use read tool to see full lines")
+    return listing_result(lines, notices, details, long_note)
 
 
 GREP = Tool(
@@ -228,19 +222,13 @@ async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
     if not found:
         return text_result("No files found matching pattern")
     found.sort()
-    text, truncation = truncate_head("\n".join(found), max_lines=10**9)
     details: dict[str, Any] = {}
     notices: list[str] = []
     if len(found) >= limit:
         details["resultLimitReached"] = limit
         notices.append(
             f"{limit} results limit reached. Use limit={limit * 2} for more, or refine pattern")
-    if truncation.truncated:
-        details["truncation"] = truncation.details()
-        notices.append(f"{format_size(MAX_BYTES)} limit reached")
-    if notices:
-        text += f"\n\n[{'. '.join(notices)}]"
-    return text_result(text, details or None)
+    return listing_result(found, notices, details)
 
 
 FIND = Tool(
