@@ -104,11 +104,12 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
     await daemon_nursery.start(session.serve)
     dispatcher = Dispatcher(session, outbox.put)
     input_scope = trio.CancelScope()
-    stopping = trio.Event()
+    settle_scope = trio.CancelScope()  # waits for the last run; bounded once stopping
 
     def stop() -> None:
         """Stop reading, drop what is queued and abort the run; its closing events follow."""
-        stopping.set()
+        settle_scope.deadline = min(settle_scope.deadline,
+                                    trio.current_time() + SHUTDOWN_GRACE_S)
         session.clear_queue()
         session.abort(lambda: None)
         input_scope.cancel()
@@ -129,15 +130,11 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
                 input_nursery.start_soon(serve_reader, stdin, commands_send)
                 input_nursery.start_soon(serve_dispatcher, commands_receive, dispatcher.handle,
                                          outbox.put)
-        with trio.move_on_after(SHUTDOWN_GRACE_S) if stopping.is_set() else _forever():
+        with settle_scope:
             await session.wait_settled()
         outbox.close()
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await stdout.aclose()
-
-
-def _forever() -> trio.CancelScope:
-    return trio.CancelScope()
 
 
 async def _watch_signals(stop: Callable[[], None]) -> None:

@@ -23,7 +23,7 @@ from . import _wire as w
 from ._errors import ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import now_ms
-from ._tools import Tool, ToolContext, ToolError, error_result, parse_arguments
+from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
 
 ABORTED_MESSAGE = "Request was aborted"
 
@@ -160,13 +160,13 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
         try:
             result, is_error = await execute(host.tools.get(call.name), call, context), False
         except ToolError as exc:
-            result, is_error = error_result(exc.text, exc.details), True
+            result, is_error = text_result(exc.text, exc.details), True
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            result, is_error = error_result(describe_failure(exc)), True
+            result, is_error = text_result(describe_failure(exc)), True
         except BaseException as exc:
             if is_cancellation(exc):
-                aborted = context.aborted_result or error_result("Operation aborted")
+                aborted = context.aborted_result or text_result("Operation aborted")
                 _finish_tool(host, call, aborted, True, new, turn)
             raise
         _finish_tool(host, call, result, is_error, new, turn)

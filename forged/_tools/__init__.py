@@ -1,6 +1,6 @@
 """The tools the model can call: ``read``, ``write``, ``edit``, ``bash``, ``grep``, ``find``,
 ``ls``. Each takes attrs-typed parameters, converted (and coerced, as JSON-schema validators
-do: ``"5"`` is 5) by a copy of the wire converter."""
+do: ``"5"`` is 5) by a second converter configured like the wire one."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import cattrs
 
 from .. import _codec
-from .. import _wire as w
 from .base import Tool as Tool
 from .base import ToolContext as ToolContext
 from .base import ToolError as ToolError
+from .base import text_result as text_result
 from .bash import BASH
 from .files import EDIT, LS, READ, WRITE
 from .search import FIND, GREP
@@ -69,6 +69,3 @@ def parse_arguments(tool: Tool, arguments: dict[str, Any]) -> Any:
     raise ToolError(f'Validation failed for tool "{tool.name}":\n{listed}\n\n'
                     f"Received arguments:\n{json.dumps(arguments, indent=2)}")
 
-
-def error_result(text: str, details: dict[str, Any] | None = None) -> w.ToolResult:
-    return w.ToolResult(content=[w.TextContent(text=text)], details=details)
