@@ -121,6 +121,8 @@ def parse_line(line: bytes) -> Incoming | None:
         command = _codec.structure(raw, cls)
     except WireError as exc:
         return _refuse(kind, f"Invalid {kind} command: {exc}", command_id)
+    except Exception as exc:  # whatever the input, the reader goes on
+        return _refuse(kind, f"Invalid {kind} command: {exc!r}", command_id)
     return Incoming(command=command, command_id=command_id)
 
 

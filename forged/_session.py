@@ -11,6 +11,8 @@ the prompt and then every queued continuation, each run inside `run_scope`, so a
 
 from __future__ import annotations
 
+import sys
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -236,7 +238,12 @@ class Session:
             while prompt:
                 assert self.run_scope is not None
                 with self.run_scope:
-                    await run_agent(self, prompt, poll_steering=poll_steering)
+                    try:
+                        await run_agent(self, prompt, poll_steering=poll_steering)
+                    except Exception:
+                        # A bug, not a provider or tool failure (those end the turn): the run
+                        # was closed with agent_end; the session lives on.
+                        traceback.print_exc(file=sys.stderr)
                 for callback in self._after_run:
                     callback()
                 self._after_run.clear()

@@ -258,3 +258,17 @@ async def test_payload_round_trips_exactly(tmp_path: Path) -> None:
     answer = client.events("message_end")[-1]["message"]
     assert answer["content"][0]["text"] == text
     assert all(b"\xe2\x80\xa8" not in line for line in client.lines)
+
+
+async def test_a_run_that_fails_inside_forged_still_settles(tmp_path: Path) -> None:
+    async with open_client(tmp_path) as client:
+        registry = client.config.registry
+        broken = registry.models[-1]
+        broken.api = "carrier-pigeon"  # no provider speaks it: the run cannot even start
+        await client.request({"type": "set_model", "provider": broken.provider,
+                              "modelId": broken.id})
+        await client.prompt_and_settle("hi")
+        state = await client.request({"type": "get_state"})
+    sequence = client.types()
+    assert sequence[-3:] == ["agent_end", "agent_settled", "response"]
+    assert state["data"]["isStreaming"] is False
