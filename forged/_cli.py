@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="keep the session in memory only; write no session file")
     parser.add_argument("--session-dir", type=Path,
                         help="where session files are stored (default <agentDir>/sessions/...)")
+    parser.add_argument("--session", metavar="PATH|ID-PREFIX",
+                        help="continue a session file, given by path or by session id prefix")
+    parser.add_argument("--continue", "-c", dest="continue_", action="store_true",
+                        help="continue the most recently modified session of this directory")
     parser.add_argument("--cwd", type=Path, help="the project directory the agent works in "
                         "(default: the current directory)")
     parser.add_argument("--script", type=Path,
@@ -72,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     options = Options(cwd=cwd, provider=args.provider, model=args.model, script=args.script,
                       session_name=args.session_name, no_session=args.no_session,
-                      session_dir=args.session_dir)
+                      session_dir=args.session_dir, session=args.session,
+                      continue_=args.continue_)
     protocol_fd = _reserve_stdout()
     try:
         trio.run(run_stdio, options, 0, protocol_fd)

@@ -39,6 +39,7 @@ from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._session import Session, SessionConfig
+from ._store import session_dir_for
 
 SHUTDOWN_GRACE_S = 2.5
 COMMAND_QUEUE_SIZE = 256
@@ -55,6 +56,8 @@ class Options:
     session_name: str | None = None
     no_session: bool = False
     session_dir: Path | None = None
+    session: str | None = None
+    continue_: bool = False
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
@@ -82,9 +85,30 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
         level = suffix or level
     else:
         model = registry.initial_model(provider)
+    session_dir = options.session_dir or session_dir_for(directory, options.cwd)
     return SessionConfig(cwd=options.cwd, agent_dir=directory, registry=registry, model=model,
                          thinking_level=clamp_level(model, level) if model else level,
-                         session_name=options.session_name)
+                         session_name=options.session_name, persist=not options.no_session,
+                         session_dir=session_dir,
+                         session_path=find_session(options, session_dir),
+                         keep_model=options.model is not None)
+
+
+def find_session(options: Options, session_dir: Path) -> Path | None:
+    """The file --session or --continue asks to continue, if any."""
+    if options.session is not None:
+        arg = options.session
+        if "/" in arg or arg.endswith(".jsonl"):
+            return Path(arg).expanduser().resolve()
+        matches = sorted(session_dir.glob(f"*_{arg}*.jsonl"))
+        if not matches:
+            raise ConfigError(f"No session found matching {arg!r} in {session_dir}")
+        return matches[0]
+    if options.continue_:
+        candidates = [path for path in session_dir.glob("*.jsonl") if path.is_file()]
+        if candidates:
+            return max(candidates, key=lambda path: path.stat().st_mtime)
+    return None
 
 
 async def run_stdio(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> None:

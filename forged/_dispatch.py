@@ -18,13 +18,14 @@ from . import _wire as w
 from ._errors import CommandError
 from ._jsonl import encode_line
 from ._session import Session
+from ._store import entry_tree
 
 Sink = Callable[[bytes], None]
 
 LATER_FEATURES: dict[type[Any], str] = {
     **dict.fromkeys(
-        (w.NewSession, w.SwitchSession, w.Fork, w.Clone, w.GetForkMessages, w.GetEntries,
-         w.GetTree, w.SetSessionName, w.GetSessionStats, w.ExportHtml),
+        (w.NewSession, w.SwitchSession, w.Fork, w.Clone, w.GetForkMessages,
+         w.GetSessionStats, w.ExportHtml),
         "persistent sessions"),
     **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
     **dict.fromkeys((w.SetAutoRetry, w.AbortRetry), "auto-retry"),
@@ -83,6 +84,13 @@ class Dispatcher:
             w.GetAvailableThinkingLevels: lambda _, reply: reply.ok(w.ThinkingLevelList(
                 levels=self.session.available_thinking_levels())),
             w.SetSteeringMode: self.set_steering_mode,
+            w.GetEntries: lambda cmd, reply: reply.ok(w.EntryList(
+                entries=self.session.store.entries_since(cmd.since),
+                leaf_id=self.session.store.leaf_id)),
+            w.GetTree: lambda _, reply: reply.ok(w.EntryTree(
+                tree=entry_tree(self.session.store.entries),
+                leaf_id=self.session.store.leaf_id)),
+            w.SetSessionName: self.set_session_name,
             w.SetFollowUpMode: self.set_follow_up_mode,
         }
 
@@ -130,6 +138,10 @@ class Dispatcher:
     def cycle_thinking_level(self, _: w.CycleThinkingLevel, reply: Reply) -> None:
         level = self.session.cycle_thinking_level()
         reply.ok(None if level is None else w.ThinkingLevelData(level=level))
+
+    def set_session_name(self, command: w.SetSessionName, reply: Reply) -> None:
+        self.session.set_session_name(command.name)
+        reply.ok()
 
     def set_steering_mode(self, command: w.SetSteeringMode, reply: Reply) -> None:
         self.session.steering_mode = command.mode

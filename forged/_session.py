@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import sys
 import traceback
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import attrs
 import trio
@@ -29,6 +29,7 @@ from ._models import ModelRegistry, clamp_level, supported_levels
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
 from ._resources import build_system_prompt, find_context_files
+from ._store import SessionFile, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
 
 Sink = Callable[[bytes], None]
@@ -47,6 +48,15 @@ class SessionConfig:
     model: w.Model | None = None
     thinking_level: str = "medium"
     session_name: str | None = None
+    persist: bool = True
+    """False for --no-session: the session's entries live in memory only."""
+    session_dir: Path | None = None
+    """Where new session files go (default: per cwd under <agentDir>/sessions)."""
+    session_path: Path | None = None
+    """An existing session file to continue."""
+    keep_model: bool = False
+    """The model and level were asked for (--model): a continued session does not restore
+    its own."""
 
 
 @attrs.define(kw_only=True)
@@ -71,13 +81,14 @@ class Session:
         self.registry = config.registry
         self.model = config.model
         self._preferred_level = config.thinking_level
-        self.session_id = str(uuid.uuid4())
-        self.session_name = config.session_name
+        self.store = open_store(config)
         self.steering_mode: w.QueueMode = "one-at-a-time"
         self.follow_up_mode: w.QueueMode = "one-at-a-time"
         self.auto_compaction_enabled = True
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
-        self.messages: list[w.AgentMessage] = []
+        self.messages: list[w.AgentMessage] = build_context(self.store)
+        if self.store.entries and not config.keep_model:
+            self._restore_model_and_level()
         self.steering: list[Queued] = []
         self.follow_ups: list[Queued] = []
         self._sink = sink
@@ -88,6 +99,46 @@ class Session:
         self._settled = trio.Event()
         self._settled.set()
         self._after_run: list[Callable[[], None]] = []
+        if not self.store.entries:
+            if self.model is not None:
+                self.store.append("model_change", provider=self.model.provider,
+                                  modelId=self.model.id)
+            self.store.append("thinking_level_change", thinkingLevel=self.thinking_level)
+        if config.session_name:
+            self.set_session_name(config.session_name)
+
+    def _restore_model_and_level(self) -> None:
+        """A continued session takes back the model and thinking level its branch last used."""
+        for entry in reversed(active_path(self.store)):
+            if entry.get("type") == "model_change":
+                model = self.registry.find(str(entry.get("provider")), str(entry.get("modelId")))
+                if model is not None and self.registry.has_auth(model.provider):
+                    self.model = model
+                break
+        for entry in reversed(active_path(self.store)):
+            if entry.get("type") == "thinking_level_change":
+                level = entry.get("thinkingLevel")
+                if level in w.THINKING_LEVELS:
+                    self._preferred_level = str(level)
+                break
+
+    @property
+    def session_id(self) -> str:
+        return self.store.session_id
+
+    @property
+    def session_name(self) -> str | None:
+        """The latest non-empty ``session_info`` name in the file."""
+        for entry in reversed(self.store.entries):
+            if entry.get("type") == "session_info" and entry.get("name"):
+                return str(entry["name"])
+        return None
+
+    def set_session_name(self, name: str) -> None:
+        name = name.strip()
+        if not name:
+            raise CommandError("Session name cannot be empty")
+        self.store.append("session_info", name=name)
 
     # --- lifetime ------------------------------------------------------------------------------
 
@@ -97,10 +148,13 @@ class Session:
 
         Cancellation aborts any run; its closing events are still emitted.
         """
-        async with trio.open_nursery() as session_nursery:
-            self._nursery = session_nursery
-            task_status.started()
-            await trio.sleep_forever()
+        try:
+            async with trio.open_nursery() as session_nursery:
+                self._nursery = session_nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.store.close()
 
     async def wait_settled(self) -> None:
         await self._settled.wait()
@@ -132,7 +186,9 @@ class Session:
         return w.SessionState(
             model=self.model, thinking_level=self.thinking_level, is_streaming=self._busy,
             is_compacting=False, steering_mode=self.steering_mode,
-            follow_up_mode=self.follow_up_mode, session_id=self.session_id,
+            follow_up_mode=self.follow_up_mode,
+            session_file=str(self.store.path) if self.store.path else None,
+            session_id=self.session_id,
             session_name=self.session_name,
             auto_compaction_enabled=self.auto_compaction_enabled,
             message_count=len(self.messages),
@@ -199,7 +255,9 @@ class Session:
         return self._take(self.follow_ups, self.follow_up_mode)
 
     def append(self, message: w.AgentMessage) -> None:
+        """A finished message: into the context and the session file."""
         self.messages.append(message)
+        self.store.append("message", message=_codec.unstructure(message))
 
     def model_request(self) -> tuple[Provider, ProviderRequest]:
         model = self.model
@@ -268,7 +326,7 @@ class Session:
     def set_model(self, provider: str, model_id: str) -> w.Model:
         for model in self.registry.available():
             if model.provider == provider and model.id == model_id:
-                self.model = model
+                self._switch_model(model)
                 return model
         raise CommandError(f"Model not found: {provider}/{model_id}")
 
@@ -277,16 +335,29 @@ class Session:
         if len(available) <= 1:
             return None
         index = next((i for i, m in enumerate(available) if m == self.model), -1)
-        self.model = available[(index + 1) % len(available)]
-        return w.CycledModel(model=self.model, thinking_level=self.thinking_level,
+        model = available[(index + 1) % len(available)]
+        self._switch_model(model)
+        return w.CycledModel(model=model, thinking_level=self.thinking_level,
                              is_scoped=False)
+
+    def _switch_model(self, model: w.Model) -> None:
+        level = self.thinking_level
+        self.model = model
+        self.store.append("model_change", provider=model.provider, modelId=model.id)
+        self._record_level(level)
+
+    def _record_level(self, previous: str) -> None:
+        if self.thinking_level != previous:
+            self.store.append("thinking_level_change", thinkingLevel=self.thinking_level)
 
     def set_thinking_level(self, level: str) -> None:
         if level not in w.THINKING_LEVELS:
             raise CommandError(
                 f"Unknown thinking level: {level}. Expected one of: "
                 + ", ".join(w.THINKING_LEVELS))
+        previous = self.thinking_level
         self._preferred_level = level
+        self._record_level(previous)
 
     def cycle_thinking_level(self) -> str | None:
         if self.model is None or not self.model.reasoning:
@@ -294,8 +365,63 @@ class Session:
         levels = supported_levels(self.model)
         current = self.thinking_level
         self._preferred_level = levels[(levels.index(current) + 1) % len(levels)]
+        self._record_level(current)
         return self._preferred_level
 
     def available_thinking_levels(self) -> list[str]:
         return supported_levels(self.model)
 
+
+
+def open_store(config: SessionConfig) -> SessionFile:
+    if config.session_path is not None:
+        return SessionFile.open(config.session_path)
+    directory = None
+    if config.persist:
+        directory = config.session_dir or session_dir_for(config.agent_dir, config.cwd)
+    return SessionFile.create(directory, config.cwd)
+
+
+def active_path(store: SessionFile) -> list[dict[str, Any]]:
+    """The entries from the root to the leaf (an orphan's missing parent ends the walk)."""
+    path: list[dict[str, Any]] = []
+    entry_id: Any = store.leaf_id
+    seen: set[str] = set()
+    while entry_id is not None and entry_id not in seen:
+        seen.add(entry_id)
+        position = store.index.get(str(entry_id))
+        if position is None:
+            break
+        entry = store.entries[position]
+        path.append(entry)
+        entry_id = entry.get("parentId")
+    path.reverse()
+    return path
+
+
+def build_context(store: SessionFile) -> list[w.AgentMessage]:
+    """The messages of the active branch (reference-behaviour.md §2.7): the latest
+    compaction's summary first, then the entries it kept, then what came after."""
+    path = active_path(store)
+    compaction = max((i for i, e in enumerate(path) if e.get("type") == "compaction"),
+                     default=None)
+    messages: list[w.AgentMessage] = []
+    selected = path
+    if compaction is not None:
+        summary = path[compaction]
+        messages.append(w.UserMessage(content=[w.TextContent(text=(
+            "The conversation history before this point was compacted into the following "
+            f"summary:\n\n<summary>\n{summary.get('summary', '')}\n</summary>"))],
+            timestamp=0))
+        kept_from = next((i for i, e in enumerate(path[:compaction])
+                          if e.get("id") == summary.get("firstKeptEntryId")), compaction)
+        selected = path[kept_from:compaction] + path[compaction + 1:]
+    for entry in selected:
+        if entry.get("type") != "message":
+            continue
+        try:
+            message: w.AgentMessage = _codec.structure(entry["message"], w.AgentMessage)  # type: ignore[arg-type]
+            messages.append(message)
+        except (CommandError, KeyError):
+            continue  # a message kind forged does not know yet stays in the file
+    return messages

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from . import _wire as w
 from ._errors import CommandError
 from ._jsonl import encode_line
 
@@ -230,3 +231,25 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def entry_tree(entries: list[Entry]) -> list[w.TreeNode]:
+    """Every entry as a node, children in file order; entries whose parent is missing are
+    roots too. A node's label is the latest ``label`` entry that targets it."""
+    labels: dict[str, Entry] = {}
+    for entry in entries:
+        if entry.get("type") == "label" and isinstance(entry.get("targetId"), str):
+            labels[entry["targetId"]] = entry
+    nodes: dict[str, w.TreeNode] = {}
+    roots: list[w.TreeNode] = []
+    for entry in entries:
+        label = labels.get(entry.get("id", ""))
+        node = w.TreeNode(entry=entry, children=[],
+                          label=(label.get("label") or None) if label else None,
+                          label_timestamp=label.get("timestamp") if label and label.get("label")
+                          else None)
+        if isinstance(entry.get("id"), str):
+            nodes[entry["id"]] = node
+        parent = nodes.get(entry.get("parentId") or "")
+        (parent.children if parent is not None else roots).append(node)
+    return roots

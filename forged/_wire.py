@@ -710,3 +710,23 @@ class ThinkingLevelList:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class AssistantText:
     text: str | None = keep_null()
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class EntryList:
+    entries: list[dict[str, Any]]
+    leaf_id: str | None = keep_null()
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class TreeNode:
+    entry: dict[str, Any]
+    children: list[TreeNode]
+    label: str | None = None
+    label_timestamp: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class EntryTree:
+    tree: list[TreeNode]
+    leaf_id: str | None = keep_null()

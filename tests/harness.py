@@ -116,7 +116,8 @@ class Client:
 @asynccontextmanager
 async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
                       api: str = "anthropic-messages", model: bool = True,
-                      registry: ModelRegistry | None = None) -> AsyncIterator[Client]:
+                      registry: ModelRegistry | None = None, persist: bool = True,
+                      session_path: Path | None = None) -> AsyncIterator[Client]:
     """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams."""
     cwd = tmp_path / "project"
     cwd.mkdir(exist_ok=True)
@@ -130,7 +131,8 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         register_scripted(registry, server.base_url)
         chosen = registry.find("scripted", api) if model else None
         config = SessionConfig(cwd=cwd, agent_dir=agent_dir, registry=registry, model=chosen,
-                               thinking_level="medium")
+                               thinking_level="medium", persist=persist,
+                               session_path=session_path)
         client_stream, forged_stream = trio.testing.memory_stream_pair()
         client = Client(client_stream, server, cwd, config)
         nursery.start_soon(client.pump)

@@ -111,8 +111,7 @@ async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> N
     cases = {
         "new_session": "persistent sessions", "switch_session": "persistent sessions",
         "fork": "persistent sessions", "clone": "persistent sessions",
-        "get_fork_messages": "persistent sessions", "get_entries": "persistent sessions",
-        "get_tree": "persistent sessions", "set_session_name": "persistent sessions",
+        "get_fork_messages": "persistent sessions",
         "get_session_stats": "persistent sessions", "export_html": "persistent sessions",
         "compact": "compaction", "set_auto_compaction": "compaction",
         "set_auto_retry": "auto-retry", "abort_retry": "auto-retry",
@@ -120,7 +119,7 @@ async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> N
         "get_commands": "plugins", "extension_ui_response": "plugins",
     }
     fields = {"switch_session": {"sessionPath": "/x"}, "fork": {"entryId": "abcd1234"},
-              "set_session_name": {"name": "n"}, "set_auto_compaction": {"enabled": True},
+              "set_auto_compaction": {"enabled": True},
               "set_auto_retry": {"enabled": True}, "bash": {"command": "ls"}}
     async with open_client(tmp_path) as client:
         for kind, feature in cases.items():

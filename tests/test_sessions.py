@@ -1,0 +1,103 @@
+"""Sessions on disk through the wire: the file, get_entries, get_tree, names, restarts."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import orjson
+
+from forged._providers.scripted import Reply, ScriptText
+from forged._store import session_dir_for
+
+from .harness import open_client
+
+
+def read_lines(path: Path) -> list[dict[str, object]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+async def test_a_prompt_writes_the_session_file(tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptText(text="one")]), Reply(content=[ScriptText(text="two")])]
+    async with open_client(tmp_path, replies) as client:
+        before = await client.request({"type": "get_state"})
+        path = Path(before["data"]["sessionFile"])
+        assert not path.exists()  # nothing written before the first message
+        await client.prompt_and_settle("first")
+        entries = await client.request({"type": "get_entries"})
+        await client.request({"type": "set_thinking_level", "level": "low"})
+        named = await client.request({"type": "set_session_name", "name": "  my work  "})
+        empty = await client.request({"type": "set_session_name", "name": "   "})
+        since = await client.request({"type": "get_entries",
+                                      "since": entries["data"]["leafId"]})
+        unknown = await client.request({"type": "get_entries", "since": "nope"})
+        state = await client.request({"type": "get_state"})
+        await client.prompt_and_settle("second")
+        tree = await client.request({"type": "get_tree"})
+    assert path.parent == session_dir_for(tmp_path / "agent", client.cwd)
+    assert path.name.endswith(f"_{state['data']['sessionId']}.jsonl")
+    lines = read_lines(path)
+    assert lines[0]["type"] == "session" and lines[0]["version"] == 3
+    assert lines[0]["cwd"] == str(client.cwd)
+    types = [(e["type"], e.get("message", {}).get("role")) for e in lines[1:]]  # type: ignore[union-attr]
+    assert types == [("model_change", None), ("thinking_level_change", None),
+                     ("message", "user"), ("message", "assistant"),
+                     ("thinking_level_change", None), ("session_info", None),
+                     ("message", "user"), ("message", "assistant")]
+    assert [e["id"] for e in entries["data"]["entries"]] == [e["id"] for e in lines[1:5]]
+    assert entries["data"]["leafId"] == lines[4]["id"]
+    assert [e["type"] for e in since["data"]["entries"]] == [
+        "thinking_level_change", "session_info"]
+    assert unknown["success"] is False and unknown["error"] == "Unknown entry id: nope"
+    assert named["success"] is True and empty["error"] == "Session name cannot be empty"
+    assert state["data"]["sessionName"] == "my work"
+    assert lines[6]["name"] == "my work"
+    for previous, entry in itertools.pairwise(lines[1:]):
+        assert entry["parentId"] == previous["id"]
+    (root,) = tree["data"]["tree"]
+    depth, node = 0, root
+    while node["children"]:
+        (node,) = node["children"]
+        depth += 1
+    assert depth == 7 and node["entry"]["id"] == tree["data"]["leafId"] == lines[-1]["id"]
+
+
+async def test_no_session_writes_nothing(tmp_path: Path) -> None:
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="x")])],
+                           persist=False) as client:
+        await client.prompt_and_settle("hi")
+        state = await client.request({"type": "get_state"})
+        entries = await client.request({"type": "get_entries"})
+    assert "sessionFile" not in state["data"]
+    assert [e["type"] for e in entries["data"]["entries"]][-2:] == ["message", "message"]
+    assert not (tmp_path / "agent" / "sessions").exists()
+
+
+async def test_a_session_continues_after_a_restart(tmp_path: Path) -> None:
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="first answer")])]
+                           ) as client:
+        await client.prompt_and_settle("first")
+        await client.request({"type": "set_model", "provider": "scripted",
+                              "modelId": "openai-completions"})
+        await client.request({"type": "set_thinking_level", "level": "high"})
+        state = await client.request({"type": "get_state"})
+        last = (await client.request({"type": "get_entries"}))["data"]["leafId"]
+    path = Path(state["data"]["sessionFile"])
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="second answer")])],
+                           session_path=path) as again:
+        resumed = await again.request({"type": "get_state"})
+        nothing_new = await again.request({"type": "get_entries", "since": last})
+        messages = await again.request({"type": "get_messages"})
+        await again.prompt_and_settle("second")
+        new = await again.request({"type": "get_entries", "since": last})
+    assert resumed["data"]["sessionId"] == state["data"]["sessionId"]
+    assert resumed["data"]["sessionFile"] == str(path)
+    assert resumed["data"]["model"]["id"] == "openai-completions"
+    assert resumed["data"]["thinkingLevel"] == "high"
+    assert nothing_new["data"]["entries"] == []
+    assert [m["role"] for m in messages["data"]["messages"]] == ["user", "assistant"]
+    assert [e["message"]["role"] for e in new["data"]["entries"]] == ["user", "assistant"]
+    assert new["data"]["entries"][0]["parentId"] == last
+    sent = again.server.requests[0].body["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert len(read_lines(path)) == 1 + 8
