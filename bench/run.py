@@ -203,6 +203,44 @@ class Bench:
         return result
 
 
+    async def session_open(self) -> dict[str, float]:
+        """A 100,000-entry session (about 110 MB): open it, then page it by cursor."""
+        path = self.root / "big.jsonl"
+        write_big_session(path, 100_000)
+        started = time.perf_counter()
+        child = await spawn(["--session", str(path)], self.env, self.root)
+        await child.send({"id": "s", "type": "get_state"})
+        answered = await child.until(lambda e: e.get("id") == "s")
+        result = {"open_s": answered - started, "size_mb": path.stat().st_size / 1e6,
+                  "open_rss_mb": memory_kb(child.process.pid, "VmRSS") / 1024}
+        for name, since in (("since_last_ms", 99_999), ("since_100_ms", 99_899)):
+            sent = await child.send({"id": name, "type": "get_entries", "since": f"{since:08x}"})
+            result[name] = (await child.until(lambda e, n=name: e.get("id") == n) - sent) * 1000
+        await child.close()
+        return result
+
+
+def write_big_session(path: Path, count: int) -> None:
+    text = "lorem ipsum dolor sit amet " * 36
+    usage = {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
+             "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
+    with open(path, "wb") as file:
+        file.write(orjson.dumps({"type": "session", "version": 3, "id": "big", "cwd": "/",
+                                 "timestamp": "2026-01-01T00:00:00.000Z"}) + b"\n")
+        parent = None
+        for index in range(count):
+            message: dict[str, Any] = {"role": "user", "timestamp": 1,
+                                       "content": [{"type": "text", "text": text}]}
+            if index % 2:
+                message.update(role="assistant", api="a", provider="p", model="m",
+                               usage=usage, stopReason="stop")
+            entry_id = f"{index:08x}"
+            file.write(orjson.dumps({"type": "message", "id": entry_id, "parentId": parent,
+                                     "timestamp": "2026-01-01T00:00:00.000Z",
+                                     "message": message}) + b"\n")
+            parent = entry_id
+
+
 def best(runs: list[dict[str, float]], key: str, *, highest: bool = False) -> float:
     values = [run[key] for run in runs]
     return max(values) if highest else min(values)
@@ -214,7 +252,8 @@ async def main(repeat: int) -> None:
     rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory() as directory:
         runs: dict[str, list[dict[str, float]]] = {}
-        for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash"):
+        for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash",
+                     "session_open"):
             for index in range(repeat):
                 root = Path(directory) / f"{name}-{index}"
                 root.mkdir()
@@ -242,6 +281,15 @@ async def main(repeat: int) -> None:
          f"{median(r['abort_bash_ms'] for r in runs['abort_bash']):.1f} ms", "< 50 ms"),
         ("  processes left after abort",
          f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0"),
+        (f"open a 100,000-entry session ({runs['session_open'][0]['size_mb']:.0f} MB): "
+         "start to get_state", f"{median(r['open_s'] for r in runs['session_open']):.2f} s",
+         "< 2 s"),
+        ("  memory after opening",
+         f"{median(r['open_rss_mb'] for r in runs['session_open']):.1f} MB", ""),
+        ("  get_entries since the last entry",
+         f"{median(r['since_last_ms'] for r in runs['session_open']):.2f} ms", ""),
+        ("  get_entries since 100 from the end",
+         f"{median(r['since_100_ms'] for r in runs['session_open']):.2f} ms", ""),
     ]
     width = max(len(row[0]) for row in rows)
     print(f"{'measure':<{width}}  {'forged':>12}  target   (median of {repeat})")

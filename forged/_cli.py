@@ -10,7 +10,7 @@ from pathlib import Path
 import trio
 
 from . import __version__
-from ._errors import ConfigError
+from ._errors import ForgedError
 
 DESCRIPTION = """\
 forged: a headless coding agent speaking the agent-forge RPC protocol.
@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     protocol_fd = _reserve_stdout()
     try:
         trio.run(run_stdio, options, 0, protocol_fd)
-    except (ConfigError, BaseExceptionGroup) as exc:
-        problems = _config_errors(exc)
+    except (ForgedError, BaseExceptionGroup) as exc:
+        problems = _startup_errors(exc)
         if not problems:
             raise
         for problem in problems:
@@ -91,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _config_errors(exc: BaseException) -> list[ConfigError]:
-    """The configuration errors `exc` is made of, or [] if it holds anything else."""
-    if isinstance(exc, ConfigError):
+def _startup_errors(exc: BaseException) -> list[ForgedError]:
+    """The errors forged raised on purpose that `exc` is made of (a bad --model, a locked
+    session...), or [] if it holds anything else (a bug: the traceback is shown)."""
+    if isinstance(exc, ForgedError):
         return [exc]
     if isinstance(exc, BaseExceptionGroup):
-        found = [_config_errors(inner) for inner in exc.exceptions]
+        found = [_startup_errors(inner) for inner in exc.exceptions]
         if all(found):
             return [error for errors in found for error in errors]
     return []

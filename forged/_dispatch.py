@@ -88,7 +88,7 @@ class Dispatcher:
                 entries=self.session.store.entries_since(cmd.since),
                 leaf_id=self.session.store.leaf_id)),
             w.GetTree: lambda _, reply: reply.ok(w.EntryTree(
-                tree=entry_tree(self.session.store.entries),
+                tree=entry_tree(self.session.store),
                 leaf_id=self.session.store.leaf_id)),
             w.SetSessionName: self.set_session_name,
             w.SetFollowUpMode: self.set_follow_up_mode,

@@ -86,8 +86,8 @@ class Session:
         self.follow_up_mode: w.QueueMode = "one-at-a-time"
         self.auto_compaction_enabled = True
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
-        self.messages: list[w.AgentMessage] = build_context(self.store)
-        if self.store.entries and not config.keep_model:
+        self._messages: list[w.AgentMessage] | None = None  # read from the file when needed
+        if len(self.store) and not config.keep_model:
             self._restore_model_and_level()
         self.steering: list[Queued] = []
         self.follow_ups: list[Queued] = []
@@ -99,7 +99,7 @@ class Session:
         self._settled = trio.Event()
         self._settled.set()
         self._after_run: list[Callable[[], None]] = []
-        if not self.store.entries:
+        if not len(self.store):
             if self.model is not None:
                 self.store.append("model_change", provider=self.model.provider,
                                   modelId=self.model.id)
@@ -109,18 +109,27 @@ class Session:
 
     def _restore_model_and_level(self) -> None:
         """A continued session takes back the model and thinking level its branch last used."""
-        for entry in reversed(active_path(self.store)):
-            if entry.get("type") == "model_change":
+        path = self.store.path_to_leaf()
+        for position in reversed(path):
+            if self.store.kind(position) == "model_change":
+                entry = self.store.entry(position)
                 model = self.registry.find(str(entry.get("provider")), str(entry.get("modelId")))
                 if model is not None and self.registry.has_auth(model.provider):
                     self.model = model
                 break
-        for entry in reversed(active_path(self.store)):
-            if entry.get("type") == "thinking_level_change":
-                level = entry.get("thinkingLevel")
+        for position in reversed(path):
+            if self.store.kind(position) == "thinking_level_change":
+                level = self.store.entry(position).get("thinkingLevel")
                 if level in w.THINKING_LEVELS:
                     self._preferred_level = str(level)
                 break
+
+    @property
+    def messages(self) -> list[w.AgentMessage]:
+        """The context: the active branch's messages, read back on first use."""
+        if self._messages is None:
+            self._messages = build_context(self.store)
+        return self._messages
 
     @property
     def session_id(self) -> str:
@@ -129,9 +138,11 @@ class Session:
     @property
     def session_name(self) -> str | None:
         """The latest non-empty ``session_info`` name in the file."""
-        for entry in reversed(self.store.entries):
-            if entry.get("type") == "session_info" and entry.get("name"):
-                return str(entry["name"])
+        for position in reversed(range(len(self.store))):
+            if self.store.kind(position) == "session_info":
+                name = self.store.entry(position).get("name")
+                if name:
+                    return str(name)
         return None
 
     def set_session_name(self, name: str) -> None:
@@ -191,7 +202,8 @@ class Session:
             session_id=self.session_id,
             session_name=self.session_name,
             auto_compaction_enabled=self.auto_compaction_enabled,
-            message_count=len(self.messages),
+            message_count=(len(self._messages) if self._messages is not None
+                           else context_size(self.store)),
             pending_message_count=len(self.steering) + len(self.follow_ups),
         )
 
@@ -375,53 +387,55 @@ class Session:
 
 def open_store(config: SessionConfig) -> SessionFile:
     if config.session_path is not None:
-        return SessionFile.open(config.session_path)
+        if config.session_path.exists():
+            return SessionFile.open(config.session_path)
+        # A path that does not exist yet is a new session to be written there.
+        store = SessionFile.create(config.session_path.parent, config.cwd)
+        store.path = config.session_path.resolve()
+        return store
     directory = None
     if config.persist:
         directory = config.session_dir or session_dir_for(config.agent_dir, config.cwd)
     return SessionFile.create(directory, config.cwd)
 
 
-def active_path(store: SessionFile) -> list[dict[str, Any]]:
-    """The entries from the root to the leaf (an orphan's missing parent ends the walk)."""
-    path: list[dict[str, Any]] = []
-    entry_id: Any = store.leaf_id
-    seen: set[str] = set()
-    while entry_id is not None and entry_id not in seen:
-        seen.add(entry_id)
-        position = store.index.get(str(entry_id))
-        if position is None:
-            break
-        entry = store.entries[position]
-        path.append(entry)
-        entry_id = entry.get("parentId")
-    path.reverse()
-    return path
+def _context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[int]]:
+    """The latest compaction on the active branch (or None), and the positions of the
+    message entries the context holds: those the compaction kept, then what came after."""
+    positions = store.path_to_leaf()
+    compactions = [i for i, position in enumerate(positions)
+                   if store.kind(position) == "compaction"]
+    summary = None
+    if compactions:
+        at = compactions[-1]
+        summary = store.entry(positions[at])
+        kept_from = next((i for i, position in enumerate(positions[:at])
+                          if store.entry_id(position) == summary.get("firstKeptEntryId")), at)
+        positions = positions[kept_from:at] + positions[at + 1:]
+    return summary, [position for position in positions if store.kind(position) == "message"]
+
+
+def context_size(store: SessionFile) -> int:
+    summary, positions = _context_positions(store)
+    return len(positions) + (summary is not None)
 
 
 def build_context(store: SessionFile) -> list[w.AgentMessage]:
     """The messages of the active branch (reference-behaviour.md §2.7): the latest
-    compaction's summary first, then the entries it kept, then what came after."""
-    path = active_path(store)
-    compaction = max((i for i, e in enumerate(path) if e.get("type") == "compaction"),
-                     default=None)
+    compaction's summary first, then the entries it kept, then what came after. Only those
+    message entries are read back from the file."""
+    summary, positions = _context_positions(store)
     messages: list[w.AgentMessage] = []
-    selected = path
-    if compaction is not None:
-        summary = path[compaction]
+    if summary is not None:
         messages.append(w.UserMessage(content=[w.TextContent(text=(
             "The conversation history before this point was compacted into the following "
             f"summary:\n\n<summary>\n{summary.get('summary', '')}\n</summary>"))],
             timestamp=0))
-        kept_from = next((i for i, e in enumerate(path[:compaction])
-                          if e.get("id") == summary.get("firstKeptEntryId")), compaction)
-        selected = path[kept_from:compaction] + path[compaction + 1:]
-    for entry in selected:
-        if entry.get("type") != "message":
-            continue
+    for position in positions:
         try:
-            message: w.AgentMessage = _codec.structure(entry["message"], w.AgentMessage)  # type: ignore[arg-type]
-            messages.append(message)
+            message: w.AgentMessage = _codec.structure(
+                store.entry(position)["message"], w.AgentMessage)  # type: ignore[arg-type]
         except (CommandError, KeyError):
             continue  # a message kind forged does not know yet stays in the file
+        messages.append(message)
     return messages

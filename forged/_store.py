@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -55,18 +56,42 @@ def new_file_name(timestamp: str, session_id: str) -> str:
     return f"{timestamp.replace(':', '-').replace('.', '-')}_{session_id}.jsonl"
 
 
-class SessionFile:
-    """One session's entries, in memory and (unless `path` is None) on disk."""
+# A line written by forged or its ancestor starts with these keys, in this order; the index is
+# read from that prefix, and the rest of the line is parsed only when the entry is asked for.
+_PREFIX = re.compile(rb'\{"type":"([^"\\]*)","id":"([^"\\]*)","parentId":(?:null|"([^"\\]*)")')
 
-    def __init__(self, path: Path | None, header: Entry, entries: list[Entry]) -> None:
+
+class _Indexed:
+    """One entry as the index knows it; `value` is parsed on demand (or was written here)."""
+
+    __slots__ = ("entry_id", "kind", "length", "offset", "parent_id", "value")
+
+    def __init__(self, entry_id: str | None, parent_id: str | None, kind: str, offset: int,
+                 length: int, value: Entry | None) -> None:
+        self.entry_id = entry_id
+        self.parent_id = parent_id
+        self.kind = kind
+        self.offset = offset
+        self.length = length
+        self.value = value
+
+
+class SessionFile:
+    """One session's entries, indexed in memory and (unless `path` is None) kept on disk.
+
+    Opening reads only each line's type, id and parent; an entry's body is read back from the
+    file when asked for, so opening is proportional to the number of lines and `entries_since`
+    to what it returns.
+    """
+
+    def __init__(self, path: Path | None, header: Entry) -> None:
         self.path = path
         self.header = header
-        self.entries = entries
-        self.index = {entry["id"]: position for position, entry in enumerate(entries)
-                      if isinstance(entry.get("id"), str)}
+        self._entries: list[_Indexed] = []
+        self.index: dict[str, int] = {}
         self._fd: int | None = None
         self._lock_fd: int | None = None
-        self._truncate_to: int | None = None
+        self._size = 0
 
     # --- creating and opening ------------------------------------------------------------------
 
@@ -80,24 +105,27 @@ class SessionFile:
             header["parentSession"] = parent_session
         path = None if directory is None else directory / new_file_name(header["timestamp"],
                                                                         header["id"])
-        return cls(path, header, [])
+        return cls(path, header)
 
     @classmethod
     def open(cls, path: Path) -> SessionFile:
-        """Open an existing file for writing: lock it, read it, note a torn tail to cut."""
+        """Open an existing file for writing: lock it, index it, cut a torn tail."""
         path = path.resolve()
         lock_fd = _lock(path)
         try:
             data = path.read_bytes()
+            header, entries, good_length = _index(data)
         except BaseException:
             os.close(lock_fd)
             raise
-        header, entries, good_length = parse(data)
-        session = cls(path, header, entries)
+        session = cls(path, header)
         session._lock_fd = lock_fd
+        for entry in entries:
+            session._add(entry)
+        session._fd = os.open(path, os.O_RDWR | os.O_APPEND)
         if good_length < len(data):
-            session._truncate_to = good_length
-        session._open_for_append()
+            os.ftruncate(session._fd, good_length)
+        session._size = good_length
         return session
 
     # --- reading -------------------------------------------------------------------------------
@@ -108,21 +136,52 @@ class SessionFile:
 
     @property
     def leaf_id(self) -> str | None:
-        return self.entries[-1]["id"] if self.entries else None
+        return self._entries[-1].entry_id if self._entries else None
 
-    @property
-    def written(self) -> bool:
-        """Whether the file exists on disk (it is created with the first message)."""
-        return self._fd is not None
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entry(self, position: int) -> Entry:
+        item = self._entries[position]
+        if item.value is not None:
+            return item.value
+        assert self._fd is not None
+        value = orjson.loads(os.pread(self._fd, item.length, item.offset))
+        return value if isinstance(value, dict) else {}
+
+    def entries(self, start: int = 0) -> list[Entry]:
+        return [self.entry(position) for position in range(start, len(self._entries))]
+
+    def entry_id(self, position: int) -> str | None:
+        return self._entries[position].entry_id
+
+    def kind(self, position: int) -> str:
+        return self._entries[position].kind
+
+    def parent_id(self, position: int) -> str | None:
+        return self._entries[position].parent_id
 
     def entries_since(self, entry_id: str | None) -> list[Entry]:
         """Entries strictly after `entry_id` in file order; all of them for None."""
         if entry_id is None:
-            return list(self.entries)
+            return self.entries()
         position = self.index.get(entry_id)
         if position is None:
             raise CommandError(f"Unknown entry id: {entry_id}")
-        return self.entries[position + 1:]
+        return self.entries(position + 1)
+
+    def path_to_leaf(self) -> list[int]:
+        """Positions of the active branch, root first (an orphan's missing parent ends it)."""
+        positions: list[int] = []
+        seen: set[int] = set()
+        position = len(self._entries) - 1 if self._entries else None
+        while position is not None and position not in seen:
+            seen.add(position)
+            positions.append(position)
+            parent = self._entries[position].parent_id
+            position = self.index.get(parent) if parent is not None else None
+        positions.reverse()
+        return positions
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -132,45 +191,55 @@ class SessionFile:
             if candidate not in self.index:
                 return candidate
 
+    def _add(self, item: _Indexed) -> None:
+        if item.entry_id is not None:
+            self.index[item.entry_id] = len(self._entries)
+        self._entries.append(item)
+
     def append(self, entry_type: str, **fields: Any) -> Entry:
         """Append an entry as a child of the current leaf and return it."""
         entry: Entry = {"type": entry_type, "id": self.new_id(), "parentId": self.leaf_id,
                         "timestamp": iso_now(), **fields}
-        self.index[entry["id"]] = len(self.entries)
-        self.entries.append(entry)
+        line = encode_line(entry)
+        item = _Indexed(entry["id"], entry["parentId"], entry_type, -1, len(line) - 1, entry)
+        self._add(item)
         if self.path is None:
             return entry
         if self._fd is None:
             if entry_type != "message":
                 return entry  # a new file: written with the header and the first message
-            self._open_for_append()
+            self._create_file()
         else:
-            self._write(encode_line(entry))
+            item.offset = self._size
+            self._write(line)
         if entry_type == "message" and entry["message"].get("role") in FSYNCED_ROLES:
             assert self._fd is not None
             os.fsync(self._fd)
         return entry
 
-    def _open_for_append(self) -> None:
+    def _create_file(self) -> None:
+        """The header and every entry so far, the first message last, in one write."""
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._lock_fd is None:
             self._lock_fd = _lock(self.path)
-        existed = self.path.exists()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if self._truncate_to is not None:
-            os.ftruncate(self._fd, self._truncate_to)
-            self._truncate_to = None
-        if not existed:
-            # A new file: the header and every entry so far, the first message last.
-            self._write(b"".join(encode_line(line) for line in [self.header, *self.entries]))
-            _fsync_directory(self.path.parent)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+        lines = [encode_line(self.header)]
+        offset = len(lines[0])
+        for item in self._entries:
+            line = encode_line(item.value)
+            item.offset, item.length = offset, len(line) - 1
+            offset += len(line)
+            lines.append(line)
+        self._write(b"".join(lines))
+        _fsync_directory(self.path.parent)
 
-    def _write(self, line: bytes) -> None:
+    def _write(self, data: bytes) -> None:
         assert self._fd is not None
-        view = memoryview(line)
+        view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view):]
+        self._size += len(data)
 
     def close(self) -> None:
         for fd in (self._fd, self._lock_fd):
@@ -179,34 +248,59 @@ class SessionFile:
         self._fd = self._lock_fd = None
 
 
-def parse(data: bytes) -> tuple[Entry, list[Entry], int]:
-    """Header, entries, and the length of the part of `data` that is whole, valid lines."""
-    lines = data.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]  # bytes after the last newline: a torn write
-    header: Entry | None = None
-    entries: list[Entry] = []
-    good_length = 0
-    offset = 0
-    for index, line in enumerate(complete):
-        offset += len(line) + 1
-        try:
-            value = orjson.loads(line) if line.strip() else None
-        except orjson.JSONDecodeError:
-            if index == len(complete) - 1 and not tail:
-                break  # a torn last line: dropped, and cut before the next append
-            continue  # a bad line in the middle is skipped, as the ancestor does
-        good_length = offset
-        if not isinstance(value, dict):
-            continue
-        if header is None:
-            if value.get("type") != "session" or not isinstance(value.get("id"), str):
-                raise CommandError("Not a session file: the first line is not a session header")
-            header = value
+def _index(data: bytes) -> tuple[Entry, list[_Indexed], int]:
+    """The header, the index of the entries, and the length of `data` that is whole lines.
+
+    A line after the last newline is a torn write; so is a last line that is not JSON. Both
+    are left out (and cut off by the caller). A bad line elsewhere is skipped, as the
+    ancestor does.
+    """
+    end_of_header = data.find(b"\n")
+    try:
+        header = orjson.loads(data[:end_of_header]) if end_of_header > 0 else None
+    except orjson.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("type") != "session" or not isinstance(
+            header.get("id"), str):
+        raise CommandError("Not a session file: the first line is not a session header")
+    entries: list[_Indexed] = []
+    offset = end_of_header + 1
+    good_length = offset
+    size = len(data)
+    while offset < size:
+        end = data.find(b"\n", offset)
+        if end < 0:
+            break  # torn: no newline
+        match = _PREFIX.match(data, offset, end)
+        if match is not None:
+            kind, entry_id, parent = (group.decode() if group is not None else None
+                                      for group in match.groups())
+            if end == size - 1 and not _is_json(data[offset:end]):
+                break  # the last line is torn
+            entries.append(_Indexed(entry_id, parent, kind or "", offset, end - offset, None))
         else:
-            entries.append(value)
-    if header is None:
-        raise CommandError("Not a session file: no session header")
+            try:
+                value = orjson.loads(data[offset:end]) if data[offset:end].strip() else None
+            except orjson.JSONDecodeError:
+                if end == size - 1:
+                    break
+                value = None
+            if isinstance(value, dict):
+                entries.append(_Indexed(
+                    value.get("id") if isinstance(value.get("id"), str) else None,
+                    value.get("parentId") if isinstance(value.get("parentId"), str) else None,
+                    str(value.get("type", "")), offset, end - offset, None))
+        offset = end + 1
+        good_length = offset
     return header, entries, good_length
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _lock(path: Path) -> int:
@@ -233,9 +327,10 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def entry_tree(entries: list[Entry]) -> list[w.TreeNode]:
+def entry_tree(store: SessionFile) -> list[w.TreeNode]:
     """Every entry as a node, children in file order; entries whose parent is missing are
     roots too. A node's label is the latest ``label`` entry that targets it."""
+    entries = store.entries()
     labels: dict[str, Entry] = {}
     for entry in entries:
         if entry.get("type") == "label" and isinstance(entry.get("targetId"), str):
@@ -244,10 +339,10 @@ def entry_tree(entries: list[Entry]) -> list[w.TreeNode]:
     roots: list[w.TreeNode] = []
     for entry in entries:
         label = labels.get(entry.get("id", ""))
+        named = label is not None and bool(label.get("label"))
         node = w.TreeNode(entry=entry, children=[],
-                          label=(label.get("label") or None) if label else None,
-                          label_timestamp=label.get("timestamp") if label and label.get("label")
-                          else None)
+                          label=label.get("label") if named and label else None,
+                          label_timestamp=label.get("timestamp") if named and label else None)
         if isinstance(entry.get("id"), str):
             nodes[entry["id"]] = node
         parent = nodes.get(entry.get("parentId") or "")

@@ -70,7 +70,7 @@ def test_a_torn_last_line_is_dropped_and_cut(tmp_path: Path, torn: bytes) -> Non
     with open(session.path, "ab") as file:
         file.write(torn)
     reopened = SessionFile.open(session.path)
-    assert [e["id"] for e in reopened.entries] == [kept["id"]]
+    assert [e["id"] for e in reopened.entries()] == [kept["id"]]
     after = reopened.append("message", message=user("after"))
     reopened.close()
     assert [e.get("id") for e in lines(session.path)[1:]] == [kept["id"], after["id"]]
