@@ -87,6 +87,7 @@ class Session:
         self.auto_compaction_enabled = True
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
         self._messages: list[w.AgentMessage] | None = None  # read from the file when needed
+        self.session_name = stored_name(self.store)
         if len(self.store) and not config.keep_model:
             self._restore_model_and_level()
         self.steering: list[Queued] = []
@@ -110,19 +111,14 @@ class Session:
     def _restore_model_and_level(self) -> None:
         """A continued session takes back the model and thinking level its branch last used."""
         path = self.store.path_to_leaf()
-        for position in reversed(path):
-            if self.store.kind(position) == "model_change":
-                entry = self.store.entry(position)
-                model = self.registry.find(str(entry.get("provider")), str(entry.get("modelId")))
-                if model is not None and self.registry.has_auth(model.provider):
-                    self.model = model
-                break
-        for position in reversed(path):
-            if self.store.kind(position) == "thinking_level_change":
-                level = self.store.entry(position).get("thinkingLevel")
-                if level in w.THINKING_LEVELS:
-                    self._preferred_level = str(level)
-                break
+        change = self.store.latest("model_change", path)
+        if change is not None:
+            model = self.registry.find(str(change.get("provider")), str(change.get("modelId")))
+            if model is not None and self.registry.has_auth(model.provider):
+                self.model = model
+        change = self.store.latest("thinking_level_change", path)
+        if change is not None and change.get("thinkingLevel") in w.THINKING_LEVELS:
+            self._preferred_level = str(change["thinkingLevel"])
 
     @property
     def messages(self) -> list[w.AgentMessage]:
@@ -135,21 +131,12 @@ class Session:
     def session_id(self) -> str:
         return self.store.session_id
 
-    @property
-    def session_name(self) -> str | None:
-        """The latest non-empty ``session_info`` name in the file."""
-        for position in reversed(range(len(self.store))):
-            if self.store.kind(position) == "session_info":
-                name = self.store.entry(position).get("name")
-                if name:
-                    return str(name)
-        return None
-
     def set_session_name(self, name: str) -> None:
         name = name.strip()
         if not name:
             raise CommandError("Session name cannot be empty")
         self.store.append("session_info", name=name)
+        self.session_name = name
 
     # --- lifetime ------------------------------------------------------------------------------
 
@@ -413,6 +400,16 @@ def _context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[
                           if store.entry_id(position) == summary.get("firstKeptEntryId")), at)
         positions = positions[kept_from:at] + positions[at + 1:]
     return summary, [position for position in positions if store.kind(position) == "message"]
+
+
+def stored_name(store: SessionFile) -> str | None:
+    """The latest non-empty ``session_info`` name in the file (all branches)."""
+    for position in reversed(range(len(store))):
+        if store.kind(position) == "session_info":
+            name = store.entry(position).get("name")
+            if name:
+                return str(name)
+    return None
 
 
 def context_size(store: SessionFile) -> int:

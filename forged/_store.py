@@ -161,6 +161,13 @@ class SessionFile:
     def parent_id(self, position: int) -> str | None:
         return self._entries[position].parent_id
 
+    def latest(self, kind: str, positions: list[int]) -> Entry | None:
+        """The last entry of `kind` among `positions`, or None."""
+        for position in reversed(positions):
+            if self._entries[position].kind == kind:
+                return self.entry(position)
+        return None
+
     def entries_since(self, entry_id: str | None) -> list[Entry]:
         """Entries strictly after `entry_id` in file order; all of them for None."""
         if entry_id is None:
