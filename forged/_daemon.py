@@ -155,7 +155,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
                 input_nursery.start_soon(serve_dispatcher, commands_receive, dispatcher.handle,
                                          outbox.put)
         with settle_scope:
-            await session.wait_settled()
+            await dispatcher.wait_idle()
         outbox.close()
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await stdout.aclose()

@@ -4,6 +4,11 @@ Every handler answers through its `Reply` exactly once. Handlers never wait: sta
 setters, queue operations and ``abort`` answer at once (``abort`` right after the aborted run's
 ``agent_end``); work that takes time runs as a task in the session's nursery and answers when
 done.
+
+A session switch (``new_session``, ``switch_session``, ``fork``, ``clone``) is such a task. While
+it runs, reads and aborts are still answered at once (about the session being left), and every
+other command waits, in order, to be handled against the new session once the switch has
+answered: nothing sent after a switch lands in the session it left.
 """
 
 from __future__ import annotations
@@ -11,27 +16,34 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import trio
 
 from . import _codec
 from . import _wire as w
 from ._errors import CommandError
 from ._jsonl import encode_line
 from ._session import Session
-from ._store import entry_tree
+from ._store import LEAF, SessionFile, entry_tree
 
 Sink = Callable[[bytes], None]
 
 LATER_FEATURES: dict[type[Any], str] = {
-    **dict.fromkeys(
-        (w.NewSession, w.SwitchSession, w.Fork, w.Clone, w.GetForkMessages,
-         w.GetSessionStats, w.ExportHtml),
-        "persistent sessions"),
+    w.ExportHtml: "HTML export",
     **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
     **dict.fromkeys((w.SetAutoRetry, w.AbortRetry), "auto-retry"),
     **dict.fromkeys((w.Bash, w.AbortBash), "direct bash"),
     **dict.fromkeys((w.GetCommands, w.ExtensionUiResponse), "plugins, skills and templates"),
 }
+
+
+ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
+    w.GetState, w.GetMessages, w.GetAvailableModels, w.GetAvailableThinkingLevels,
+    w.GetEntries, w.GetTree, w.GetLastAssistantText, w.GetForkMessages, w.GetSessionStats,
+    w.GetCommands, w.Abort, w.AbortBash, w.AbortRetry, w.ClearQueue, w.ExtensionUiResponse,
+})
 
 
 class Reply:
@@ -63,6 +75,9 @@ class Dispatcher:
     def __init__(self, session: Session, sink: Sink) -> None:
         self.session = session
         self.sink = sink
+        self._held: list[tuple[Any, str | int | None]] | None = None
+        """Commands waiting for a session switch to finish; None when none runs."""
+        self._switched = trio.Event()
         self._handlers: dict[type[Any], Callable[[Any, Reply], None]] = {
             w.Prompt: self.prompt,
             w.Steer: self.steer,
@@ -92,10 +107,23 @@ class Dispatcher:
                 leaf_id=self.session.store.leaf_id)),
             w.SetSessionName: self.set_session_name,
             w.SetFollowUpMode: self.set_follow_up_mode,
+            w.NewSession: lambda cmd, reply: self._switch(
+                reply, self.session.new_store(cmd.parent_session), restore=False),
+            w.SwitchSession: lambda cmd, reply: self._switch(
+                reply, self.session.file_store(Path(cmd.session_path)), restore=True),
+            w.Fork: self.fork,
+            w.Clone: lambda _, reply: self._switch(
+                reply, self.session.branch_store(LEAF), restore=False),
+            w.GetForkMessages: lambda _, reply: reply.ok(w.ForkMessageList(
+                messages=self.session.fork_messages())),
+            w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
         }
 
     def handle(self, command: Any, command_id: str | int | None) -> None:
         """Handle one parsed command. Never raises: failures become error responses."""
+        if self._held is not None and type(command) not in ANSWERED_DURING_SWITCH:
+            self._held.append((command, command_id))
+            return
         reply = Reply(self.sink, command.type, command_id)
         handler = self._handlers.get(type(command))
         try:
@@ -109,6 +137,52 @@ class Dispatcher:
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             reply.fail(str(exc) or type(exc).__name__)
+
+    async def wait_idle(self) -> None:
+        """Until no switch runs and the session has settled."""
+        while True:
+            if self._held is not None:
+                await self._switched.wait()
+            await self.session.wait_settled()
+            if self._held is None and not self.session.busy:
+                return
+
+    # --- switching sessions --------------------------------------------------------------------
+
+    def _switch(self, reply: Reply, make: Callable[[SessionFile], SessionFile], *,
+                restore: bool, data: Any = None) -> None:
+        self._held = []
+        self._switched = trio.Event()
+
+        async def run() -> None:
+            try:
+                await self.session.switch(make, restore=restore)
+            except CommandError as exc:
+                reply.fail(str(exc))
+            except Exception as exc:
+                traceback.print_exc(file=sys.stderr)
+                reply.fail(str(exc) or type(exc).__name__)
+            else:
+                reply.ok(data or w.SwitchResult())
+            finally:
+                self._release()
+
+        self.session.start_task(run)
+
+    def _release(self) -> None:
+        """Handle the commands held during a switch, until one starts another switch."""
+        held, self._held = self._held or [], None
+        self._switched.set()
+        for index, (command, command_id) in enumerate(held):
+            self.handle(command, command_id)
+            if self._held is not None:
+                self._held.extend(held[index + 1:])
+                return
+
+    def fork(self, command: w.Fork, reply: Reply) -> None:
+        text, parent = self.session.fork_point(command.entry_id)
+        self._switch(reply, self.session.branch_store(parent), restore=False,
+                     data=w.ForkResult(text=text))
 
     # --- prompting -----------------------------------------------------------------------------
 
@@ -144,9 +218,9 @@ class Dispatcher:
         reply.ok()
 
     def set_steering_mode(self, command: w.SetSteeringMode, reply: Reply) -> None:
-        self.session.steering_mode = command.mode
+        self.session.set_steering_mode(command.mode)
         reply.ok()
 
     def set_follow_up_mode(self, command: w.SetFollowUpMode, reply: Reply) -> None:
-        self.session.follow_up_mode = command.mode
+        self.session.set_follow_up_mode(command.mode)
         reply.ok()

@@ -11,6 +11,7 @@ the prompt and then every queued continuation, each run inside `run_scope`, so a
 
 from __future__ import annotations
 
+import datetime
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,8 @@ from ._models import ModelRegistry, clamp_level, supported_levels
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
 from ._resources import build_system_prompt, find_context_files
+from ._settings import Settings
+from ._stats import UsageTotals, session_stats
 from ._store import SessionFile, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
 
@@ -57,6 +60,8 @@ class SessionConfig:
     keep_model: bool = False
     """The model and level were asked for (--model): a continued session does not restore
     its own."""
+    settings: Settings | None = None
+    """Read from the agent dir and the cwd when not given."""
 
 
 @attrs.define(kw_only=True)
@@ -65,6 +70,10 @@ class Queued:
 
     text: str
     message: w.UserMessage
+
+
+def _mode(value: Any) -> w.QueueMode:
+    return "all" if value == "all" else "one-at-a-time"
 
 
 def user_message(text: str, images: list[w.ImageContent] | None) -> w.UserMessage:
@@ -79,17 +88,16 @@ class Session:
         self.cwd = config.cwd
         self.agent_dir = config.agent_dir
         self.registry = config.registry
+        self.settings = config.settings or Settings(config.agent_dir, config.cwd)
         self.model = config.model
         self._preferred_level = config.thinking_level
-        self.store = open_store(config)
-        self.steering_mode: w.QueueMode = "one-at-a-time"
-        self.follow_up_mode: w.QueueMode = "one-at-a-time"
+        self.session_dir = (config.session_dir or session_dir_for(config.agent_dir, config.cwd)
+                            if config.persist else None)
+        """Where new session files go; None keeps new sessions in memory."""
+        self.steering_mode: w.QueueMode = _mode(self.settings.get("steeringMode"))
+        self.follow_up_mode: w.QueueMode = _mode(self.settings.get("followUpMode"))
         self.auto_compaction_enabled = True
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
-        self._messages: list[w.AgentMessage] | None = None  # read from the file when needed
-        self.session_name = stored_name(self.store)
-        if len(self.store) and not config.keep_model:
-            self._restore_model_and_level()
         self.steering: list[Queued] = []
         self.follow_ups: list[Queued] = []
         self._sink = sink
@@ -100,25 +108,36 @@ class Session:
         self._settled = trio.Event()
         self._settled.set()
         self._after_run: list[Callable[[], None]] = []
-        if not len(self.store):
-            if self.model is not None:
-                self.store.append("model_change", provider=self.model.provider,
-                                  modelId=self.model.id)
-            self.store.append("thinking_level_change", thinkingLevel=self.thinking_level)
+        self._messages: list[w.AgentMessage] | None = None
+        self.totals = UsageTotals()
+        self.store = self._install(open_store(config, self.session_dir),
+                                   restore=not config.keep_model)
         if config.session_name:
             self.set_session_name(config.session_name)
 
-    def _restore_model_and_level(self) -> None:
-        """A continued session takes back the model and thinking level its branch last used."""
-        path = self.store.path_to_leaf()
-        change = self.store.latest("model_change", path)
-        if change is not None:
-            model = self.registry.find(str(change.get("provider")), str(change.get("modelId")))
+    def _install(self, store: SessionFile, *, restore: bool) -> SessionFile:
+        """Make `store` the session's file: its context, its name, and (when `restore`) the
+        model and level its branch last used; a choice the branch does not record is
+        appended."""
+        self.store = store
+        self._messages = None  # read from the file when needed
+        self.totals = UsageTotals()
+        self.session_name = stored_name(store)
+        path = store.path_to_leaf()
+        recorded_model = recorded_model_of(store, path)
+        change = store.latest("thinking_level_change", path)
+        recorded_level = change.get("thinkingLevel") if change is not None else None
+        if restore and recorded_model is not None:
+            model = self.registry.find(*recorded_model)
             if model is not None and self.registry.has_auth(model.provider):
                 self.model = model
-        change = self.store.latest("thinking_level_change", path)
-        if change is not None and change.get("thinkingLevel") in w.THINKING_LEVELS:
-            self._preferred_level = str(change["thinkingLevel"])
+        if restore and recorded_level in w.THINKING_LEVELS:
+            self._preferred_level = str(recorded_level)
+        if self.model is not None and recorded_model != (self.model.provider, self.model.id):
+            store.append("model_change", provider=self.model.provider, modelId=self.model.id)
+        if recorded_level != self.thinking_level:
+            store.append("thinking_level_change", thinkingLevel=self.thinking_level)
+        return store
 
     @property
     def messages(self) -> list[w.AgentMessage]:
@@ -320,6 +339,81 @@ class Session:
         self._after_run.append(done)
         self.run_scope.cancel()
 
+    # --- switching session files ---------------------------------------------------------------
+
+    def start_task(self, task: Callable[[], Awaitable[None]]) -> None:
+        assert self._nursery is not None, "Session.serve is not running"
+        self._nursery.start_soon(task)
+
+    async def switch(self, make: Callable[[SessionFile], SessionFile], *, restore: bool) -> None:
+        """Replace the session's file with what `make` builds from the current one
+        (DECISIONS.md §3.8): queued messages are dropped, a running run is aborted and its
+        closing events written, then the new file is opened (in a thread: it may be large).
+        If `make` fails, the session keeps its file."""
+        self.clear_queue()
+        if self.run_scope is not None:
+            self.run_scope.cancel()
+        await self.wait_settled()
+        store = await trio.to_thread.run_sync(make, self.store)
+        self.store.close()
+        self._install(store, restore=restore)
+
+    def new_store(self, parent_session: str | None) -> Callable[[SessionFile], SessionFile]:
+        """Builds an empty session, written (with `parent_session` in its header) once it has
+        a message."""
+        return lambda _: SessionFile.create(self.session_dir, self.cwd, parent_session)
+
+    def file_store(self, path: Path) -> Callable[[SessionFile], SessionFile]:
+        """Opens the session file at `path` (relative to the cwd), or starts one there."""
+        path = (self.cwd / path.expanduser()).resolve()
+
+        def make(current: SessionFile) -> SessionFile:
+            if current.path == path:
+                current.close()  # the same file again: let go of the lock first
+            return open_or_create(path, self.cwd)
+
+        return make
+
+    def branch_store(self, leaf: int | None) -> Callable[[SessionFile], SessionFile]:
+        """Builds a new session holding the active branch up to position `leaf` (`LEAF`: all
+        of it; None: none of it), beside the current file, which its header names as
+        ``parentSession``."""
+        def make(current: SessionFile) -> SessionFile:
+            parent = current.path
+            return SessionFile.branched(parent.parent if parent else None, self.cwd,
+                                        str(parent) if parent else None, current.branch(leaf))
+
+        return make
+
+    def fork_point(self, entry_id: str) -> tuple[str, int | None]:
+        """The text of a user message on the active branch, and its parent's position."""
+        position = self.store.index.get(entry_id)
+        entry = (self.store.entry(position)
+                 if position is not None and position in set(self.store.path_to_leaf()) else {})
+        message = entry.get("message") if entry.get("type") == "message" else None
+        if not isinstance(message, dict) or message.get("role") != "user":
+            raise CommandError("Invalid entry ID for forking")
+        parent = entry.get("parentId")
+        return user_text(message), self.store.index.get(parent) if parent else None
+
+    def fork_messages(self) -> list[w.ForkMessage]:
+        """The user messages of the active branch that have text."""
+        out: list[w.ForkMessage] = []
+        for position in self.store.path_to_leaf():
+            if self.store.kind(position) != "message":
+                continue
+            entry = self.store.entry(position)
+            message = entry.get("message")
+            if isinstance(message, dict) and message.get("role") == "user":
+                text = user_text(message)
+                if text.strip():
+                    out.append(w.ForkMessage(entry_id=entry["id"], text=text))
+        return out
+
+    def stats(self) -> w.SessionStats:
+        self.totals.count(self.store)
+        return session_stats(self.store, self.totals, self.messages, self.model)
+
     # --- models and thinking -------------------------------------------------------------------
 
     def set_model(self, provider: str, model_id: str) -> w.Model:
@@ -343,11 +437,21 @@ class Session:
         level = self.thinking_level
         self.model = model
         self.store.append("model_change", provider=model.provider, modelId=model.id)
+        self.settings.remember(defaultProvider=model.provider, defaultModel=model.id)
         self._record_level(level)
 
     def _record_level(self, previous: str) -> None:
         if self.thinking_level != previous:
             self.store.append("thinking_level_change", thinkingLevel=self.thinking_level)
+            self.settings.remember(defaultThinkingLevel=self.thinking_level)
+
+    def set_steering_mode(self, mode: w.QueueMode) -> None:
+        self.steering_mode = mode
+        self.settings.remember(steeringMode=mode)
+
+    def set_follow_up_mode(self, mode: w.QueueMode) -> None:
+        self.follow_up_mode = mode
+        self.settings.remember(followUpMode=mode)
 
     def set_thinking_level(self, level: str) -> None:
         if level not in w.THINKING_LEVELS:
@@ -372,18 +476,46 @@ class Session:
 
 
 
-def open_store(config: SessionConfig) -> SessionFile:
+def open_store(config: SessionConfig, session_dir: Path | None) -> SessionFile:
     if config.session_path is not None:
-        if config.session_path.exists():
-            return SessionFile.open(config.session_path)
-        # A path that does not exist yet is a new session to be written there.
-        store = SessionFile.create(config.session_path.parent, config.cwd)
-        store.path = config.session_path.resolve()
-        return store
-    directory = None
-    if config.persist:
-        directory = config.session_dir or session_dir_for(config.agent_dir, config.cwd)
-    return SessionFile.create(directory, config.cwd)
+        return open_or_create(config.session_path, config.cwd)
+    return SessionFile.create(session_dir, config.cwd)
+
+
+def open_or_create(path: Path, cwd: Path) -> SessionFile:
+    """The session file at `path`; a path that does not exist yet is a new session there."""
+    path = path.expanduser().resolve()
+    if path.exists():
+        return SessionFile.open(path, cwd)
+    store = SessionFile.create(path.parent, cwd)
+    store.path = path
+    return store
+
+
+def recorded_model_of(store: SessionFile, path: list[int]) -> tuple[str, str] | None:
+    """The model the branch last used: its latest ``model_change`` or assistant message."""
+    for position in reversed(path):
+        kind = store.kind(position)
+        if kind == "model_change":
+            entry = store.entry(position)
+            return str(entry.get("provider")), str(entry.get("modelId"))
+        if kind == "message":
+            message = store.entry(position).get("message") or {}
+            if message.get("role") == "assistant":
+                return str(message.get("provider")), str(message.get("model"))
+    return None
+
+
+def user_text(message: dict[str, Any]) -> str:
+    """The text of a stored user message (its content is a string or blocks)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(block.get("text", "") for block in content or []
+                   if isinstance(block, dict) and block.get("type") == "text")
+
+
+CONTEXT_KINDS = ("message", "custom_message", "branch_summary")
 
 
 def _context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[int]]:
@@ -399,7 +531,8 @@ def _context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[
         kept_from = next((i for i, position in enumerate(positions[:at])
                           if store.entry_id(position) == summary.get("firstKeptEntryId")), at)
         positions = positions[kept_from:at] + positions[at + 1:]
-    return summary, [position for position in positions if store.kind(position) == "message"]
+    return summary, [position for position in positions
+                     if store.kind(position) in CONTEXT_KINDS]
 
 
 def stored_name(store: SessionFile) -> str | None:
@@ -420,19 +553,50 @@ def context_size(store: SessionFile) -> int:
 def build_context(store: SessionFile) -> list[w.AgentMessage]:
     """The messages of the active branch (reference-behaviour.md §2.7): the latest
     compaction's summary first, then the entries it kept, then what came after. Only those
-    message entries are read back from the file."""
+    entries are read back from the file."""
     summary, positions = _context_positions(store)
     messages: list[w.AgentMessage] = []
     if summary is not None:
-        messages.append(w.UserMessage(content=[w.TextContent(text=(
-            "The conversation history before this point was compacted into the following "
-            f"summary:\n\n<summary>\n{summary.get('summary', '')}\n</summary>"))],
-            timestamp=0))
+        messages.append(w.CompactionSummaryMessage(
+            summary=str(summary.get("summary", "")),
+            tokens_before=int(summary.get("tokensBefore") or 0),
+            timestamp=entry_ms(summary)))
     for position in positions:
-        try:
-            message: w.AgentMessage = _codec.structure(
-                store.entry(position)["message"], w.AgentMessage)  # type: ignore[arg-type]
-        except (CommandError, KeyError):
-            continue  # a message kind forged does not know yet stays in the file
-        messages.append(message)
+        message = context_message(store.entry(position))
+        if message is not None:
+            messages.append(message)
     return messages
+
+
+def entry_ms(entry: dict[str, Any]) -> int:
+    """An entry's ISO timestamp as milliseconds since the epoch (0 when unreadable)."""
+    try:
+        moment = datetime.datetime.fromisoformat(str(entry.get("timestamp")))
+    except ValueError:
+        return 0
+    return int(moment.timestamp() * 1000)
+
+
+def context_message(entry: dict[str, Any]) -> w.AgentMessage | None:
+    """What an entry puts in the context, if anything; an entry forged cannot read (a message
+    kind it does not know) stays in the file but out of the context."""
+    value: Any
+    if entry.get("type") == "message":
+        value = entry.get("message")
+    elif entry.get("type") == "custom_message":
+        value = {"role": "custom", "timestamp": entry_ms(entry), "display": True,
+                 **{k: entry[k] for k in ("customType", "content", "display", "details")
+                    if k in entry}}
+    elif entry.get("type") == "branch_summary" and entry.get("summary"):
+        value = {"role": "branchSummary", "summary": entry["summary"],
+                 "fromId": entry.get("fromId", "root"), "timestamp": entry_ms(entry)}
+    else:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("content"), str):  # the ancestor's short form of one text block
+        value = {**value, "content": [{"type": "text", "text": value["content"]}]}
+    try:
+        return _codec.structure(value, w.AgentMessage)  # type: ignore[arg-type]
+    except CommandError:
+        return None

@@ -21,6 +21,7 @@ import datetime
 import fcntl
 import os
 import re
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ SESSION_VERSION = 3
 FSYNCED_ROLES = ("user", "assistant")
 
 Entry = dict[str, Any]
+LEAF = -1
+"""The position of the current leaf, whatever it is when asked."""
 
 
 class SessionLockedError(CommandError):
@@ -108,13 +111,49 @@ class SessionFile:
         return cls(path, header)
 
     @classmethod
-    def open(cls, path: Path) -> SessionFile:
-        """Open an existing file for writing: lock it, index it, cut a torn tail."""
+    def branched(cls, directory: Path | None, cwd: Path, parent_session: str | None,
+                 entries: list[Entry]) -> SessionFile:
+        """A new session holding copies of `entries` (a branch of another session); written at
+        once when they include a message, like any session with a message."""
+        session = cls.create(directory, cwd, parent_session)
+        for entry in entries:
+            session._add(_Indexed(entry.get("id"), entry.get("parentId"), str(entry["type"]),
+                                  -1, -1, entry))
+        if session.path is not None and any(e["type"] == "message" for e in entries):
+            session._create_file()
+            os.fsync(session._fd)  # type: ignore[arg-type]
+        return session
+
+    @classmethod
+    def open(cls, path: Path, cwd: Path | None = None) -> SessionFile:
+        """Open an existing file for writing: lock it, migrate or repair it, index it, cut a
+        torn tail.
+
+        A file of an older version is migrated to version 3, and an empty file or one without
+        a valid header becomes a new session (in `cwd`) at the same path, the unreadable
+        content kept beside it as ``<name>.corrupt-<time>``. Both are rewritten
+        through a temporary file, so a crash leaves the old file or the new one, never half of
+        each.
+        """
         path = path.resolve()
         lock_fd = _lock(path)
         try:
             data = path.read_bytes()
-            header, entries, good_length = _index(data)
+            header = _read_header(data)
+            if header is None:
+                if data.strip():  # not ours to destroy: kept beside the new session
+                    rewrite(path.with_name(f"{path.name}.corrupt-{int(time.time())}"), data)
+                header = cls.create(None, cwd or Path.cwd()).header
+                data = encode_line(header)
+                rewrite(path, data)
+            elif b"\n" not in data:
+                data += b"\n"  # a header alone, its newline lost
+                rewrite(path, data)
+            if header.get("version", 1) in (1, 2):
+                data = migrate(data)
+                header = orjson.loads(data[:data.index(b"\n")])
+                rewrite(path, data)
+            entries, good_length = _index(data)
         except BaseException:
             os.close(lock_fd)
             raise
@@ -179,9 +218,12 @@ class SessionFile:
 
     def path_to_leaf(self) -> list[int]:
         """Positions of the active branch, root first (an orphan's missing parent ends it)."""
+        return self.path_to(len(self._entries) - 1 if self._entries else None)
+
+    def path_to(self, position: int | None) -> list[int]:
+        """Positions from the root to `position`, root first; [] for None."""
         positions: list[int] = []
         seen: set[int] = set()
-        position = len(self._entries) - 1 if self._entries else None
         while position is not None and position not in seen:
             seen.add(position)
             positions.append(position)
@@ -189,6 +231,36 @@ class SessionFile:
             position = self.index.get(parent) if parent is not None else None
         positions.reverse()
         return positions
+
+    def branch(self, leaf: int | None) -> list[Entry]:
+        """Copies of the entries from the root to `leaf` (a position, or `LEAF`) for a new
+        session: labels left out (what followed one is re-linked to the entry before it), then
+        the latest label of each entry kept re-created after the last one."""
+        if leaf == LEAF:
+            leaf = len(self._entries) - 1 if self._entries else None
+        path: list[Entry] = []
+        for position in self.path_to(leaf):
+            entry = self.entry(position)
+            if entry.get("type") == "label":
+                continue  # an entry after it hangs from the kept entry before it
+            if path and entry.get("parentId") != path[-1]["id"]:
+                entry = {**entry, "parentId": path[-1]["id"]}
+            path.append(entry)
+        kept = {entry["id"] for entry in path}
+        labels: dict[str, Any] = {}
+        for position, item in enumerate(self._entries):
+            if item.kind == "label":
+                label = self.entry(position)
+                if label.get("targetId") in kept:
+                    labels[label["targetId"]] = label.get("label")
+        parent = path[-1]["id"] if path else None
+        for target, label in labels.items():
+            if label:
+                entry_id = self.new_id()
+                path.append({"type": "label", "id": entry_id, "parentId": parent,
+                             "timestamp": iso_now(), "targetId": target, "label": label})
+                parent = entry_id
+        return path
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -255,21 +327,28 @@ class SessionFile:
         self._fd = self._lock_fd = None
 
 
-def _index(data: bytes) -> tuple[Entry, list[_Indexed], int]:
-    """The header, the index of the entries, and the length of `data` that is whole lines.
+def _read_header(data: bytes) -> Entry | None:
+    """The header line, or None when the first line is not a session header."""
+    end = data.find(b"\n")
+    try:
+        header = orjson.loads(data[:end] if end >= 0 else data)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(header, dict) and header.get("type") == "session" and isinstance(
+            header.get("id"), str):
+        return header
+    return None
+
+
+def _index(data: bytes) -> tuple[list[_Indexed], int]:
+    """The index of the entries after the header, and the length of `data` that is whole
+    lines.
 
     A line after the last newline is a torn write; so is a last line that is not JSON. Both
     are left out (and cut off by the caller). A bad line elsewhere is skipped, as the
     ancestor does.
     """
-    end_of_header = data.find(b"\n")
-    try:
-        header = orjson.loads(data[:end_of_header]) if end_of_header > 0 else None
-    except orjson.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("type") != "session" or not isinstance(
-            header.get("id"), str):
-        raise CommandError("Not a session file: the first line is not a session header")
+    end_of_header = data.index(b"\n")
     entries: list[_Indexed] = []
     offset = end_of_header + 1
     good_length = offset
@@ -299,7 +378,65 @@ def _index(data: bytes) -> tuple[Entry, list[_Indexed], int]:
                     str(value.get("type", "")), offset, end - offset, None))
         offset = end + 1
         good_length = offset
-    return header, entries, good_length
+    return entries, good_length
+
+
+def migrate(data: bytes) -> bytes:
+    """A version 1 or 2 file as version 3 (reference-behaviour.md §2.8).
+
+    Version 1 entries get fresh ids chained in file order, and a compaction's
+    ``firstKeptEntryIndex`` (counting the header as 0) becomes ``firstKeptEntryId``;
+    version 2's ``hookMessage`` role is now ``custom``. Lines that are not JSON objects go.
+    """
+    lines: list[Entry] = []
+    for line in data.splitlines():
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            lines.append(value)
+    header, entries = lines[0], lines[1:]
+    if header.get("version", 1) < 2:
+        ids: set[str] = set()
+        parent: str | None = None
+        for position, entry in enumerate(entries):
+            entry_id = uuid.uuid4().hex[:8]
+            while entry_id in ids:
+                entry_id = uuid.uuid4().hex[:8]
+            ids.add(entry_id)
+            entry.pop("id", None)
+            entry.pop("parentId", None)
+            entries[position] = {"type": entry.pop("type", "message"), "id": entry_id,
+                                 "parentId": parent, **entry}
+            parent = entry_id
+        for entry in entries:
+            index = entry.pop("firstKeptEntryIndex", None)
+            if entry["type"] == "compaction" and isinstance(index, int) and 0 < index <= len(
+                    entries):
+                entry["firstKeptEntryId"] = entries[index - 1]["id"]
+    for entry in entries:
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("role") == "hookMessage":
+            message["role"] = "custom"
+    header["version"] = SESSION_VERSION
+    return b"".join(encode_line(line) for line in [header, *entries])
+
+
+def rewrite(path: Path, data: bytes) -> None:
+    """Replace the file at `path` with `data`: a temporary file beside it, fsynced, renamed
+    over it, and the directory fsynced."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    _fsync_directory(path.parent)
 
 
 def _is_json(line: bytes) -> bool:

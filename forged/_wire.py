@@ -163,7 +163,42 @@ class BashExecutionMessage:
     timestamp: int
 
 
-AgentMessage = UserMessage | AssistantMessage | ToolResultMessage | BashExecutionMessage
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CustomMessage:
+    """A message a plugin put in the context (stored as a ``custom_message`` entry)."""
+
+    role: str = tag("custom")
+    custom_type: str
+    content: list[UserContent]
+    display: bool = True
+    details: Any = None
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CompactionSummaryMessage:
+    """The context's first message after a compaction."""
+
+    role: str = tag("compactionSummary")
+    summary: str
+    tokens_before: int
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class BranchSummaryMessage:
+    """What an abandoned branch did, for the branch the conversation came back to."""
+
+    role: str = tag("branchSummary")
+    summary: str
+    from_id: str
+    timestamp: int
+
+
+AgentMessage = (
+    UserMessage | AssistantMessage | ToolResultMessage | BashExecutionMessage | CustomMessage
+    | CompactionSummaryMessage | BranchSummaryMessage
+)
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -730,3 +765,60 @@ class TreeNode:
 class EntryTree:
     tree: list[TreeNode]
     leaf_id: str | None = keep_null()
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class SwitchResult:
+    cancelled: bool = False
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ForkResult:
+    text: str
+    cancelled: bool = False
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ForkMessage:
+    entry_id: str
+    text: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ForkMessageList:
+    messages: list[ForkMessage]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class TokenTotals:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total: int = 0
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ContextUsage:
+    tokens: int | None = keep_null()
+    context_window: int
+    percent: float | None = keep_null()
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class SessionStats:
+    session_file: str | None = None
+    session_id: str
+    user_messages: int
+    assistant_messages: int
+    tool_calls: int
+    tool_results: int
+    total_messages: int
+    tokens: TokenTotals
+    cost: float
+    context_usage: ContextUsage | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ExportResult:
+    path: str

@@ -74,6 +74,13 @@ class Client:
                     raise AssertionError(f"stream ended; got {seen}")
                 await self._arrived.wait()
 
+    async def next_line(self) -> None:
+        """Until one more line arrives."""
+        async with self._arrived:
+            seen = len(self.output)
+            while len(self.output) == seen and not self._eof:
+                await self._arrived.wait()
+
     async def response(self, command_id: str) -> Event:
         return await self.wait_for(
             lambda e: e.get("type") == "response" and e.get("id") == command_id)

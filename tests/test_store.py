@@ -87,8 +87,54 @@ def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path) -> Non
     SessionFile.open(session.path).close()  # released with the first
 
 
-def test_not_a_session_file(tmp_path: Path) -> None:
+def test_an_unreadable_file_becomes_a_new_session_and_its_content_is_kept(
+        tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text('{"type":"message"}\n')
-    with pytest.raises(CommandError, match="Not a session file"):
-        SessionFile.open(path)
+    session = SessionFile.open(path, Path("/work"))
+    assert session.path == path and len(session) == 0
+    assert lines(path) == [session.header] and session.header["cwd"] == "/work"
+    (kept,) = tmp_path.glob("x.jsonl.corrupt-*")
+    assert kept.read_text() == '{"type":"message"}\n'
+    session.append("message", message=user("again"))
+    session.close()
+    reopened = SessionFile.open(path)
+    assert reopened.session_id == session.session_id and len(reopened) == 1
+    assert not list(tmp_path.glob(".*.tmp"))  # the rewrite left no temporary file
+
+
+def test_an_empty_file_becomes_a_new_session(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.touch()
+    session = SessionFile.open(path, Path("/work"))
+    assert lines(path) == [session.header]
+    assert not list(tmp_path.glob("*.corrupt-*"))  # nothing to keep
+
+
+def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    old_lines = [orjson.dumps(line) for line in [
+        {"type": "session", "id": "s-1", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"},
+        {"type": "message", "timestamp": "2025-01-01T00:00:01.000Z", "message": user("one")},
+        {"type": "message", "timestamp": "2025-01-01T00:00:02.000Z",
+         "message": {"role": "hookMessage", "customType": "x", "content": "hi",
+                     "display": True, "timestamp": 2}},
+        {"type": "compaction", "timestamp": "2025-01-01T00:00:03.000Z", "summary": "s",
+         "firstKeptEntryIndex": 2, "tokensBefore": 10},
+    ]]
+    old_lines.insert(2, b"not json")
+    path.write_bytes(b"".join(line + b"\n" for line in old_lines))
+    session = SessionFile.open(path)
+    migrated = lines(path)
+    assert migrated[0]["version"] == 3 and migrated[0]["id"] == "s-1"
+    entries = migrated[1:]
+    assert [e["type"] for e in entries] == ["message", "message", "compaction"]
+    assert entries[0]["parentId"] is None
+    assert [e["parentId"] for e in entries[1:]] == [e["id"] for e in entries[:-1]]
+    assert entries[1]["message"]["role"] == "custom"  # type: ignore[index]
+    assert entries[2]["firstKeptEntryId"] == entries[1]["id"]
+    assert "firstKeptEntryIndex" not in entries[2]
+    assert session.entries() == entries and session.leaf_id == entries[2]["id"]
+    session.close()
+    SessionFile.open(path).close()
+    assert lines(path) == migrated  # migrating again changes nothing

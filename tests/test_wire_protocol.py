@@ -109,17 +109,13 @@ async def test_unicode_separators_are_escaped_and_not_split(tmp_path: Path) -> N
 
 async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> None:
     cases = {
-        "new_session": "persistent sessions", "switch_session": "persistent sessions",
-        "fork": "persistent sessions", "clone": "persistent sessions",
-        "get_fork_messages": "persistent sessions",
-        "get_session_stats": "persistent sessions", "export_html": "persistent sessions",
+        "export_html": "HTML export",
         "compact": "compaction", "set_auto_compaction": "compaction",
         "set_auto_retry": "auto-retry", "abort_retry": "auto-retry",
         "bash": "direct bash", "abort_bash": "direct bash",
         "get_commands": "plugins", "extension_ui_response": "plugins",
     }
-    fields = {"switch_session": {"sessionPath": "/x"}, "fork": {"entryId": "abcd1234"},
-              "set_auto_compaction": {"enabled": True},
+    fields = {"set_auto_compaction": {"enabled": True},
               "set_auto_retry": {"enabled": True}, "bash": {"command": "ls"}}
     async with open_client(tmp_path) as client:
         for kind, feature in cases.items():

@@ -421,6 +421,32 @@ def bash_execution_text(message: w.BashExecutionMessage) -> str:
     return text
 
 
+COMPACTION_SUMMARY_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:"
+    "\n\n<summary>\n")
+BRANCH_SUMMARY_PREFIX = (
+    "The following is a summary of a branch that this conversation came back from:"
+    "\n\n<summary>\n")
+
+
+def as_user_message(message: w.AgentMessage) -> w.UserMessage:
+    """A message that is neither the model's nor a tool's, as the user text a model reads."""
+    match message:
+        case w.UserMessage():
+            return message
+        case w.CustomMessage():
+            return w.UserMessage(content=message.content, timestamp=message.timestamp)
+        case w.BashExecutionMessage():
+            text = bash_execution_text(message)
+        case w.CompactionSummaryMessage():
+            text = f"{COMPACTION_SUMMARY_PREFIX}{message.summary}\n</summary>"
+        case w.BranchSummaryMessage():
+            text = f"{BRANCH_SUMMARY_PREFIX}{message.summary}</summary>"
+        case _:
+            raise TypeError(f"not a user-side message: {message.role}")
+    return w.UserMessage(content=[w.TextContent(text=text)], timestamp=message.timestamp)
+
+
 LlmMessage = w.UserMessage | w.AssistantMessage | w.ToolResultMessage
 
 
@@ -461,11 +487,7 @@ def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMess
                 out.append(message)
         else:
             answer_missing()
-            if isinstance(message, w.BashExecutionMessage):
-                out.append(w.UserMessage(content=[w.TextContent(text=bash_execution_text(message))],
-                                         timestamp=message.timestamp))
-            else:
-                out.append(message)
+            out.append(as_user_message(message))
     answer_missing()
     return out
 

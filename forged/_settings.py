@@ -1,0 +1,73 @@
+"""settings.json: the user's defaults, and the choices forged remembers for them.
+
+The global file is ``<agentDir>/settings.json``; a project's ``<cwd>/.agent-forge/settings.json``
+overrides it key by key (objects merged one level deep). forged writes only the global file,
+and only the keys it changed: the file is read again, those keys replaced, and the result
+written to a temporary file that is renamed over the old one, under a lock on
+``settings.json.lock``, so a crash or another writer never leaves half a file or loses a key.
+Keys forged does not know are kept as they are.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ._store import rewrite
+
+PROJECT_DIR = ".agent-forge"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """A settings file's object; {} when missing, and {} with a warning when unreadable."""
+    try:
+        value = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, orjson.JSONDecodeError) as exc:
+        print(f"forged: ignoring {path}: {exc}", file=sys.stderr)
+        return {}
+    if not isinstance(value, dict):
+        print(f"forged: ignoring {path}: not a JSON object", file=sys.stderr)
+        return {}
+    return value
+
+
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+class Settings:
+    def __init__(self, agent_dir: Path, cwd: Path | None = None) -> None:
+        self.path = agent_dir / "settings.json"
+        self.project_path = cwd / PROJECT_DIR / "settings.json" if cwd is not None else None
+        self._global = _read(self.path)
+        self._project = _read(self.project_path) if self.project_path is not None else {}
+        self.merged = merge(self._global, self._project)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.merged.get(key, default)
+
+    def remember(self, **values: Any) -> None:
+        """Set top-level keys in the global file (atomically); a project value still wins."""
+        self._global.update(values)
+        self.merged = merge(self._global, self._project)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path.with_name("settings.json.lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # one read-modify-write at a time
+                current = _read(self.path)
+                current.update(values)
+                rewrite(self.path, orjson.dumps(current, option=orjson.OPT_INDENT_2) + b"\n")
+        except OSError as exc:
+            print(f"forged: could not save {self.path}: {exc}", file=sys.stderr)
