@@ -39,6 +39,7 @@ from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._session import Session, SessionConfig
+from ._settings import Settings
 from ._store import session_dir_for
 
 SHUTDOWN_GRACE_S = 2.5
@@ -78,20 +79,35 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
         register_scripted(registry, server.base_url)
         provider = provider or SCRIPTED_PROVIDER
         model_pattern = model_pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
-    level: str = "medium"
+    settings = Settings(directory, options.cwd)
+    level = str(settings.get("defaultThinkingLevel", "medium"))
+    if level not in w.THINKING_LEVELS:
+        level = "medium"
     model: w.Model | None
     if model_pattern is not None:
         model, suffix = registry.resolve_pattern(model_pattern, provider)
         level = suffix or level
     else:
-        model = registry.initial_model(provider)
+        model = saved_default(registry, settings, provider) or registry.initial_model(provider)
     session_dir = options.session_dir or session_dir_for(directory, options.cwd)
     return SessionConfig(cwd=options.cwd, agent_dir=directory, registry=registry, model=model,
                          thinking_level=clamp_level(model, level) if model else level,
                          session_name=options.session_name, persist=not options.no_session,
                          session_dir=session_dir,
                          session_path=find_session(options, session_dir),
-                         keep_model=options.model is not None)
+                         keep_model=options.model is not None, settings=settings)
+
+
+def saved_default(registry: ModelRegistry, settings: Settings,
+                  provider: str | None) -> w.Model | None:
+    """The model settings.json names as the default, if it is usable (and of `provider`)."""
+    saved_provider, saved_id = settings.get("defaultProvider"), settings.get("defaultModel")
+    if not isinstance(saved_provider, str) or not isinstance(saved_id, str):
+        return None
+    if provider is not None and saved_provider != provider:
+        return None
+    model = registry.find(saved_provider, saved_id)
+    return model if model is not None and registry.has_auth(model.provider) else None
 
 
 def find_session(options: Options, session_dir: Path) -> Path | None:

@@ -5,7 +5,8 @@ overrides it key by key (objects merged one level deep). forged writes only the 
 and only the keys it changed: the file is read again, those keys replaced, and the result
 written to a temporary file that is renamed over the old one, under a lock on
 ``settings.json.lock``, so a crash or another writer never leaves half a file or loses a key.
-Keys forged does not know are kept as they are.
+Keys forged does not know are kept as they are; a file that cannot be read is never
+written.
 """
 
 from __future__ import annotations
@@ -22,18 +23,18 @@ from ._store import rewrite
 PROJECT_DIR = ".agent-forge"
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """A settings file's object; {} when missing, and {} with a warning when unreadable."""
+def _read(path: Path) -> dict[str, Any] | None:
+    """A settings file's object; {} when missing, None (with a warning) when unreadable."""
     try:
         value = orjson.loads(path.read_bytes())
     except FileNotFoundError:
         return {}
     except (OSError, orjson.JSONDecodeError) as exc:
         print(f"forged: ignoring {path}: {exc}", file=sys.stderr)
-        return {}
+        return None
     if not isinstance(value, dict):
         print(f"forged: ignoring {path}: not a JSON object", file=sys.stderr)
-        return {}
+        return None
     return value
 
 
@@ -51,8 +52,8 @@ class Settings:
     def __init__(self, agent_dir: Path, cwd: Path | None = None) -> None:
         self.path = agent_dir / "settings.json"
         self.project_path = cwd / PROJECT_DIR / "settings.json" if cwd is not None else None
-        self._global = _read(self.path)
-        self._project = _read(self.project_path) if self.project_path is not None else {}
+        self._global = _read(self.path) or {}
+        self._project = (_read(self.project_path) or {}) if self.project_path else {}
         self.merged = merge(self._global, self._project)
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -67,6 +68,8 @@ class Settings:
             with open(self.path.with_name("settings.json.lock"), "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)  # one read-modify-write at a time
                 current = _read(self.path)
+                if current is None:
+                    return  # never overwrite a file the user must mend by hand
                 current.update(values)
                 rewrite(self.path, orjson.dumps(current, option=orjson.OPT_INDENT_2) + b"\n")
         except OSError as exc:
