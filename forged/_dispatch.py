@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ from ._store import LEAF, SessionFile, entry_tree
 Sink = Callable[[bytes], None]
 
 LATER_FEATURES: dict[type[Any], str] = {
-    w.ExportHtml: "HTML export",
     **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
     **dict.fromkeys((w.SetAutoRetry, w.AbortRetry), "auto-retry"),
     **dict.fromkeys((w.Bash, w.AbortBash), "direct bash"),
@@ -117,6 +116,7 @@ class Dispatcher:
             w.GetForkMessages: lambda _, reply: reply.ok(w.ForkMessageList(
                 messages=self.session.fork_messages())),
             w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
+            w.ExportHtml: self.export_html,
         }
 
     def handle(self, command: Any, command_id: str | int | None) -> None:
@@ -154,18 +154,27 @@ class Dispatcher:
         self._held = []
         self._switched = trio.Event()
 
-        async def run() -> None:
+        async def switch() -> Any:
             try:
                 await self.session.switch(make, restore=restore)
+            finally:
+                self._release()
+            return data or w.SwitchResult()
+
+        self._in_task(reply, switch)
+
+    def _in_task(self, reply: Reply, work: Callable[[], Awaitable[Any]]) -> None:
+        """Run `work` as a task of the session; answer with what it returns or raises."""
+        async def run() -> None:
+            try:
+                result = await work()
             except CommandError as exc:
                 reply.fail(str(exc))
             except Exception as exc:
                 traceback.print_exc(file=sys.stderr)
                 reply.fail(str(exc) or type(exc).__name__)
             else:
-                reply.ok(data or w.SwitchResult())
-            finally:
-                self._release()
+                reply.ok(result)
 
         self.session.start_task(run)
 
@@ -178,6 +187,12 @@ class Dispatcher:
             if self._held is not None:
                 self._held.extend(held[index + 1:])
                 return
+
+    def export_html(self, command: w.ExportHtml, reply: Reply) -> None:
+        async def export() -> w.ExportResult:
+            return w.ExportResult(path=await self.session.export_html(command.output_path))
+
+        self._in_task(reply, export)
 
     def fork(self, command: w.Fork, reply: Reply) -> None:
         text, parent = self.session.fork_point(command.entry_id)

@@ -24,6 +24,7 @@ import trio
 from . import _codec
 from . import _wire as w
 from ._errors import CommandError
+from ._export import render
 from ._jsonl import encode_line
 from ._loop import run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
@@ -32,7 +33,7 @@ from ._providers.base import now_ms
 from ._resources import build_system_prompt, find_context_files
 from ._settings import Settings
 from ._stats import UsageTotals, session_stats
-from ._store import SessionFile, session_dir_for
+from ._store import SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
 
 Sink = Callable[[bytes], None]
@@ -409,6 +410,26 @@ class Session:
                 if text.strip():
                     out.append(w.ForkMessage(entry_id=entry["id"], text=text))
         return out
+
+    async def export_html(self, output_path: str | None) -> str:
+        """Write the session as HTML (`forged._export`), in a thread; return the path."""
+        store, count, name, model = self.store, len(self.store), self.session_name, self.model
+
+        def write() -> str:
+            if store.path is None:
+                raise CommandError("Cannot export in-memory session to HTML")
+            if not store.path.exists():
+                raise CommandError("Nothing to export yet - start a conversation first")
+            target = (self.cwd / Path(output_path).expanduser() if output_path
+                      else self.cwd / f"forged-session-{store.path.stem}.html").resolve()
+            totals = UsageTotals()
+            totals.count(store)
+            page = render(store, count, name=name, model=model, totals=totals)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            rewrite(target, page.encode(), 0o644)
+            return str(target)
+
+        return await trio.to_thread.run_sync(write)
 
     def stats(self) -> w.SessionStats:
         self.totals.count(self.store)

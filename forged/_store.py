@@ -423,11 +423,11 @@ def migrate(data: bytes) -> bytes:
     return b"".join(encode_line(line) for line in [header, *entries])
 
 
-def rewrite(path: Path, data: bytes) -> None:
+def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Replace the file at `path` with `data`: a temporary file beside it, fsynced, renamed
     over it, and the directory fsynced."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         view = memoryview(data)
         while view:

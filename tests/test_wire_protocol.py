@@ -109,7 +109,6 @@ async def test_unicode_separators_are_escaped_and_not_split(tmp_path: Path) -> N
 
 async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> None:
     cases = {
-        "export_html": "HTML export",
         "compact": "compaction", "set_auto_compaction": "compaction",
         "set_auto_retry": "auto-retry", "abort_retry": "auto-retry",
         "bash": "direct bash", "abort_bash": "direct bash",

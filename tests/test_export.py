@@ -1,0 +1,147 @@
+"""export_html: one self-contained page, readable without JavaScript, checked in Chromium."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from forged._providers.scripted import Reply, ScriptText, ScriptThinking, ScriptToolCall
+
+from .chromium import find_chromium, open_page
+from .harness import Client, open_client
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+ANSWER = ("**Fixed** the greeting, see `greet.py`:\n\n```python\nprint('hello')\n```\n\n"
+          "| before | after |\n|---|---|\n| helo | hello |\n")
+
+
+def branched_file(path: Path) -> None:
+    """A session that already has an abandoned branch."""
+    def message(entry_id: str, parent: str | None, role: str, text: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}],
+                                "timestamp": 1767225600000}
+        if role == "assistant":
+            body |= {"api": "anthropic-messages", "provider": "scripted",
+                     "model": "anthropic-messages", "stopReason": "stop",
+                     "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0,
+                               "totalTokens": 15,
+                               "cost": {"input": 0, "output": 0, "cacheRead": 0,
+                                        "cacheWrite": 0, "total": 0.25}}}
+        return {"type": "message", "id": entry_id, "parentId": parent,
+                "timestamp": "2026-01-01T00:00:01.000Z", "message": body}
+
+    lines = [
+        {"type": "session", "version": 3, "id": "export-me",
+         "timestamp": "2026-01-01T00:00:00.000Z", "cwd": str(path.parent)},
+        message("c0000001", None, "user", "Hello there"),
+        message("c0000002", "c0000001", "assistant", "An answer nobody kept"),
+        message("c0000003", "c0000001", "assistant", "Hi! What shall we fix?"),
+        {"type": "label", "id": "c0000004", "parentId": "c0000003",
+         "timestamp": "2026-01-01T00:00:02.000Z", "targetId": "c0000001",
+         "label": "start here"},
+        {"type": "compaction", "id": "c0000005", "parentId": "c0000004",
+         "timestamp": "2026-01-01T00:00:03.000Z", "summary": "We said hello.",
+         "firstKeptEntryId": "c0000003", "tokensBefore": 900},
+    ]
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+
+async def exported_session(tmp_path: Path) -> tuple[Client, dict[str, Any]]:
+    session = tmp_path / "export.jsonl"
+    branched_file(session)
+    replies = [
+        Reply(content=[ScriptThinking(thinking="The greeting has a typo."),
+                       ScriptToolCall(name="edit", arguments={
+                           "path": "greet.py", "oldText": "helo", "newText": "hello"})]),
+        Reply(content=[ScriptToolCall(name="bash", arguments={"command": "seq 1 40"})]),
+        Reply(content=[ScriptText(text=ANSWER)]),
+    ]
+    async with open_client(tmp_path, replies, session_path=session) as client:
+        (client.cwd / "greet.py").write_text("print('helo')\n")
+        await client.prompt_and_settle("Please fix the greeting <b>now</b>")
+        response = await client.request({"type": "export_html"})
+    return client, response
+
+
+async def test_the_page_holds_the_conversation_as_html(tmp_path: Path) -> None:
+    client, response = await exported_session(tmp_path)
+    path = Path(response["data"]["path"])
+    assert path == client.cwd / "forged-session-export.html"
+    page = path.read_text()
+    assert "<script" not in page  # readable with JavaScript off: there is none
+    assert not re.search(r'(src|href)="(https?:)?//', page)  # and nothing to fetch
+    assert "Please fix the greeting &lt;b&gt;now&lt;/b&gt;" in page  # user text, escaped
+    assert "<strong>Fixed</strong>" in page and "<table>" in page  # Markdown rendered
+    assert '<details class="thinking"><summary>Thinking</summary>' in page
+    assert "The greeting has a typo." in page
+    assert '<span class="diff-del">-1 print(&#x27;helo&#x27;)</span>' in page
+    assert '<span class="diff-add">+1 print(&#x27;hello&#x27;)</span>' in page
+    assert "$ seq 1 40" in page and "Show all 41 lines" in page  # long output folded
+    assert "We said hello." in page and "900 tokens before" in page  # the compaction
+    assert 'class="node message active"' in page and "leaf ▸" in page  # the tree
+    assert "An answer nobody kept" in page and "Other branches" in page
+    assert '<span class="tag">start here</span>' in page
+    assert "Models used</dt><dd>scripted/anthropic-messages" in page
+    # Every branch counts: two stored replies of $0.25 and three scripted ones of 10 in, 5 out.
+    assert "Tokens</dt><dd>75 (50 in · 25 out" in page
+    assert "Cost</dt><dd>$0.50" in page
+
+
+async def test_export_errors_and_an_explicit_path(tmp_path: Path) -> None:
+    async with open_client(tmp_path, persist=False) as client:
+        memory = await client.request({"type": "export_html"})
+    assert memory["error"] == "Cannot export in-memory session to HTML"
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
+        early = await client.request({"type": "export_html"})
+        await client.prompt_and_settle("hello")
+        chosen = await client.request({"type": "export_html", "outputPath": "out/page.html"})
+    assert early["error"] == "Nothing to export yet - start a conversation first"
+    assert chosen["data"]["path"] == str(client.cwd / "out" / "page.html")
+    assert "hello" in (client.cwd / "out" / "page.html").read_text()
+
+
+VISIBLE = """(() => {
+  const shown = (el) => !!el && el.getBoundingClientRect().height > 0
+      && getComputedStyle(el).visibility !== 'hidden';
+  const find = (selector, text) => [...document.querySelectorAll(selector)]
+      .find((el) => el.textContent.includes(text));
+  return {
+    user: shown(find('article.user', 'Please fix the greeting <b>now</b>')),
+    assistant: shown(find('article.assistant strong', 'Fixed')),
+    diff: shown(document.querySelector('pre.diff .diff-add')),
+    tree: shown(document.querySelector('nav ul.tree li.node.active')),
+    leaf: shown(document.querySelector('nav li.node.leaf')),
+    branch: shown(find('nav li.node:not(.active) a', 'An answer nobody kept')),
+    thinkingFolded: !document.querySelector('details.thinking').open,
+  };
+})()"""
+
+
+async def test_the_page_in_headless_chromium(tmp_path: Path) -> None:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
+    _, response = await exported_session(tmp_path)
+    profile = tmp_path / "chromium-profile"
+    profile.mkdir()
+    with trio.fail_after(90):
+        async with open_page(binary, profile) as page:
+            await page.call("Emulation.setDeviceMetricsOverride", width=1280, height=1000,
+                            deviceScaleFactor=1, mobile=False)
+            await page.call("Page.navigate", url=Path(response["data"]["path"]).as_uri())
+            await page.wait_event("Page.loadEventFired")
+            visible = await page.evaluate(VISIBLE)
+            shot = await page.call("Page.captureScreenshot", format="png")
+            errors = page.console_errors()
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "export.png").write_bytes(base64.b64decode(shot["data"]))
+    assert errors == []
+    assert visible == {"user": True, "assistant": True, "diff": True, "tree": True,
+                       "leaf": True, "branch": True, "thinkingFolded": True}
