@@ -155,16 +155,15 @@ class Dispatcher:
         self._switched = trio.Event()
 
         async def switch() -> Any:
-            try:
-                await self.session.switch(make, restore=restore)
-            finally:
-                self._release()
+            await self.session.switch(make, restore=restore)
             return data or w.SwitchResult()
 
-        self._in_task(reply, switch)
+        self._in_task(reply, switch, then=self._release)
 
-    def _in_task(self, reply: Reply, work: Callable[[], Awaitable[Any]]) -> None:
-        """Run `work` as a task of the session; answer with what it returns or raises."""
+    def _in_task(self, reply: Reply, work: Callable[[], Awaitable[Any]],
+                 then: Callable[[], None] | None = None) -> None:
+        """Run `work` as a task of the session; answer with what it returns or raises, then
+        call `then`."""
         async def run() -> None:
             try:
                 result = await work()
@@ -175,6 +174,9 @@ class Dispatcher:
                 reply.fail(str(exc) or type(exc).__name__)
             else:
                 reply.ok(result)
+            finally:
+                if then is not None:
+                    then()
 
         self.session.start_task(run)
 
