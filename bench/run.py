@@ -216,6 +216,15 @@ class Bench:
         for name, since in (("since_last_ms", 99_999), ("since_100_ms", 99_899)):
             sent = await child.send({"id": name, "type": "get_entries", "since": f"{since:08x}"})
             result[name] = (await child.until(lambda e, n=name: e.get("id") == n) - sent) * 1000
+        other = self.root / "other.jsonl"
+        write_big_session(other, 10)
+        for name, target in (("switch_away_ms", other), ("switch_back_s", path)):
+            sent = await child.send({"id": name, "type": "switch_session",
+                                     "sessionPath": str(target)})
+            result[name] = await child.until(lambda e, n=name: e.get("id") == n) - sent
+        result["switch_away_ms"] *= 1000
+        sent = await child.send({"id": "x", "type": "export_html"})
+        result["export_s"] = await child.until(lambda e: e.get("id") == "x") - sent
         await child.close()
         return result
 
@@ -290,6 +299,12 @@ async def main(repeat: int) -> None:
          f"{median(r['since_last_ms'] for r in runs['session_open']):.2f} ms", ""),
         ("  get_entries since 100 from the end",
          f"{median(r['since_100_ms'] for r in runs['session_open']):.2f} ms", ""),
+        ("  switch_session to a 10-entry session",
+         f"{median(r['switch_away_ms'] for r in runs['session_open']):.1f} ms", ""),
+        ("  switch_session back to it",
+         f"{median(r['switch_back_s'] for r in runs['session_open']):.2f} s", "< 2 s"),
+        ("  export_html of it",
+         f"{median(r['export_s'] for r in runs['session_open']):.1f} s", ""),
     ]
     width = max(len(row[0]) for row in rows)
     print(f"{'measure':<{width}}  {'forged':>12}  target   (median of {repeat})")

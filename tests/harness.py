@@ -151,3 +151,22 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         nursery.start_soon(serve)
         yield client
         nursery.cancel_scope.cancel()
+
+
+def stored_message(entry_id: str, parent: str | None, role: str, text: str, *,
+                   tokens: tuple[int, int] = (100, 20), cost: float = 0.5, **extra: Any
+                   ) -> dict[str, Any]:
+    """A message entry as a session file holds it (an assistant one by the scripted model,
+    with `tokens` in and out costing `cost`), for writing session files by hand."""
+    body: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}],
+                            "timestamp": 1767225600000}
+    if role == "assistant":
+        body |= {"api": "anthropic-messages", "provider": "scripted",
+                 "model": "anthropic-messages", "stopReason": "stop",
+                 "usage": {"input": tokens[0], "output": tokens[1], "cacheRead": 0,
+                           "cacheWrite": 0, "totalTokens": sum(tokens),
+                           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0,
+                                    "total": cost}}}
+    body |= extra
+    return {"type": "message", "id": entry_id, "parentId": parent,
+            "timestamp": "2026-01-01T00:00:01.000Z", "message": body}

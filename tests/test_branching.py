@@ -11,7 +11,7 @@ import trio
 
 from forged._providers.scripted import Reply, ScriptText
 
-from .harness import Client, open_client
+from .harness import Client, open_client, stored_message
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -101,8 +101,8 @@ async def test_clone_keeps_labels_of_entries_it_copies(tmp_path: Path) -> None:
     lines = [
         {"type": "session", "version": 3, "id": "labelled", "timestamp": "2026-01-01T00:00:00.000Z",
          "cwd": "/w"},
-        message("a0000001", None, "user", "hello"),
-        message("a0000002", "a0000001", "assistant", "hi"),
+        stored_message("a0000001", None, "user", "hello"),
+        stored_message("a0000002", "a0000001", "assistant", "hi"),
         {"type": "label", "id": "a0000003", "parentId": "a0000002",
          "timestamp": "2026-01-01T00:00:03.000Z", "targetId": "a0000001", "label": "start"},
     ]
@@ -120,22 +120,6 @@ async def test_clone_keeps_labels_of_entries_it_copies(tmp_path: Path) -> None:
     assert label["id"] != "a0000003" and label["parentId"] == entries[2]["id"]
     assert entries[2]["parentId"] == "a0000002"  # it followed the label that was left out
     assert tree[0]["label"] == "start"
-
-
-def message(entry_id: str, parent: str | None, role: str, text: str, **extra: Any
-            ) -> dict[str, Any]:
-    body: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}],
-                            "timestamp": 1767225600000}
-    if role == "assistant":
-        body |= {"api": "anthropic-messages", "provider": "scripted",
-                 "model": "anthropic-messages", "stopReason": "stop",
-                 "usage": {"input": 100, "output": 20, "cacheRead": 0, "cacheWrite": 0,
-                           "totalTokens": 120,
-                           "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0,
-                                    "total": 0.5}}}
-    body |= extra
-    return {"type": "message", "id": entry_id, "parentId": parent,
-            "timestamp": "2026-01-01T00:00:01.000Z", "message": body}
 
 
 async def test_new_session_and_switch_back(tmp_path: Path) -> None:
@@ -202,9 +186,9 @@ async def test_stats_total_every_branch(tmp_path: Path) -> None:
     lines = [
         {"type": "session", "version": 3, "id": "branched",
          "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w"},
-        message("b0000001", None, "user", "start"),
-        message("b0000002", "b0000001", "assistant", "abandoned answer"),
-        message("b0000003", "b0000001", "assistant", "kept answer",
+        stored_message("b0000001", None, "user", "start"),
+        stored_message("b0000002", "b0000001", "assistant", "abandoned answer"),
+        stored_message("b0000003", "b0000001", "assistant", "kept answer",
                 content=[{"type": "text", "text": "kept"},
                          {"type": "toolCall", "id": "t1", "name": "ls", "arguments": {}}],
                 stopReason="toolUse"),

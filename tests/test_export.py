@@ -14,7 +14,7 @@ import trio
 from forged._providers.scripted import Reply, ScriptText, ScriptThinking, ScriptToolCall
 
 from .chromium import find_chromium, open_page
-from .harness import Client, open_client
+from .harness import Client, open_client, stored_message
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -25,17 +25,7 @@ ANSWER = ("**Fixed** the greeting, see `greet.py`:\n\n```python\nprint('hello')\
 def branched_file(path: Path) -> None:
     """A session that already has an abandoned branch."""
     def message(entry_id: str, parent: str | None, role: str, text: str) -> dict[str, Any]:
-        body: dict[str, Any] = {"role": role, "content": [{"type": "text", "text": text}],
-                                "timestamp": 1767225600000}
-        if role == "assistant":
-            body |= {"api": "anthropic-messages", "provider": "scripted",
-                     "model": "anthropic-messages", "stopReason": "stop",
-                     "usage": {"input": 10, "output": 5, "cacheRead": 0, "cacheWrite": 0,
-                               "totalTokens": 15,
-                               "cost": {"input": 0, "output": 0, "cacheRead": 0,
-                                        "cacheWrite": 0, "total": 0.25}}}
-        return {"type": "message", "id": entry_id, "parentId": parent,
-                "timestamp": "2026-01-01T00:00:01.000Z", "message": body}
+        return stored_message(entry_id, parent, role, text, tokens=(10, 5), cost=0.25)
 
     lines = [
         {"type": "session", "version": 3, "id": "export-me",
