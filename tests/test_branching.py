@@ -10,6 +10,7 @@ import orjson
 import trio
 
 from forged._providers.scripted import Reply, ScriptText
+from forged._store import SessionFile
 
 from .harness import Client, open_client, stored_message
 
@@ -219,3 +220,17 @@ async def test_stats_total_every_branch(tmp_path: Path) -> None:
     assert after["contextUsage"]["tokens"] == 15  # the scripted reply's 10 in + 5 out
     window = after["contextUsage"]["contextWindow"]
     assert after["contextUsage"]["percent"] == 15 / window * 100
+
+
+async def test_a_switch_to_a_file_in_use_keeps_the_current_session(tmp_path: Path) -> None:
+    held = SessionFile.create(tmp_path / "elsewhere", Path("/w"))
+    held.append("message", message={"role": "user", "content": [], "timestamp": 1})
+    assert held.path is not None
+    async with open_client(tmp_path) as client:
+        before = (await client.request({"type": "get_state"}))["data"]
+        refused = await client.request({"type": "switch_session",
+                                        "sessionPath": str(held.path)})
+        after = (await client.request({"type": "get_state"}))["data"]
+    held.close()
+    assert refused["success"] is False and "in use by another forged process" in refused["error"]
+    assert after["sessionId"] == before["sessionId"]
