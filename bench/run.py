@@ -203,6 +203,20 @@ class Bench:
         return result
 
 
+    async def direct_bash(self) -> dict[str, float]:
+        """``bash`` with `seq 1 2000000` (14 MB streamed as events), then an abort_bash."""
+        child = await spawn(["--no-session"], self.env, self.root)
+        sent = await child.send({"id": "b", "type": "bash", "command": "seq 1 2000000"})
+        answered = await child.until(lambda e: e.get("id") == "b")
+        peak = memory_kb(child.process.pid, "VmHWM")
+        await child.send({"id": "s", "type": "bash", "command": "sleep 60"})
+        await trio.sleep(0.3)
+        aborted = await child.send({"id": "a", "type": "abort_bash"})
+        stopped = await child.until(lambda e: e.get("id") == "s")
+        await child.close()
+        return {"bash_s": answered - sent, "bash_peak_mb": peak / 1024,
+                "abort_direct_bash_ms": (stopped - aborted) * 1000}
+
     async def session_open(self) -> dict[str, float]:
         """A 100,000-entry session (about 110 MB): open it, then page it by cursor."""
         path = self.root / "big.jsonl"
@@ -262,7 +276,7 @@ async def main(repeat: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         runs: dict[str, list[dict[str, float]]] = {}
         for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash",
-                     "session_open"):
+                     "direct_bash", "session_open"):
             for index in range(repeat):
                 root = Path(directory) / f"{name}-{index}"
                 root.mkdir()
@@ -290,6 +304,12 @@ async def main(repeat: int) -> None:
          f"{median(r['abort_bash_ms'] for r in runs['abort_bash']):.1f} ms", "< 50 ms"),
         ("  processes left after abort",
          f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0"),
+        ("direct bash seq 1 2000000: to the response",
+         f"{median(r['bash_s'] for r in runs['direct_bash']):.2f} s", "< 1 s"),
+        ("  peak memory (VmHWM)",
+         f"{median(r['bash_peak_mb'] for r in runs['direct_bash']):.1f} MB", "< 80 MB"),
+        ("abort_bash (sleep 60) to the bash response",
+         f"{median(r['abort_direct_bash_ms'] for r in runs['direct_bash']):.1f} ms", "< 50 ms"),
         (f"open a 100,000-entry session ({runs['session_open'][0]['size_mb']:.0f} MB): "
          "start to get_state", f"{median(r['open_s'] for r in runs['session_open']):.2f} s",
          "< 2 s"),

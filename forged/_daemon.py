@@ -152,6 +152,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
                                     trio.current_time() + SHUTDOWN_GRACE_S)
         session.clear_queue()
         session.abort(lambda: None)
+        session.abort_bash()
         input_scope.cancel()
 
     if watch_signals:

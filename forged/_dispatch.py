@@ -33,7 +33,6 @@ Sink = Callable[[bytes], None]
 LATER_FEATURES: dict[type[Any], str] = {
     **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
     **dict.fromkeys((w.SetAutoRetry, w.AbortRetry), "auto-retry"),
-    **dict.fromkeys((w.Bash, w.AbortBash), "direct bash"),
     **dict.fromkeys((w.GetCommands, w.ExtensionUiResponse), "plugins, skills and templates"),
 }
 
@@ -48,19 +47,20 @@ ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
 class Reply:
     """Answers one command, once: later calls are ignored."""
 
-    __slots__ = ("_command", "_id", "_sink", "sent")
+    __slots__ = ("_command", "_sink", "command_id", "sent")
 
     def __init__(self, sink: Sink, command: str, command_id: str | int | None) -> None:
         self._sink = sink
         self._command = command
-        self._id = command_id
+        self.command_id = command_id
         self.sent = False
 
     def ok(self, data: Any = w.ABSENT) -> None:
-        self._send(w.Response(id=self._id, command=self._command, success=True, data=data))
+        self._send(w.Response(id=self.command_id, command=self._command, success=True, data=data))
 
     def fail(self, error: str) -> None:
-        self._send(w.Response(id=self._id, command=self._command, success=False, error=error))
+        self._send(w.Response(id=self.command_id, command=self._command, success=False,
+                              error=error))
 
     def _send(self, response: w.Response) -> None:
         if not self.sent:
@@ -117,6 +117,8 @@ class Dispatcher:
                 messages=self.session.fork_messages())),
             w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
             w.ExportHtml: self.export_html,
+            w.Bash: self.bash,
+            w.AbortBash: self.abort_bash,
         }
 
     def handle(self, command: Any, command_id: str | int | None) -> None:
@@ -144,7 +146,8 @@ class Dispatcher:
             if self._held is not None:
                 await self._switched.wait()
             await self.session.wait_settled()
-            if self._held is None and not self.session.busy:
+            await self.session.wait_bash()
+            if self._held is None and not self.session.busy and self.session.bash_scope is None:
                 return
 
     # --- switching sessions --------------------------------------------------------------------
@@ -189,6 +192,15 @@ class Dispatcher:
             if self._held is not None:
                 self._held.extend(held[index + 1:])
                 return
+
+    def bash(self, command: w.Bash, reply: Reply) -> None:
+        if self.session.bash_scope is not None:
+            raise CommandError("A bash command is already running")
+        self._in_task(reply, lambda: self.session.run_bash(command.command, reply.command_id))
+
+    def abort_bash(self, _: w.AbortBash, reply: Reply) -> None:
+        self.session.abort_bash()
+        reply.ok()
 
     def export_html(self, command: w.ExportHtml, reply: Reply) -> None:
         async def export() -> w.ExportResult:

@@ -35,6 +35,7 @@ from ._settings import Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
+from ._tools.bash import run_direct
 
 Sink = Callable[[bytes], None]
 
@@ -110,6 +111,12 @@ class Session:
         self._settled.set()
         self._after_run: list[Callable[[], None]] = []
         self._messages: list[w.AgentMessage] | None = None
+        self.bash_scope: trio.CancelScope | None = None
+        """The running direct ``bash`` command's scope (abort_bash), if one runs."""
+        self._bash_done = trio.Event()
+        self._bash_done.set()
+        self._bash_results: list[w.BashExecutionMessage] = []
+        """Direct bash results that finished during a run, recorded when it settles."""
         self.totals = UsageTotals()
         self.store = self._install(open_store(config, self.session_dir),
                                    restore=not config.keep_model)
@@ -176,6 +183,9 @@ class Session:
 
     async def wait_settled(self) -> None:
         await self._settled.wait()
+
+    async def wait_bash(self) -> None:
+        await self._bash_done.wait()
 
     # --- events --------------------------------------------------------------------------------
 
@@ -329,6 +339,9 @@ class Session:
         finally:
             self.run_scope = None
             self._busy = False
+            for message in self._bash_results:
+                self.append(message)
+            self._bash_results.clear()
             self.emit(w.AgentSettled())
             self._settled.set()
 
@@ -339,6 +352,36 @@ class Session:
             return
         self._after_run.append(done)
         self.run_scope.cancel()
+
+    # --- direct bash ---------------------------------------------------------------------------
+
+    async def run_bash(self, command: str, command_id: str | int | None) -> w.BashResult:
+        """Run a direct ``bash`` command (DECISIONS.md §8), streaming its output as
+        ``bash_execution_update`` events; the result enters the context (when a run is
+        active, once it settles)."""
+        if self.bash_scope is not None:
+            raise CommandError("A bash command is already running")
+        self.bash_scope = trio.CancelScope()
+        self._bash_done = trio.Event()
+        try:
+            message = await run_direct(
+                command, self.cwd,
+                lambda delta: self.emit(w.BashExecutionUpdate(id=command_id, delta=delta)),
+                self.bash_scope, self.wait_for_room)
+        finally:
+            self.bash_scope = None
+            self._bash_done.set()
+        if self._busy:
+            self._bash_results.append(message)
+        else:
+            self.append(message)
+        return w.BashResult(output=message.output, exit_code=message.exit_code,
+                            cancelled=message.cancelled, truncated=message.truncated,
+                            full_output_path=message.full_output_path)
+
+    def abort_bash(self) -> None:
+        if self.bash_scope is not None:
+            self.bash_scope.cancel()
 
     # --- switching session files ---------------------------------------------------------------
 

@@ -822,3 +822,12 @@ class SessionStats:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class ExportResult:
     path: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class BashResult:
+    output: str
+    exit_code: int | None = keep_null()
+    cancelled: bool
+    truncated: bool
+    full_output_path: str | None = None

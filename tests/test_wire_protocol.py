@@ -111,11 +111,10 @@ async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> N
     cases = {
         "compact": "compaction", "set_auto_compaction": "compaction",
         "set_auto_retry": "auto-retry", "abort_retry": "auto-retry",
-        "bash": "direct bash", "abort_bash": "direct bash",
         "get_commands": "plugins", "extension_ui_response": "plugins",
     }
     fields = {"set_auto_compaction": {"enabled": True},
-              "set_auto_retry": {"enabled": True}, "bash": {"command": "ls"}}
+              "set_auto_retry": {"enabled": True}}
     async with open_client(tmp_path) as client:
         for kind, feature in cases.items():
             response = await client.request({"type": kind, **fields.get(kind, {})})

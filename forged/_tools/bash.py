@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import signal
 import subprocess
 import tempfile
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,6 +21,7 @@ import attrs
 import trio
 
 from .. import _wire as w
+from .._providers.base import now_ms
 from .base import (
     MAX_BYTES,
     MAX_LINES,
@@ -165,8 +168,11 @@ class Execution:
 
 
 async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s: float | None,
-                      on_output: Any) -> Execution:
-    """Run `command` in its own process group, feeding output to `spool` and `on_output`.
+                      on_output: Any,
+                      wait_for_room: Callable[[], Awaitable[None]] | None = None) -> Execution:
+    """Run `command` in its own process group, feeding output to `spool` and `on_output`
+    (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
+    instead of filling memory).
 
     Cancellation: the process group is killed (SIGTERM, then SIGKILL) before `Cancelled`
     propagates; nothing of it survives.
@@ -184,6 +190,8 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
         try:
             async for chunk in process.stdout:
                 on_output(spool.write(bytes(chunk)))
+                if wait_for_room is not None:
+                    await wait_for_room()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             pass
         output_closed.set()
@@ -295,3 +303,46 @@ BASH = Tool(
     params_type=BashParams,
     run=run_bash,
 )
+
+
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufff9-\ufffb]")
+
+
+def sanitize(text: str) -> str:
+    """Terminal output as plain text: ANSI sequences, carriage returns and control characters
+    other than tab and newline removed (reference-behaviour.md §4.5)."""
+    return _CONTROL.sub("", _ANSI.sub("", text))
+
+
+async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
+                     scope: trio.CancelScope,
+                     wait_for_room: Callable[[], Awaitable[None]] | None = None
+                     ) -> w.BashExecutionMessage:
+    """A direct ``bash`` command (DECISIONS.md §8): no timeout, every chunk streamed, the
+    kept output the tail. Cancelling `scope` kills the process group and gives a cancelled
+    result instead of raising."""
+    spool = OutputSpool()
+    cancelled = False
+    exit_code: int | None = None
+
+    def stream(text: str) -> None:
+        if text:
+            on_output(sanitize(text))
+
+    try:
+        with scope:
+            execution = await run_command(
+                command, cwd, spool, timeout_s=None,
+                on_output=stream,
+                wait_for_room=wait_for_room)
+            exit_code = execution.exit_code
+        cancelled = scope.cancelled_caught
+        text, truncation = truncate_tail(sanitize(spool.tail_text()))
+        truncated = truncation.truncated or spool.total_bytes > MAX_BYTES
+        path = spool.full_output_path() if truncated else None
+    finally:
+        spool.close()
+    return w.BashExecutionMessage(command=command, output=text, exit_code=exit_code,
+                                  cancelled=cancelled, truncated=truncated,
+                                  full_output_path=path, timestamp=now_ms())

@@ -1,0 +1,80 @@
+"""The direct ``bash`` command and ``abort_bash`` (DECISIONS.md §8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from forged._providers.scripted import Reply, ScriptText
+from forged._tools.bash import live_group_members
+
+from .harness import open_client
+
+
+async def test_bash_streams_then_answers_and_enters_the_context(tmp_path: Path) -> None:
+    script = "printf 'one\\n'; printf '\\033[31mred\\033[0m\\r\\n'; printf 'é' | head -c 1; " \
+             "printf '\\251\\n'; exit 3"
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="seen")])]) as client:
+        start = len(client.output)
+        response = await client.request({"id": "b1", "type": "bash", "command": script})
+        updates = [e for e in client.output[start:] if e["type"] == "bash_execution_update"]
+        messages = (await client.request({"type": "get_messages"}))["data"]["messages"]
+        await client.send_raw(b'{"type":"bash","command":"echo plain"}\n')  # no id
+        quiet = await client.wait_for(lambda e: e.get("command") == "bash" and "id" not in e)
+        await client.prompt_and_settle("what did it print?")
+        body = client.server.requests[0].body
+    assert response["data"] == {"output": "one\nred\né\n", "exitCode": 3, "cancelled": False,
+                                "truncated": False}
+    assert all(u["id"] == "b1" for u in updates)
+    assert "".join(u["delta"] for u in updates) == "one\nred\né\n"  # never a split character
+    assert client.output.index(response) > client.output.index(updates[-1])
+    assert messages[0] == {"role": "bashExecution", "command": script,
+                           "output": "one\nred\né\n", "exitCode": 3, "cancelled": False,
+                           "truncated": False, "fullOutputPath": None,
+                           "timestamp": messages[0]["timestamp"]}
+    assert quiet["data"]["output"] == "plain\n"
+    assert "id" not in client.events("bash_execution_update")[-1]
+    first = body["messages"][0]["content"][0]["text"]
+    assert first.startswith(f"Ran `{script}`\n```\none\nred\né\n\n```")
+    assert first.endswith("Command exited with code 3")
+
+
+async def test_abort_bash_kills_the_command(tmp_path: Path) -> None:
+    async with open_client(tmp_path) as client:
+        bash_id = await client.send({"type": "bash", "command": "echo $$; sleep 60"})
+        update = await client.wait_for(lambda e: e.get("type") == "bash_execution_update")
+        busy = await client.request({"type": "bash", "command": "true"})
+        with trio.fail_after(5):
+            stopped = await client.request({"type": "abort_bash"})
+            response = await client.response(bash_id)
+    assert busy["success"] is False and busy["error"] == "A bash command is already running"
+    assert stopped["success"] is True
+    assert response["data"]["cancelled"] is True and response["data"]["exitCode"] is None
+    assert live_group_members(int(update["delta"])) == []
+
+
+async def test_long_output_keeps_the_tail_and_the_whole_in_a_file(tmp_path: Path) -> None:
+    async with open_client(tmp_path) as client:
+        response = await client.request({"type": "bash", "command": "seq 1 100000"})
+        streamed = "".join(e["delta"] for e in client.events("bash_execution_update"))
+    data = response["data"]
+    assert data["truncated"] is True
+    lines = data["output"].splitlines()
+    assert len(lines) <= 2000 and lines[-1] == "100000"
+    full = Path(data["fullOutputPath"])
+    assert full.read_text() == streamed == "".join(f"{n}\n" for n in range(1, 100001))
+    assert full.stat().st_mode & 0o777 == 0o600
+
+
+async def test_bash_during_a_run_is_recorded_when_it_settles(tmp_path: Path) -> None:
+    slow = Reply(content=[ScriptText(text="slowly " * 10, chunks=10, delay_ms=30)])
+    async with open_client(tmp_path, [slow, Reply(content=[ScriptText(text="ok")])]) as client:
+        await client.request({"type": "prompt", "message": "go"})
+        response = await client.request({"type": "bash", "command": "echo beside"})
+        during = (await client.request({"type": "get_messages"}))["data"]["messages"]
+        await client.settled()
+        after = (await client.request({"type": "get_messages"}))["data"]["messages"]
+    assert response["data"]["output"] == "beside\n"
+    assert "bashExecution" not in [m["role"] for m in during]
+    assert [m["role"] for m in after] == ["user", "assistant", "bashExecution"]
