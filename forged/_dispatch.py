@@ -32,7 +32,6 @@ Sink = Callable[[bytes], None]
 
 LATER_FEATURES: dict[type[Any], str] = {
     **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
-    **dict.fromkeys((w.SetAutoRetry, w.AbortRetry), "auto-retry"),
     **dict.fromkeys((w.GetCommands, w.ExtensionUiResponse), "plugins, skills and templates"),
 }
 
@@ -117,6 +116,8 @@ class Dispatcher:
                 messages=self.session.fork_messages())),
             w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
             w.ExportHtml: self.export_html,
+            w.SetAutoRetry: self.set_auto_retry,
+            w.AbortRetry: lambda _, reply: self.session.abort_retry(reply.ok),
             w.Bash: self.bash,
             w.AbortBash: self.abort_bash,
         }
@@ -241,6 +242,10 @@ class Dispatcher:
     def cycle_thinking_level(self, _: w.CycleThinkingLevel, reply: Reply) -> None:
         level = self.session.cycle_thinking_level()
         reply.ok(None if level is None else w.ThinkingLevelData(level=level))
+
+    def set_auto_retry(self, command: w.SetAutoRetry, reply: Reply) -> None:
+        self.session.set_auto_retry(command.enabled)
+        reply.ok()
 
     def set_session_name(self, command: w.SetSessionName, reply: Reply) -> None:
         self.session.set_session_name(command.name)

@@ -41,6 +41,7 @@ class AgentHost(Protocol):
     def take_steering(self) -> list[w.AgentMessage]: ...
     def take_follow_ups(self) -> list[w.AgentMessage]: ...
     def model_request(self) -> tuple[Provider, ProviderRequest]: ...
+    def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool: ...
     async def wait_for_room(self) -> None: ...
 
 
@@ -65,6 +66,7 @@ class _Turn:
     def __init__(self) -> None:
         self.assistant: w.AssistantMessage | None = None
         self.results: list[w.ToolResultMessage] = []
+        self.error: ProviderError | None = None
 
 
 async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
@@ -72,6 +74,7 @@ async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
     """Run until the model stops and nothing is queued; return the run's new messages."""
     new: list[w.AgentMessage] = []
     turn = _Turn()
+    will_retry = False
 
     def deliver(messages: list[w.AgentMessage]) -> None:
         for message in messages:
@@ -90,6 +93,8 @@ async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
             assistant = await stream_assistant(host, new, turn)
             if assistant.stop_reason in ("error", "aborted"):
                 host.emit(w.TurnEnd(message=assistant, tool_results=[]))
+                will_retry = assistant.stop_reason == "error" and host.plan_retry(
+                    assistant, turn.error)
                 return new
             await run_tool_calls(host, assistant, new, turn)
             host.emit(w.TurnEnd(message=assistant, tool_results=turn.results))
@@ -106,7 +111,7 @@ async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
             host.emit(w.TurnEnd(message=turn.assistant, tool_results=turn.results))
         raise
     finally:
-        host.emit(w.AgentEnd(messages=new))
+        host.emit(w.AgentEnd(messages=new, will_retry=will_retry))
 
 
 async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
@@ -130,6 +135,7 @@ async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
         builder.settle_partial()
         message.stop_reason = "error"
         message.error_message = str(exc)
+        turn.error = exc
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         builder.settle_partial()

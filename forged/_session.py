@@ -23,7 +23,7 @@ import trio
 
 from . import _codec
 from . import _wire as w
-from ._errors import CommandError
+from ._errors import CommandError, ProviderError
 from ._export import render
 from ._jsonl import encode_line
 from ._loop import run_agent
@@ -31,6 +31,7 @@ from ._models import ModelRegistry, clamp_level, supported_levels
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
 from ._resources import build_system_prompt, find_context_files
+from ._retry import RetrySettings, is_retryable
 from ._settings import Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile, rewrite, session_dir_for
@@ -64,6 +65,13 @@ class SessionConfig:
     its own."""
     settings: Settings | None = None
     """Read from the agent dir and the cwd when not given."""
+
+
+@attrs.define(kw_only=True)
+class AutoRetryPlan:
+    message: w.AssistantMessage
+    attempt: int
+    delay_ms: int
 
 
 @attrs.define(kw_only=True)
@@ -117,6 +125,13 @@ class Session:
         self._bash_done.set()
         self._bash_results: list[w.BashExecutionMessage] = []
         """Direct bash results that finished during a run, recorded when it settles."""
+        self.retry = RetrySettings.from_settings(self.settings.get("retry"))
+        self.retry_scope: trio.CancelScope | None = None
+        """The wait before an automatic retry (abort_retry), while one runs."""
+        self._retry_attempt = 0
+        self._retry_next: AutoRetryPlan | None = None
+        self._retry_failed: w.AutoRetryEnd | None = None
+        self._after_retry: list[Callable[[], None]] = []
         self.totals = UsageTotals()
         self.store = self._install(open_store(config, self.session_dir),
                                    restore=not config.keep_model)
@@ -285,6 +300,10 @@ class Session:
 
     def append(self, message: w.AgentMessage) -> None:
         """A finished message: into the context and the session file."""
+        if (isinstance(message, w.AssistantMessage) and message.stop_reason != "error"
+                and self._retry_attempt):
+            self.emit(w.AutoRetryEnd(success=True, attempt=self._retry_attempt))
+            self._retry_attempt = 0
         self.messages.append(message)
         self.store.append("message", message=_codec.unstructure(message))
 
@@ -304,6 +323,7 @@ class Session:
             api_key=self.registry.api_key(model.provider) or "",
             headers=self.registry.request_headers(model),
             session_id=self.session_id,
+            idle_timeout_s=self.retry.idle_timeout_ms / 1000,
         )
         return provider_for(model.api), request
 
@@ -321,8 +341,9 @@ class Session:
         return self.take_steering() or self.take_follow_ups()
 
     async def _drive(self, prompt: list[w.AgentMessage], poll_steering: bool) -> None:
+        retrying = False
         try:
-            while prompt:
+            while prompt or retrying:
                 assert self.run_scope is not None
                 with self.run_scope:
                     try:
@@ -331,19 +352,85 @@ class Session:
                         # A bug, not a provider or tool failure (those end the turn): the run
                         # was closed with agent_end; the session lives on.
                         traceback.print_exc(file=sys.stderr)
+                    retrying = False
+                    if self._retry_failed is not None:
+                        self.emit(self._retry_failed)
+                        self._retry_failed = None
+                    if self._retry_next is not None:
+                        retrying = await self._wait_to_retry(self._retry_next)
                 for callback in self._after_run:
                     callback()
                 self._after_run.clear()
-                prompt, poll_steering = self._continuation(), False
+                prompt, poll_steering = ([] if retrying else self._continuation()), False
                 self.run_scope = trio.CancelScope()
         finally:
             self.run_scope = None
             self._busy = False
+            self._retry_attempt = 0
+            self._retry_next = None
             for message in self._bash_results:
                 self.append(message)
             self._bash_results.clear()
             self.emit(w.AgentSettled())
             self._settled.set()
+
+    # --- automatic retry -----------------------------------------------------------------------
+
+    def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool:
+        """Called when a turn failed, before its ``agent_end``: True if a retry follows."""
+        attempt = self._retry_attempt + 1
+        text = message.error_message or ""
+        delay = None
+        if (self.retry.enabled and error is not None and is_retryable(error)
+                and attempt <= self.retry.max_retries):
+            delay = self.retry.delay_ms(attempt, error)
+        if delay is None:
+            if self._retry_attempt:
+                self._retry_failed = w.AutoRetryEnd(success=False, attempt=self._retry_attempt,
+                                                    final_error=text)
+                self._retry_attempt = 0
+            return False
+        self._retry_attempt = attempt
+        self._retry_next = AutoRetryPlan(message=message, attempt=attempt, delay_ms=delay)
+        return True
+
+    async def _wait_to_retry(self, plan: AutoRetryPlan) -> bool:
+        """Announce the retry and wait for it; False when `abort_retry` cancelled the wait
+        (an ``abort`` cancels it too, and propagates)."""
+        self._retry_next = None
+        self.emit(w.AutoRetryStart(attempt=plan.attempt, max_attempts=self.retry.max_retries,
+                                   delay_ms=plan.delay_ms,
+                                   error_message=plan.message.error_message or ""))
+        if self._messages and self._messages[-1] is plan.message:
+            self._messages.pop()  # the failed reply stays in the file, out of the context
+        waited = False
+        self.retry_scope = trio.CancelScope()
+        try:
+            with self.retry_scope:
+                await trio.sleep(plan.delay_ms / 1000)
+                waited = True
+        finally:
+            self.retry_scope = None
+            if not waited:
+                self.emit(w.AutoRetryEnd(success=False, attempt=plan.attempt,
+                                         final_error="Retry cancelled"))
+                self._retry_attempt = 0
+            for callback in self._after_retry:
+                callback()
+            self._after_retry.clear()
+        return waited
+
+    def abort_retry(self, done: Callable[[], None]) -> None:
+        """Cancel a retry wait; `done` is called once its ``auto_retry_end`` is written."""
+        if self.retry_scope is None:
+            done()
+            return
+        self._after_retry.append(done)
+        self.retry_scope.cancel()
+
+    def set_auto_retry(self, enabled: bool) -> None:
+        self.retry.enabled = enabled
+        self.settings.remember_in("retry", enabled=enabled)
 
     def abort(self, done: Callable[[], None]) -> None:
         """Cancel the current run; `done` is called right after its ``agent_end``."""

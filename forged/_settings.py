@@ -59,6 +59,12 @@ class Settings:
     def get(self, key: str, default: Any = None) -> Any:
         return self.merged.get(key, default)
 
+    def remember_in(self, section: str, **values: Any) -> None:
+        """Set keys of one object of the global file (``retry``, ``compaction``)."""
+        current = self._global.get(section)
+        self.remember(**{section: {**(current if isinstance(current, dict) else {}),
+                                   **values}})
+
     def remember(self, **values: Any) -> None:
         """Set top-level keys in the global file (atomically); a project value still wins."""
         self._global.update(values)

@@ -191,6 +191,7 @@ async def test_provider_error_ends_the_turn(tmp_path: Path, api: str) -> None:
 async def test_stream_cut_mid_response_is_an_error(tmp_path: Path, api: str) -> None:
     replies = [Reply(content=[ScriptText(text="partial answer", chunks=2)], cut=True)]
     async with open_client(tmp_path, replies, api=api) as client:
+        await client.request({"type": "set_auto_retry", "enabled": False})  # see test_retry
         await client.prompt_and_settle("hi")
     message = client.events("message_end")[1]["message"]
     assert message["stopReason"] == "error"
@@ -200,7 +201,7 @@ async def test_stream_cut_mid_response_is_an_error(tmp_path: Path, api: str) -> 
 
 
 async def test_a_failed_reply_is_left_out_of_the_next_request(tmp_path: Path) -> None:
-    replies = [Reply(status=500, error_message="boom"), Reply(content=[ScriptText(text="ok")])]
+    replies = [Reply(status=400, error_message="boom"), Reply(content=[ScriptText(text="ok")])]
     async with open_client(tmp_path, replies) as client:
         await client.prompt_and_settle("first")
         await client.prompt_and_settle("second")

@@ -49,6 +49,8 @@ class ProviderRequest:
     api_key: str
     headers: dict[str, str]
     session_id: str
+    idle_timeout_s: float = 120.0
+    """How long the stream may send nothing before the attempt fails (a retryable error)."""
 
 
 Provider = Callable[[ProviderRequest, "AssistantBuilder"], Awaitable[None]]
@@ -288,11 +290,20 @@ class SseDecoder:
         return events
 
 
-async def sse_events(chunks: AsyncIterator[bytes],
-                     out: AssistantBuilder) -> AsyncIterator[tuple[bytes, Any]]:
-    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream."""
+async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
+                     idle_timeout_s: float) -> AsyncIterator[tuple[bytes, Any]]:
+    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
+    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
     decoder = SseDecoder()
-    async for chunk in chunks:
+    received = aiter(chunks)
+    while True:
+        with trio.move_on_after(idle_timeout_s) as idle:
+            chunk = await anext(received, None)
+        if idle.cancelled_caught:
+            raise ProviderStreamError(
+                f"The provider sent nothing for {idle_timeout_s:g} seconds")
+        if chunk is None:
+            return
         await out.wait_for_room()
         for event, data in decoder.feed(chunk):
             if data == b"[DONE]":

@@ -121,7 +121,7 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
 
         async with client.chat.completions.with_streaming_response.create(
                 **params) as response:
-            async for _, chunk in sse_events(response.iter_bytes(), out):
+            async for _, chunk in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if chunk.get("error"):
                     error = chunk["error"]
                     raise ProviderError(str(error.get("message") or error))
@@ -247,7 +247,7 @@ async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> N
         params = responses_params(request)
         async with client.responses.with_streaming_response.create(
                 **params) as response:
-            async for _, event in sse_events(response.iter_bytes(), out):
+            async for _, event in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if handle_responses_event(event, out):
                     return
         raise ProviderStreamError("terminated: the stream ended before the message was complete")

@@ -1,0 +1,75 @@
+"""Which provider failures are retried, and after how long (DECISIONS.md §7).
+
+Retryable: HTTP 408, 429, 500, 502, 503, 504 and 529, Anthropic's ``overloaded_error``, and
+every broken or silent stream (connection errors, read timeouts, streams cut short). A
+context-overflow error is never retried here: it is compaction's to handle.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from ._errors import ProviderError, ProviderStreamError
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+_OVERFLOW = re.compile("|".join([
+    r"prompt is too long", r"input is too long for requested model",
+    r"exceeds the context window", r"input token count.*exceeds the maximum",
+    r"maximum prompt length is \d+", r"reduce the length of the messages",
+    r"maximum context length is \d+ tokens", r"exceeds the limit of \d+",
+    r"exceeds the available context size", r"greater than the context length",
+    r"context window exceeds limit", r"exceeded model token limit",
+    r"too large for model with \d+ maximum context length", r"model_context_window_exceeded",
+    r"context[_ ]length[_ ]exceeded", r"too many tokens", r"token limit exceeded",
+    r"^4(00|13)\s*(status code)?\s*\(no body\)",
+]), re.IGNORECASE)
+
+
+def is_context_overflow(message: str) -> bool:
+    return _OVERFLOW.search(message) is not None
+
+
+def is_retryable(error: ProviderError) -> bool:
+    if is_context_overflow(str(error)):
+        return False
+    return (error.status in RETRY_STATUSES or "overloaded_error" in str(error)
+            or isinstance(error, ProviderStreamError))
+
+
+@attrs.define(kw_only=True)
+class RetrySettings:
+    enabled: bool = True
+    max_retries: int = 3
+    base_delay_ms: int = 2000
+    max_delay_ms: int = 60000
+    idle_timeout_ms: int = 120000
+    """A stream silent this long fails as a retryable error."""
+
+    @classmethod
+    def from_settings(cls, section: object) -> RetrySettings:
+        """From settings.json's ``retry`` object; values of the wrong type are ignored."""
+        found = cls()
+        if not isinstance(section, dict):
+            return found
+        if isinstance(section.get("enabled"), bool):
+            found.enabled = section["enabled"]
+        for key, name in (("maxRetries", "max_retries"), ("baseDelayMs", "base_delay_ms"),
+                          ("maxDelayMs", "max_delay_ms"), ("idleTimeoutMs", "idle_timeout_ms")):
+            value = section.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                setattr(found, name, value)
+        return found
+
+    def delay_ms(self, attempt: int, error: ProviderError) -> int | None:
+        """The wait before retry `attempt` (1-based), or None when the server asks for longer
+        than `max_delay_ms`."""
+        delay: int = self.base_delay_ms * 2 ** (attempt - 1)
+        if error.retry_after_s is not None:
+            asked = int(error.retry_after_s * 1000)
+            if asked > self.max_delay_ms:
+                return None
+            delay = max(delay, asked)
+        return delay
