@@ -422,11 +422,7 @@ class Session:
 
     def abort_retry(self, done: Callable[[], None]) -> None:
         """Cancel a retry wait; `done` is called once its ``auto_retry_end`` is written."""
-        if self.retry_scope is None:
-            done()
-            return
-        self._after_retry.append(done)
-        self.retry_scope.cancel()
+        _cancel(self.retry_scope, self._after_retry, done)
 
     def set_auto_retry(self, enabled: bool) -> None:
         self.retry.enabled = enabled
@@ -434,11 +430,7 @@ class Session:
 
     def abort(self, done: Callable[[], None]) -> None:
         """Cancel the current run; `done` is called right after its ``agent_end``."""
-        if self.run_scope is None:
-            done()
-            return
-        self._after_run.append(done)
-        self.run_scope.cancel()
+        _cancel(self.run_scope, self._after_run, done)
 
     # --- direct bash ---------------------------------------------------------------------------
 
@@ -625,6 +617,17 @@ class Session:
     def available_thinking_levels(self) -> list[str]:
         return supported_levels(self.model)
 
+
+
+def _cancel(scope: trio.CancelScope | None, callbacks: list[Callable[[], None]],
+            done: Callable[[], None]) -> None:
+    """Cancel `scope` and have `done` called (by whoever runs `callbacks`) once it has
+    closed; at once when nothing runs."""
+    if scope is None:
+        done()
+        return
+    callbacks.append(done)
+    scope.cancel()
 
 
 def open_store(config: SessionConfig, session_dir: Path | None) -> SessionFile:
