@@ -203,6 +203,21 @@ class Bench:
         return result
 
 
+    async def abort_retry_wait(self) -> dict[str, float]:
+        """A 529 starts a 2 s retry wait; abort ends it."""
+        reply = Reply(status=529, error_type="overloaded_error", error_message="Overloaded")
+
+        async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await child.until(is_type("auto_retry_start"))
+            sent = await child.send({"id": "a", "type": "abort"})
+            answered = await child.until(lambda e: e.get("id") == "a")
+            await child.until(is_type("agent_settled"))
+            return {"abort_retry_ms": (answered - sent) * 1000}
+
+        result: dict[str, float] = await self.with_server([reply], body)
+        return result
+
     async def direct_bash(self) -> dict[str, float]:
         """``bash`` with `seq 1 2000000` (14 MB streamed as events), then an abort_bash."""
         child = await spawn(["--no-session"], self.env, self.root)
@@ -276,7 +291,7 @@ async def main(repeat: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         runs: dict[str, list[dict[str, float]]] = {}
         for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash",
-                     "direct_bash", "session_open"):
+                     "abort_retry_wait", "direct_bash", "session_open"):
             for index in range(repeat):
                 root = Path(directory) / f"{name}-{index}"
                 root.mkdir()
@@ -304,6 +319,8 @@ async def main(repeat: int) -> None:
          f"{median(r['abort_bash_ms'] for r in runs['abort_bash']):.1f} ms", "< 50 ms"),
         ("  processes left after abort",
          f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0"),
+        ("abort during a retry wait",
+         f"{median(r['abort_retry_ms'] for r in runs['abort_retry_wait']):.1f} ms", "< 50 ms"),
         ("direct bash seq 1 2000000: to the response",
          f"{median(r['bash_s'] for r in runs['direct_bash']):.2f} s", "< 1 s"),
         ("  peak memory (VmHWM)",
