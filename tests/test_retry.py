@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -102,13 +103,18 @@ async def test_server_errors_and_cut_streams_until_retries_run_out(
     assert client.count("agent_settled") == 1
 
 
+@pytest.mark.parametrize("silence", ["before answering", "after answering"])
 async def test_a_silent_provider_times_out_and_is_retried(
-        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
-    async with open_client(tmp_path, [Reply(hang=True), OK]) as client:
+        tmp_path: Path, mock_clock: trio.testing.MockClock, silence: str) -> None:
+    quiet = Reply(silent=True) if silence == "before answering" else Reply(hang=True)
+    async with open_client(tmp_path, [quiet, OK]) as client:
         await client.request({"type": "prompt", "message": "hello"})
         await client.server.wait_for_requests(1)
         await trio.testing.wait_all_tasks_blocked()
-        mock_clock.jump(120)
+        mock_clock.jump(119)
+        await trio.testing.wait_all_tasks_blocked()
+        assert client.events("auto_retry_start") == []
+        mock_clock.jump(1)
         started = await jump_when_waiting(client, mock_clock, 2.0)
         await client.settled()
     assert started["errorMessage"] == "The provider sent nothing for 120 seconds"

@@ -17,7 +17,12 @@ import importlib
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from typing import Any
 
 import attrs
@@ -290,6 +295,23 @@ class SseDecoder:
         return events
 
 
+def _silent(seconds: float) -> ProviderStreamError:
+    return ProviderStreamError(f"The provider sent nothing for {seconds:g} seconds")
+
+
+@asynccontextmanager
+async def answered(request: ProviderRequest,
+                   opening: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+    """The SDK's streaming response, once the provider answers; one that sends nothing for
+    `request.idle_timeout_s` fails as a silent stream does."""
+    async with AsyncExitStack() as stack:
+        with trio.move_on_after(request.idle_timeout_s) as waiting:
+            response = await stack.enter_async_context(opening)
+        if waiting.cancelled_caught:
+            raise _silent(request.idle_timeout_s)
+        yield response
+
+
 async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
                      idle_timeout_s: float) -> AsyncIterator[tuple[bytes, Any]]:
     """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
@@ -300,8 +322,7 @@ async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
         with trio.move_on_after(idle_timeout_s) as idle:
             chunk = await anext(received, None)
         if idle.cancelled_caught:
-            raise ProviderStreamError(
-                f"The provider sent nothing for {idle_timeout_s:g} seconds")
+            raise _silent(idle_timeout_s)
         if chunk is None:
             return
         await out.wait_for_room()

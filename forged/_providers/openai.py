@@ -15,6 +15,7 @@ from .base import (
     AssistantBuilder,
     LlmMessage,
     ProviderRequest,
+    answered,
     llm_messages,
     max_output_tokens,
     provider_errors,
@@ -119,8 +120,8 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
             current = (kind, key)
             return key
 
-        async with client.chat.completions.with_streaming_response.create(
-                **params) as response:
+        async with answered(request, client.chat.completions.with_streaming_response.create(
+                **params)) as response:
             async for _, chunk in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if chunk.get("error"):
                     error = chunk["error"]
@@ -245,8 +246,8 @@ async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> N
     with provider_errors():
         client = await sdk_client("openai", request)
         params = responses_params(request)
-        async with client.responses.with_streaming_response.create(
-                **params) as response:
+        async with answered(request, client.responses.with_streaming_response.create(
+                **params)) as response:
             async for _, event in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if handle_responses_event(event, out):
                     return

@@ -15,12 +15,13 @@ A script file::
        {"status": 529, "errorType": "overloaded_error", "errorMessage": "Overloaded",
         "retryAfter": 2},
        {"content": [{"type": "text", "text": "cut here"}], "cut": true},
-       {"hang": true}
+       {"hang": true},
+       {"silent": true}
      ]}
 
 Resource handling: `serve` runs until cancelled; each connection is handled in its own task
-and closed after one response (``connection: close``). A hanging reply holds its connection
-until the client goes away.
+and closed after one response (``connection: close``). A hanging or silent reply holds its
+connection until the client goes away.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ class Reply:
     retry_after: float | None = None
     cut: bool = False
     hang: bool = False
+    """Answer 200, then send nothing."""
+    silent: bool = False
+    """Take the request and never answer it."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -433,6 +437,10 @@ class ScriptedServer:
                           error_message="script exhausted" if known else "no such endpoint")
         else:
             reply = self.replies.popleft()
+        if reply.silent:
+            while await stream.receive_some(65536):
+                pass
+            return
         if reply.status is not None:
             payload = _error_body(path, reply)
             response_headers = [("content-type", "application/json"),
