@@ -195,9 +195,7 @@ class Dispatcher:
                 return
 
     def bash(self, command: w.Bash, reply: Reply) -> None:
-        if self.session.bash_scope is not None:
-            raise CommandError("A bash command is already running")
-        self._in_task(reply, lambda: self.session.run_bash(command.command, reply.command_id))
+        self._in_task(reply, self.session.start_bash(command.command, reply.command_id))
 
     def abort_bash(self, _: w.AbortBash, reply: Reply) -> None:
         self.session.abort_bash()

@@ -49,11 +49,12 @@ def clock(timestamp: Any) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _text_of(content: Any) -> str:
+def content_text(content: Any, separator: str = "\n") -> str:
+    """The text of stored content: a string, or the text blocks joined by `separator`."""
     if isinstance(content, str):
         return content
-    return "\n".join(block.get("text", "") for block in content or []
-                     if isinstance(block, dict) and block.get("type") == "text")
+    return separator.join(block.get("text", "") for block in content or []
+                          if isinstance(block, dict) and block.get("type") == "text")
 
 
 def folded(text: str, css: str = "output") -> str:
@@ -154,14 +155,14 @@ class _Page:
             if role == "assistant":
                 calls = [b.get("name") for b in message.get("content") or []
                          if isinstance(b, dict) and b.get("type") == "toolCall"]
-                text = _text_of(message.get("content")) or (
+                text = content_text(message.get("content")) or (
                     "→ " + ", ".join(map(str, calls)) if calls else "")
             elif role == "toolResult":
                 text = f"{message.get('toolName')} result"
             elif role == "bashExecution":
                 text = f"$ {message.get('command')}"
             else:
-                text = _text_of(message.get("content"))
+                text = content_text(message.get("content"))
             caption = f"{role}: {' '.join(text.split())}"
         elif kind == "model_change":
             caption = f"model: {entry.get('provider')}/{entry.get('modelId')}"
@@ -194,7 +195,7 @@ class _Page:
         if kind == "custom_message":
             return (f'<article class="msg custom" {anchor}><h3>'
                     f'{esc(entry.get("customType", "custom"))} {when}</h3>'
-                    f'{markdown(_text_of(entry.get("content")))}'
+                    f'{markdown(content_text(entry.get("content")))}'
                     f'{_images(entry.get("content"))}</article>')
         info = {
             "model_change": f"Model: {entry.get('provider')}/{entry.get('modelId')}",
@@ -211,7 +212,7 @@ class _Page:
         content = message.get("content")
         if role == "user":
             return (f'<article class="msg user" {anchor}><h3>User {when}</h3>'
-                    f"{markdown(_text_of(content))}{_images(content)}</article>")
+                    f"{markdown(content_text(content))}{_images(content)}</article>")
         if role == "assistant":
             return self.assistant_html(message, anchor, when)
         if role == "toolResult":
@@ -229,7 +230,7 @@ class _Page:
                     f'{folded(str(message.get("output", "")))}'
                     f'<p class="meta">{esc(status)}</p></article>')
         return (f'<article class="msg custom" {anchor}><h3>{esc(role)} {when}</h3>'
-                f"{markdown(_text_of(content))}</article>")
+                f"{markdown(content_text(content))}</article>")
 
     def assistant_html(self, message: dict[str, Any], anchor: str, when: str) -> str:
         parts = [f'<article class="msg assistant" {anchor}><h3>Assistant '
@@ -291,7 +292,7 @@ class _Page:
         body = ""
         if isinstance(details, dict) and isinstance(details.get("diff"), str):
             body = diff_html(details["diff"])
-        text = _text_of(result.get("content"))
+        text = content_text(result.get("content"))
         if not body or result.get("isError"):
             body += folded(text)
         return f'<div class="{css}">{body}{_images(result.get("content"))}</div>'

@@ -24,7 +24,7 @@ import trio
 from . import _codec
 from . import _wire as w
 from ._errors import CommandError, ProviderError
-from ._export import render
+from ._export import content_text, render
 from ._jsonl import encode_line
 from ._loop import run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
@@ -132,7 +132,6 @@ class Session:
         self._retry_next: AutoRetryPlan | None = None
         self._retry_failed: w.AutoRetryEnd | None = None
         self._after_retry: list[Callable[[], None]] = []
-        self.totals = UsageTotals()
         self.store = self._install(open_store(config, self.session_dir),
                                    restore=not config.keep_model)
         if config.session_name:
@@ -434,29 +433,35 @@ class Session:
 
     # --- direct bash ---------------------------------------------------------------------------
 
-    async def run_bash(self, command: str, command_id: str | int | None) -> w.BashResult:
-        """Run a direct ``bash`` command (DECISIONS.md §8), streaming its output as
-        ``bash_execution_update`` events; the result enters the context (when a run is
+    def start_bash(self, command: str, command_id: str | int | None
+                   ) -> Callable[[], Awaitable[w.BashResult]]:
+        """Take the one direct ``bash`` slot now (a second command fails at once, in arrival
+        order) and return what runs it (DECISIONS.md §8): output streamed as
+        ``bash_execution_update`` events, the result entering the context (when a run is
         active, once it settles)."""
         if self.bash_scope is not None:
             raise CommandError("A bash command is already running")
-        self.bash_scope = trio.CancelScope()
+        scope = self.bash_scope = trio.CancelScope()
         self._bash_done = trio.Event()
-        try:
-            message = await run_direct(
-                command, self.cwd,
-                lambda delta: self.emit(w.BashExecutionUpdate(id=command_id, delta=delta)),
-                self.bash_scope, self.wait_for_room)
-        finally:
-            self.bash_scope = None
-            self._bash_done.set()
-        if self._busy:
-            self._bash_results.append(message)
-        else:
-            self.append(message)
-        return w.BashResult(output=message.output, exit_code=message.exit_code,
-                            cancelled=message.cancelled, truncated=message.truncated,
-                            full_output_path=message.full_output_path)
+
+        async def run() -> w.BashResult:
+            try:
+                message = await run_direct(
+                    command, self.cwd,
+                    lambda delta: self.emit(w.BashExecutionUpdate(id=command_id, delta=delta)),
+                    scope, self.wait_for_room)
+            finally:
+                self.bash_scope = None
+                self._bash_done.set()
+            if self._busy:
+                self._bash_results.append(message)
+            else:
+                self.append(message)
+            return w.BashResult(output=message.output, exit_code=message.exit_code,
+                                cancelled=message.cancelled, truncated=message.truncated,
+                                full_output_path=message.full_output_path)
+
+        return run
 
     def abort_bash(self) -> None:
         if self.bash_scope is not None:
@@ -662,11 +667,7 @@ def recorded_model_of(store: SessionFile, path: list[int]) -> tuple[str, str] | 
 
 def user_text(message: dict[str, Any]) -> str:
     """The text of a stored user message (its content is a string or blocks)."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(block.get("text", "") for block in content or []
-                   if isinstance(block, dict) and block.get("type") == "text")
+    return content_text(message.get("content"), separator="")
 
 
 CONTEXT_KINDS = ("message", "custom_message", "branch_summary")
