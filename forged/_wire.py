@@ -826,8 +826,11 @@ class ExportResult:
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class BashResult:
+    """The ``bash`` response; unlike the message, a killed command's exitCode is omitted
+    (DECISIONS.md §4 names only the message's as null)."""
+
     output: str
-    exit_code: int | None = keep_null()
+    exit_code: int | None = None
     cancelled: bool
     truncated: bool
     full_output_path: str | None = None
