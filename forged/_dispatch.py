@@ -31,7 +31,6 @@ from ._store import LEAF, SessionFile, entry_tree
 Sink = Callable[[bytes], None]
 
 LATER_FEATURES: dict[type[Any], str] = {
-    **dict.fromkeys((w.Compact, w.SetAutoCompaction), "compaction"),
     **dict.fromkeys((w.GetCommands, w.ExtensionUiResponse), "plugins, skills and templates"),
 }
 
@@ -117,6 +116,8 @@ class Dispatcher:
             w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
             w.ExportHtml: self.export_html,
             w.SetAutoRetry: self.set_auto_retry,
+            w.Compact: lambda cmd, reply: self.session.compact(cmd.custom_instructions, reply),
+            w.SetAutoCompaction: self.set_auto_compaction,
             w.AbortRetry: lambda _, reply: self.session.abort_retry(reply.ok),
             w.Bash: self.bash,
             w.AbortBash: self.abort_bash,
@@ -243,6 +244,10 @@ class Dispatcher:
 
     def set_auto_retry(self, command: w.SetAutoRetry, reply: Reply) -> None:
         self.session.set_auto_retry(command.enabled)
+        reply.ok()
+
+    def set_auto_compaction(self, command: w.SetAutoCompaction, reply: Reply) -> None:
+        self.session.set_auto_compaction(command.enabled)
         reply.ok()
 
     def set_session_name(self, command: w.SetSessionName, reply: Reply) -> None:

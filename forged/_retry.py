@@ -12,6 +12,7 @@ import re
 import attrs
 
 from ._errors import ProviderError, ProviderStreamError
+from ._settings import apply_section
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
@@ -52,15 +53,9 @@ class RetrySettings:
     def from_settings(cls, section: object) -> RetrySettings:
         """From settings.json's ``retry`` object; values of the wrong type are ignored."""
         found = cls()
-        if not isinstance(section, dict):
-            return found
-        if isinstance(section.get("enabled"), bool):
-            found.enabled = section["enabled"]
-        for key, name in (("maxRetries", "max_retries"), ("baseDelayMs", "base_delay_ms"),
-                          ("maxDelayMs", "max_delay_ms"), ("idleTimeoutMs", "idle_timeout_ms")):
-            value = section.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                setattr(found, name, value)
+        apply_section(found, section, {
+            "enabled": "enabled", "maxRetries": "max_retries", "baseDelayMs": "base_delay_ms",
+            "maxDelayMs": "max_delay_ms", "idleTimeoutMs": "idle_timeout_ms"})
         return found
 
     def delay_ms(self, attempt: int, error: ProviderError) -> int | None:

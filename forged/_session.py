@@ -11,34 +11,55 @@ the prompt and then every queued continuation, each run inside `run_scope`, so a
 
 from __future__ import annotations
 
-import datetime
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from . import _codec
 from . import _wire as w
+from ._compaction import (
+    SYSTEM_PROMPT,
+    CompactionSettings,
+    NothingToCompact,
+    Reason,
+    check_compactable,
+    compact,
+)
+from ._context import build_context, context_size, recorded_model_of, stored_name, user_text
 from ._errors import CommandError, ProviderError
-from ._export import content_text, render
+from ._export import render
 from ._jsonl import encode_line
-from ._loop import run_agent
+from ._loop import describe_failure, is_cancellation, run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
 from ._resources import build_system_prompt, find_context_files
-from ._retry import RetrySettings, is_retryable
+from ._retry import RetrySettings, is_context_overflow, is_retryable
 from ._settings import Settings
-from ._stats import UsageTotals, session_stats
+from ._stats import (
+    UsageTotals,
+    compacted_at,
+    estimate_context_tokens,
+    session_stats,
+    usage_tokens,
+)
 from ._store import SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
 from ._tools.bash import run_direct
 
 Sink = Callable[[bytes], None]
+
+OVERFLOW_RECOVERY_FAILED = (
+    "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
+    "context or switching to a larger-context model.")
+FAILURE_PREFIX: dict[Reason, str] = {
+    "manual": "", "threshold": "Auto-compaction failed: ",
+    "overflow": "Context overflow recovery failed: "}
 
 BUSY_PROMPT_ERROR = (
     "Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue "
@@ -65,6 +86,13 @@ class SessionConfig:
     its own."""
     settings: Settings | None = None
     """Read from the agent dir and the cwd when not given."""
+
+
+class Answer(Protocol):
+    """Where a command's outcome goes (the dispatcher's reply)."""
+
+    def ok(self, data: Any) -> None: ...
+    def fail(self, error: str) -> None: ...
 
 
 @attrs.define(kw_only=True)
@@ -106,7 +134,6 @@ class Session:
         """Where new session files go; None keeps new sessions in memory."""
         self.steering_mode: w.QueueMode = _mode(self.settings.get("steeringMode"))
         self.follow_up_mode: w.QueueMode = _mode(self.settings.get("followUpMode"))
-        self.auto_compaction_enabled = True
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
         self.steering: list[Queued] = []
         self.follow_ups: list[Queued] = []
@@ -132,6 +159,12 @@ class Session:
         self._retry_next: AutoRetryPlan | None = None
         self._retry_failed: w.AutoRetryEnd | None = None
         self._after_retry: list[Callable[[], None]] = []
+        self.compaction = CompactionSettings.from_settings(self.settings.get("compaction"))
+        self.is_compacting = False
+        self._overflow_tried = False
+        """An overflow compaction was made for the current prompt (one per prompt)."""
+        self._overflow_next = False
+        self._overflow_failed: w.CompactionEnd | None = None
         self.store = self._install(open_store(config, self.session_dir),
                                    restore=not config.keep_model)
         if config.session_name:
@@ -226,13 +259,14 @@ class Session:
 
     def state(self) -> w.SessionState:
         return w.SessionState(
-            model=self.model, thinking_level=self.thinking_level, is_streaming=self._busy,
-            is_compacting=False, steering_mode=self.steering_mode,
+            model=self.model, thinking_level=self.thinking_level,
+            is_streaming=self._busy and not self.is_compacting,
+            is_compacting=self.is_compacting, steering_mode=self.steering_mode,
             follow_up_mode=self.follow_up_mode,
             session_file=str(self.store.path) if self.store.path else None,
             session_id=self.session_id,
             session_name=self.session_name,
-            auto_compaction_enabled=self.auto_compaction_enabled,
+            auto_compaction_enabled=self.compaction.enabled,
             message_count=(len(self._messages) if self._messages is not None
                            else context_size(self.store)),
             pending_message_count=len(self.steering) + len(self.follow_ups),
@@ -303,95 +337,149 @@ class Session:
                 and self._retry_attempt):
             self.emit(w.AutoRetryEnd(success=True, attempt=self._retry_attempt))
             self._retry_attempt = 0
+        if isinstance(message, w.UserMessage) or (
+                isinstance(message, w.AssistantMessage) and message.stop_reason != "error"):
+            self._overflow_tried = False
         self.messages.append(message)
         self.store.append("message", message=_codec.unstructure(message))
 
     def model_request(self) -> tuple[Provider, ProviderRequest]:
+        tools = list(self.tools.values())
+        return self._request(
+            build_system_prompt(tools, self.cwd, find_context_files(self.cwd, self.agent_dir)),
+            list(self.messages), tools, self.thinking_level)
+
+    def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
+                        ) -> tuple[Provider, ProviderRequest]:
+        """A request for a compaction summary of `text`, to the session's model."""
+        level = clamp_level(self.model, "high") if reasoning else "off"
+        return self._request(SYSTEM_PROMPT, [user_message(text, None)], [], level, max_tokens)
+
+    def _request(self, system_prompt: str, messages: list[w.AgentMessage], tools: list[Tool],
+                 thinking_level: str, max_tokens: int | None = None
+                 ) -> tuple[Provider, ProviderRequest]:
         model = self.model
         if model is None:
             raise CommandError("No model selected")
-        tools = list(self.tools.values())
         request = ProviderRequest(
-            model=model,
-            system_prompt=build_system_prompt(tools, self.cwd,
-                                              find_context_files(self.cwd, self.agent_dir)),
-            messages=list(self.messages),
+            model=model, system_prompt=system_prompt, messages=messages,
             tools=[ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                    for t in tools],
-            thinking_level=self.thinking_level,
+            thinking_level=thinking_level,
             api_key=self.registry.api_key(model.provider) or "",
             headers=self.registry.request_headers(model),
             session_id=self.session_id,
             idle_timeout_s=self.retry.idle_timeout_ms / 1000,
+            max_tokens=max_tokens,
         )
         return provider_for(model.api), request
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def _start(self, prompt: list[w.AgentMessage], *, poll_steering: bool) -> None:
+    def _start(self, prompt: list[w.AgentMessage], *, poll_steering: bool,
+               manual: Callable[[], Awaitable[None]] | None = None) -> None:
         assert self._nursery is not None, "Session.serve is not running"
         self._busy = True
         self._settled = trio.Event()
         self.run_scope = trio.CancelScope()
-        self._nursery.start_soon(self._drive, prompt, poll_steering)
+        self._nursery.start_soon(self._drive, prompt, poll_steering, manual)
 
     def _continuation(self) -> list[w.AgentMessage]:
         """What the session goes on with after a run: queued steering, else follow-ups."""
         return self.take_steering() or self.take_follow_ups()
 
-    async def _drive(self, prompt: list[w.AgentMessage], poll_steering: bool) -> None:
+    def _close_run(self) -> None:
+        for callback in self._after_run:
+            callback()
+        self._after_run.clear()
+        self.run_scope = trio.CancelScope()
+
+    async def _drive(self, prompt: list[w.AgentMessage], poll_steering: bool,
+                     manual: Callable[[], Awaitable[None]] | None) -> None:
+        """Run `prompt` (or the `manual` compaction), then every retry, overflow recovery
+        and queued message that follows; ``agent_settled`` ends it when a run took place."""
         retrying = False
+        ran = False
         try:
+            if manual is not None:
+                assert self.run_scope is not None
+                with self.run_scope:
+                    await manual()
+                self._close_run()
+                prompt = self._continuation()
             while prompt or retrying:
                 assert self.run_scope is not None
                 with self.run_scope:
+                    if not ran and manual is None:
+                        await self._compact_before_prompt()
+                    ran = True
+                    new: list[w.AgentMessage] = []
                     try:
-                        await run_agent(self, prompt, poll_steering=poll_steering)
+                        new = await run_agent(self, prompt, poll_steering=poll_steering)
                     except Exception:
                         # A bug, not a provider or tool failure (those end the turn): the run
                         # was closed with agent_end; the session lives on.
                         traceback.print_exc(file=sys.stderr)
-                    retrying = False
-                    if self._retry_failed is not None:
-                        self.emit(self._retry_failed)
-                        self._retry_failed = None
-                    if self._retry_next is not None:
-                        retrying = await self._wait_to_retry(self._retry_next)
-                for callback in self._after_run:
-                    callback()
-                self._after_run.clear()
+                    retrying = await self._after_agent_end(new)
+                self._close_run()
                 prompt, poll_steering = ([] if retrying else self._continuation()), False
-                self.run_scope = trio.CancelScope()
         finally:
             self.run_scope = None
             self._busy = False
             self._retry_attempt = 0
             self._retry_next = None
+            self._overflow_next = False
             for message in self._bash_results:
                 self.append(message)
             self._bash_results.clear()
-            self.emit(w.AgentSettled())
+            if ran:
+                self.emit(w.AgentSettled())
             self._settled.set()
+
+    async def _after_agent_end(self, new: list[w.AgentMessage]) -> bool:
+        """What follows a run's ``agent_end``: True when the run is to be tried again (after
+        a retry wait or an overflow compaction)."""
+        for failed in (self._retry_failed, self._overflow_failed):
+            if failed is not None:
+                self.emit(failed)
+        self._retry_failed = self._overflow_failed = None
+        if self._retry_next is not None:
+            return await self._wait_to_retry(self._retry_next)
+        if self._overflow_next:
+            return await self._recover_overflow()
+        replies = [m for m in new if isinstance(m, w.AssistantMessage)]
+        if replies and replies[-1].stop_reason != "aborted" and self._needs_compaction(
+                replies[-1]):
+            await self._auto_compact("threshold")
+        return False
 
     # --- automatic retry -----------------------------------------------------------------------
 
     def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool:
-        """Called when a turn failed, before its ``agent_end``: True if a retry follows."""
+        """Called when a turn failed, before its ``agent_end``: True if a retry or an
+        overflow compaction follows."""
         attempt = self._retry_attempt + 1
         text = message.error_message or ""
+        if is_context_overflow(text) and self.model is not None and (
+                message.provider, message.model) == (self.model.provider, self.model.id):
+            self._end_retries(text)
+            return self._plan_overflow()
         delay = None
         if (self.retry.enabled and error is not None and is_retryable(error)
                 and attempt <= self.retry.max_retries):
             delay = self.retry.delay_ms(attempt, error)
         if delay is None:
-            if self._retry_attempt:
-                self._retry_failed = w.AutoRetryEnd(success=False, attempt=self._retry_attempt,
-                                                    final_error=text)
-                self._retry_attempt = 0
+            self._end_retries(text)
             return False
         self._retry_attempt = attempt
         self._retry_next = AutoRetryPlan(message=message, attempt=attempt, delay_ms=delay)
         return True
+
+    def _end_retries(self, final_error: str) -> None:
+        if self._retry_attempt:
+            self._retry_failed = w.AutoRetryEnd(success=False, attempt=self._retry_attempt,
+                                                final_error=final_error)
+            self._retry_attempt = 0
 
     async def _wait_to_retry(self, plan: AutoRetryPlan) -> bool:
         """Announce the retry and wait for it; False when `abort_retry` cancelled the wait
@@ -426,6 +514,119 @@ class Session:
     def set_auto_retry(self, enabled: bool) -> None:
         self.retry.enabled = enabled
         self.settings.remember_in("retry", enabled=enabled)
+
+    # --- compaction -----------------------------------------------------------------------------
+
+    def compact(self, custom_instructions: str | None, answer: Answer) -> None:
+        """Start a manual compaction (DECISIONS.md §7); `answer` gets its result or error
+        right after its ``compaction_end``. Queued messages run once it is done."""
+        if self._busy:
+            raise CommandError("Agent is busy")
+        self.check_can_prompt()
+        check_compactable(self.store)
+
+        async def manual() -> None:
+            try:
+                result = await self._compact("manual", instructions=custom_instructions)
+            except CommandError as exc:
+                answer.fail(str(exc))
+            except BaseException as exc:
+                if is_cancellation(exc):
+                    answer.fail("Compaction cancelled")
+                raise
+            else:
+                answer.ok(result)
+
+        self._start([], poll_steering=False, manual=manual)
+
+    def set_auto_compaction(self, enabled: bool) -> None:
+        self.compaction.enabled = enabled
+        self.settings.remember_in("compaction", enabled=enabled)
+
+    def _needs_compaction(self, reply: w.AssistantMessage | None) -> bool:
+        """Whether the context has grown past the threshold (reference-behaviour.md §3.3),
+        judged by `reply`'s usage; usage from before the latest compaction is stale."""
+        if reply is None or self.model is None or not self.compaction.enabled:
+            return False
+        compacted = compacted_at(self.messages)
+        if compacted is not None and reply.timestamp <= compacted:
+            return False
+        if reply.stop_reason == "error":  # no usage of its own: the last valid one's
+            tokens, anchor = estimate_context_tokens(self.messages)
+            if anchor is None or (compacted is not None and anchor.timestamp <= compacted):
+                return False
+        else:
+            tokens = usage_tokens(reply.usage)
+        return self.compaction.should_compact(tokens, self.model.context_window)
+
+    async def _compact_before_prompt(self) -> None:
+        """Compact before a prompt from idle when the context is already too full. An abort
+        during it aborts the prompt's run, which still records the prompt."""
+        replies = [m for m in reversed(self.messages) if isinstance(m, w.AssistantMessage)]
+        if not self._needs_compaction(replies[0] if replies else None):
+            return
+        try:
+            await self._auto_compact("threshold")
+        except BaseException as exc:
+            if not is_cancellation(exc):
+                raise  # cancelled: the run starts cancelled and ends at once, aborted
+
+    def _plan_overflow(self) -> bool:
+        if not self.compaction.enabled:
+            return False
+        if self._overflow_tried:
+            self._overflow_failed = w.CompactionEnd(
+                reason="overflow", result=None, aborted=False, will_retry=False,
+                error_message=OVERFLOW_RECOVERY_FAILED)
+            return False
+        self._overflow_tried = self._overflow_next = True
+        return True
+
+    async def _recover_overflow(self) -> bool:
+        """Compact after a context overflow; True when the prompt is to be retried."""
+        self._overflow_next = False
+        if not await self._auto_compact("overflow", will_retry=True):
+            return False
+        last = self.messages[-1] if self.messages else None
+        if isinstance(last, w.AssistantMessage) and last.stop_reason == "error":
+            self.messages.pop()  # the overflow stays in the file, out of the retry
+        return True
+
+    async def _auto_compact(self, reason: Reason, *, will_retry: bool = False) -> bool:
+        try:
+            await self._compact(reason, will_retry=will_retry)
+        except CommandError:
+            return False
+        return True
+
+    async def _compact(self, reason: Reason, *, will_retry: bool = False,
+                       instructions: str | None = None) -> w.CompactionResult:
+        """One compaction between its ``compaction_start`` and ``compaction_end``; failures
+        raise `CommandError`. Nothing to compact is an error only when asked for."""
+        self.emit(w.CompactionStart(reason=reason))
+        end = w.CompactionEnd(reason=reason, result=None, aborted=False, will_retry=False)
+        self.is_compacting = True
+        try:
+            self.check_can_prompt()
+            end.result, self._messages = await compact(self, reason, instructions)
+            end.will_retry = will_retry
+            return end.result
+        except BaseException as exc:
+            if is_cancellation(exc):
+                end.aborted = True
+                raise
+            if not isinstance(exc, Exception):
+                raise
+            failure = exc if isinstance(exc, CommandError) else CommandError(
+                describe_failure(exc))
+            if failure is not exc:
+                traceback.print_exc(file=sys.stderr)
+            if reason == "manual" or not isinstance(exc, NothingToCompact):
+                end.error_message = FAILURE_PREFIX[reason] + str(failure)
+            raise failure from exc
+        finally:
+            self.is_compacting = False
+            self.emit(end)
 
     def abort(self, done: Callable[[], None]) -> None:
         """Cancel the current run; `done` is called right after its ``agent_end``."""
@@ -649,109 +850,3 @@ def open_or_create(path: Path, cwd: Path) -> SessionFile:
     store = SessionFile.create(path.parent, cwd)
     store.path = path
     return store
-
-
-def recorded_model_of(store: SessionFile, path: list[int]) -> tuple[str, str] | None:
-    """The model the branch last used: its latest ``model_change`` or assistant message."""
-    for position in reversed(path):
-        kind = store.kind(position)
-        if kind == "model_change":
-            entry = store.entry(position)
-            return str(entry.get("provider")), str(entry.get("modelId"))
-        if kind == "message":
-            message = store.entry(position).get("message") or {}
-            if message.get("role") == "assistant":
-                return str(message.get("provider")), str(message.get("model"))
-    return None
-
-
-def user_text(message: dict[str, Any]) -> str:
-    """The text of a stored user message (its content is a string or blocks)."""
-    return content_text(message.get("content"), separator="")
-
-
-CONTEXT_KINDS = ("message", "custom_message", "branch_summary")
-
-
-def _context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[int]]:
-    """The latest compaction on the active branch (or None), and the positions of the
-    message entries the context holds: those the compaction kept, then what came after."""
-    positions = store.path_to_leaf()
-    compactions = [i for i, position in enumerate(positions)
-                   if store.kind(position) == "compaction"]
-    summary = None
-    if compactions:
-        at = compactions[-1]
-        summary = store.entry(positions[at])
-        kept_from = next((i for i, position in enumerate(positions[:at])
-                          if store.entry_id(position) == summary.get("firstKeptEntryId")), at)
-        positions = positions[kept_from:at] + positions[at + 1:]
-    return summary, [position for position in positions
-                     if store.kind(position) in CONTEXT_KINDS]
-
-
-def stored_name(store: SessionFile) -> str | None:
-    """The latest non-empty ``session_info`` name in the file (all branches)."""
-    for position in reversed(range(len(store))):
-        if store.kind(position) == "session_info":
-            name = store.entry(position).get("name")
-            if name:
-                return str(name)
-    return None
-
-
-def context_size(store: SessionFile) -> int:
-    summary, positions = _context_positions(store)
-    return len(positions) + (summary is not None)
-
-
-def build_context(store: SessionFile) -> list[w.AgentMessage]:
-    """The messages of the active branch (reference-behaviour.md §2.7): the latest
-    compaction's summary first, then the entries it kept, then what came after. Only those
-    entries are read back from the file."""
-    summary, positions = _context_positions(store)
-    messages: list[w.AgentMessage] = []
-    if summary is not None:
-        messages.append(w.CompactionSummaryMessage(
-            summary=str(summary.get("summary", "")),
-            tokens_before=int(summary.get("tokensBefore") or 0),
-            timestamp=entry_ms(summary)))
-    for position in positions:
-        message = context_message(store.entry(position))
-        if message is not None:
-            messages.append(message)
-    return messages
-
-
-def entry_ms(entry: dict[str, Any]) -> int:
-    """An entry's ISO timestamp as milliseconds since the epoch (0 when unreadable)."""
-    try:
-        moment = datetime.datetime.fromisoformat(str(entry.get("timestamp")))
-    except ValueError:
-        return 0
-    return int(moment.timestamp() * 1000)
-
-
-def context_message(entry: dict[str, Any]) -> w.AgentMessage | None:
-    """What an entry puts in the context, if anything; an entry forged cannot read (a message
-    kind it does not know) stays in the file but out of the context."""
-    value: Any
-    if entry.get("type") == "message":
-        value = entry.get("message")
-    elif entry.get("type") == "custom_message":
-        value = {"role": "custom", "timestamp": entry_ms(entry), "display": True,
-                 **{k: entry[k] for k in ("customType", "content", "display", "details")
-                    if k in entry}}
-    elif entry.get("type") == "branch_summary" and entry.get("summary"):
-        value = {"role": "branchSummary", "summary": entry["summary"],
-                 "fromId": entry.get("fromId", "root"), "timestamp": entry_ms(entry)}
-    else:
-        return None
-    if not isinstance(value, dict):
-        return None
-    if isinstance(value.get("content"), str):  # the ancestor's short form of one text block
-        value = {**value, "content": [{"type": "text", "text": value["content"]}]}
-    try:
-        return _codec.structure(value, w.AgentMessage)  # type: ignore[arg-type]
-    except CommandError:
-        return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fcntl
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,21 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             merged[key] = value
     return merged
+
+
+def apply_section(target: object, section: object, keys: Mapping[str, str]) -> None:
+    """Copy the values of the settings object `section` named in `keys` (JSON key to
+    attribute) onto `target`; a value not of the attribute's kind (a bool, or a
+    non-negative int) is ignored."""
+    if not isinstance(section, dict):
+        return
+    for key, name in keys.items():
+        value = section.get(key)
+        if isinstance(getattr(target, name), bool):
+            if isinstance(value, bool):
+                setattr(target, name, value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            setattr(target, name, value)
 
 
 class Settings:

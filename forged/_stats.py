@@ -115,22 +115,35 @@ def estimate_tokens(message: w.AgentMessage) -> int:
     return math.ceil(chars / 4) + images * IMAGE_TOKENS
 
 
-def context_tokens(messages: list[w.AgentMessage]) -> int | None:
-    """The context's size in tokens, or None right after a compaction (until a reply from
-    after it reports usage)."""
-    compacted_at = (messages[0].timestamp
-                    if messages and isinstance(messages[0], w.CompactionSummaryMessage) else None)
+def estimate_context_tokens(messages: list[w.AgentMessage]
+                            ) -> tuple[int, w.AssistantMessage | None]:
+    """The context's size in tokens: the usage the last valid reply reported (returned as
+    the anchor) plus an estimate of what came after it; all estimated when no reply has
+    usage (anchor None)."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if isinstance(message, w.AssistantMessage) and message.stop_reason not in (
                 "aborted", "error"):
-            if compacted_at is not None and message.timestamp <= compacted_at:
-                return None
             return usage_tokens(message.usage) + sum(
-                estimate_tokens(later) for later in messages[index + 1:])
-    if compacted_at is not None:
+                estimate_tokens(later) for later in messages[index + 1:]), message
+    return sum(estimate_tokens(message) for message in messages), None
+
+
+def compacted_at(messages: list[w.AgentMessage]) -> int | None:
+    """When the context's latest compaction was made (ms), if it has one."""
+    if messages and isinstance(messages[0], w.CompactionSummaryMessage):
+        return messages[0].timestamp
+    return None
+
+
+def context_tokens(messages: list[w.AgentMessage]) -> int | None:
+    """The context's size in tokens, or None right after a compaction (until a reply from
+    after it reports usage)."""
+    tokens, anchor = estimate_context_tokens(messages)
+    compacted = compacted_at(messages)
+    if compacted is not None and (anchor is None or anchor.timestamp <= compacted):
         return None
-    return sum(estimate_tokens(message) for message in messages)
+    return tokens
 
 
 def session_stats(store: SessionFile, totals: UsageTotals, messages: list[w.AgentMessage],

@@ -109,7 +109,7 @@ def build_params(request: ProviderRequest) -> dict[str, Any]:
     model = request.model
     params: dict[str, Any] = {
         "model": model.id,
-        "max_tokens": max_output_tokens(model),
+        "max_tokens": max_output_tokens(request),
         "messages": convert_messages(llm_messages(request.messages, model)),
         "stream": True,
     }

@@ -56,6 +56,8 @@ class ProviderRequest:
     session_id: str
     idle_timeout_s: float = 120.0
     """How long the stream may send nothing before the attempt fails (a retryable error)."""
+    max_tokens: int | None = None
+    """The reply's token limit, when not the model's own (a summary's)."""
 
 
 Provider = Callable[[ProviderRequest, "AssistantBuilder"], Awaitable[None]]
@@ -524,5 +526,6 @@ def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMess
     return out
 
 
-def max_output_tokens(model: w.Model) -> int:
-    return min(model.max_tokens, 32000)
+def max_output_tokens(request: ProviderRequest) -> int:
+    limit = min(request.model.max_tokens, 32000)
+    return limit if request.max_tokens is None else min(request.max_tokens, limit)

@@ -93,7 +93,7 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
         "messages": chat_messages(request, llm_messages(request.messages, model)),
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_completion_tokens": max_output_tokens(model),
+        "max_completion_tokens": max_output_tokens(request),
     }
     if request.tools:
         params["tools"] = [{"type": "function", "function": {
@@ -225,7 +225,7 @@ def responses_params(request: ProviderRequest) -> dict[str, Any]:
         "input": responses_input(request, llm_messages(request.messages, model)),
         "stream": True,
         "store": False,
-        "max_output_tokens": max_output_tokens(model),
+        "max_output_tokens": max_output_tokens(request),
     }
     if request.system_prompt:
         params["instructions"] = request.system_prompt

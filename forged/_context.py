@@ -1,0 +1,123 @@
+"""The context a session file holds: what the active branch puts before the model
+(reference-behaviour.md §2.7), read back from the file's entries.
+
+A compaction on the branch replaces what came before it with its summary, except the entries
+it kept (from ``firstKeptEntryId``); other entries that carry no message are left out.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from . import _codec
+from . import _wire as w
+from ._errors import CommandError
+from ._export import content_text
+from ._store import SessionFile
+
+
+def recorded_model_of(store: SessionFile, path: list[int]) -> tuple[str, str] | None:
+    """The model the branch last used: its latest ``model_change`` or assistant message."""
+    for position in reversed(path):
+        kind = store.kind(position)
+        if kind == "model_change":
+            entry = store.entry(position)
+            return str(entry.get("provider")), str(entry.get("modelId"))
+        if kind == "message":
+            message = store.entry(position).get("message") or {}
+            if message.get("role") == "assistant":
+                return str(message.get("provider")), str(message.get("model"))
+    return None
+
+
+def user_text(message: dict[str, Any]) -> str:
+    """The text of a stored user message (its content is a string or blocks)."""
+    return content_text(message.get("content"), separator="")
+
+
+CONTEXT_KINDS = ("message", "custom_message", "branch_summary")
+
+
+def context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[int]]:
+    """The latest compaction on the active branch (or None), and the positions of the
+    message entries the context holds: those the compaction kept, then what came after."""
+    positions = store.path_to_leaf()
+    compactions = [i for i, position in enumerate(positions)
+                   if store.kind(position) == "compaction"]
+    summary = None
+    if compactions:
+        at = compactions[-1]
+        summary = store.entry(positions[at])
+        kept_from = next((i for i, position in enumerate(positions[:at])
+                          if store.entry_id(position) == summary.get("firstKeptEntryId")), at)
+        positions = positions[kept_from:at] + positions[at + 1:]
+    return summary, [position for position in positions
+                     if store.kind(position) in CONTEXT_KINDS]
+
+
+def stored_name(store: SessionFile) -> str | None:
+    """The latest non-empty ``session_info`` name in the file (all branches)."""
+    for position in reversed(range(len(store))):
+        if store.kind(position) == "session_info":
+            name = store.entry(position).get("name")
+            if name:
+                return str(name)
+    return None
+
+
+def context_size(store: SessionFile) -> int:
+    summary, positions = context_positions(store)
+    return len(positions) + (summary is not None)
+
+
+def build_context(store: SessionFile) -> list[w.AgentMessage]:
+    """The messages of the active branch (reference-behaviour.md §2.7): the latest
+    compaction's summary first, then the entries it kept, then what came after. Only those
+    entries are read back from the file."""
+    summary, positions = context_positions(store)
+    messages: list[w.AgentMessage] = []
+    if summary is not None:
+        messages.append(w.CompactionSummaryMessage(
+            summary=str(summary.get("summary", "")),
+            tokens_before=int(summary.get("tokensBefore") or 0),
+            timestamp=entry_ms(summary)))
+    for position in positions:
+        message = context_message(store.entry(position))
+        if message is not None:
+            messages.append(message)
+    return messages
+
+
+def entry_ms(entry: dict[str, Any]) -> int:
+    """An entry's ISO timestamp as milliseconds since the epoch (0 when unreadable)."""
+    try:
+        moment = datetime.datetime.fromisoformat(str(entry.get("timestamp")))
+    except ValueError:
+        return 0
+    return int(moment.timestamp() * 1000)
+
+
+def context_message(entry: dict[str, Any]) -> w.AgentMessage | None:
+    """What an entry puts in the context, if anything; an entry forged cannot read (a message
+    kind it does not know) stays in the file but out of the context."""
+    value: Any
+    if entry.get("type") == "message":
+        value = entry.get("message")
+    elif entry.get("type") == "custom_message":
+        value = {"role": "custom", "timestamp": entry_ms(entry), "display": True,
+                 **{k: entry[k] for k in ("customType", "content", "display", "details")
+                    if k in entry}}
+    elif entry.get("type") == "branch_summary" and entry.get("summary"):
+        value = {"role": "branchSummary", "summary": entry["summary"],
+                 "fromId": entry.get("fromId", "root"), "timestamp": entry_ms(entry)}
+    else:
+        return None
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("content"), str):  # the ancestor's short form of one text block
+        value = {**value, "content": [{"type": "text", "text": value["content"]}]}
+    try:
+        return _codec.structure(value, w.AgentMessage)  # type: ignore[arg-type]
+    except CommandError:
+        return None
