@@ -26,7 +26,13 @@ import orjson
 import trio
 
 import forged
-from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
+from forged._providers.scripted import (
+    Reply,
+    ScriptedServer,
+    ScriptText,
+    ScriptToolCall,
+    ScriptUsage,
+)
 from forged._tools.bash import live_group_members
 
 FORGED = str(Path(sys.executable).parent / "forged")
@@ -218,6 +224,44 @@ class Bench:
         result: dict[str, float] = await self.with_server([reply], body)
         return result
 
+    async def abort_compaction(self) -> dict[str, float]:
+        """Abort during a manual compaction's summary stream, during an automatic (threshold)
+        one's, and during a summarization retry wait."""
+        slow = Reply(content=[ScriptText(text="x" * 4000, chunks=4000, delay_ms=5)])
+        overloaded = Reply(status=529, error_type="overloaded_error", error_message="Overloaded")
+        full = Reply(content=[ScriptText(text="a full context")],
+                     usage=ScriptUsage(input=10_000_000))
+        result: dict[str, float] = {}
+
+        async def abort(child: Child, key: str, wait_for: str) -> None:
+            await child.until(is_type(wait_for))
+            await trio.sleep(0.1)
+            sent = await child.send({"id": key, "type": "abort"})
+            result[key] = (await child.until(lambda e: e.get("id") == key) - sent) * 1000
+
+        async def manual(child: Child, server: ScriptedServer) -> None:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await child.until(is_type("agent_settled"))
+            await child.send({"id": "c", "type": "compact"})
+            await abort(child, "abort_manual_compaction_ms", "compaction_start")
+
+        async def automatic(child: Child, server: ScriptedServer) -> None:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await abort(child, "abort_auto_compaction_ms", "compaction_start")
+            await child.until(is_type("agent_settled"))
+
+        async def summary_retry(child: Child, server: ScriptedServer) -> None:
+            await child.send({"id": "p", "type": "prompt", "message": "go"})
+            await child.until(is_type("agent_settled"))
+            await child.send({"id": "c", "type": "compact"})
+            await abort(child, "abort_summary_retry_ms", "summarization_retry_scheduled")
+
+        await self.with_server([Reply(content=[ScriptText(text="hi")]), slow], manual)
+        await self.with_server([full, slow], automatic)
+        await self.with_server([Reply(content=[ScriptText(text="hi")]), overloaded],
+                               summary_retry)
+        return result
+
     async def direct_bash(self) -> dict[str, float]:
         """``bash`` with `seq 1 2000000` (14 MB streamed as events), then an abort_bash."""
         child = await spawn(["--no-session"], self.env, self.root)
@@ -291,7 +335,7 @@ async def main(repeat: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         runs: dict[str, list[dict[str, float]]] = {}
         for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash",
-                     "abort_retry_wait", "direct_bash", "session_open"):
+                     "abort_retry_wait", "abort_compaction", "direct_bash", "session_open"):
             for index in range(repeat):
                 root = Path(directory) / f"{name}-{index}"
                 root.mkdir()
@@ -321,6 +365,12 @@ async def main(repeat: int) -> None:
          f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0"),
         ("abort during a retry wait",
          f"{median(r['abort_retry_ms'] for r in runs['abort_retry_wait']):.1f} ms", "< 50 ms"),
+        *[(label, f"{median(r[key] for r in runs['abort_compaction']):.1f} ms", "< 50 ms")
+          for label, key in (("abort during a manual compaction", "abort_manual_compaction_ms"),
+                             ("abort during an automatic compaction",
+                              "abort_auto_compaction_ms"),
+                             ("abort during a summarization retry wait",
+                              "abort_summary_retry_ms"))],
         ("direct bash seq 1 2000000: to the response",
          f"{median(r['bash_s'] for r in runs['direct_bash']):.2f} s", "< 1 s"),
         ("  peak memory (VmHWM)",
