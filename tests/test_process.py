@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
 
 import forged
@@ -172,7 +173,9 @@ async def test_stdin_eof_lets_the_run_finish(tmp_path: Path) -> None:
     assert events[-3]["message"]["content"][0]["text"] == "slow answer"
 
 
-async def test_sigterm_aborts_writes_the_closing_events_and_exits_0(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_aborts_writes_the_closing_events_and_exits_0(
+        tmp_path: Path, signum: signal.Signals) -> None:
     agent_dir = tmp_path / "agent"
     agent_dir.mkdir()
     script = tmp_path / "script.json"
@@ -182,7 +185,7 @@ async def test_sigterm_aborts_writes_the_closing_events_and_exits_0(tmp_path: Pa
                         child_env(agent_dir))
     await child.send({"id": "p", "type": "prompt", "message": "go"})
     await child.read_until("message_update")
-    child.process.send_signal(signal.SIGTERM)
+    child.process.send_signal(signum)
     with trio.fail_after(3):
         await child.read_until("agent_settled")
         code = await child.process.wait()
