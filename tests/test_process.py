@@ -193,3 +193,27 @@ async def test_a_signal_aborts_writes_the_closing_events_and_exits_0(
     tail = [e["type"] for e in child.output[-4:]]
     assert tail == ["message_end", "turn_end", "agent_end", "agent_settled"]
     assert child.output[-4]["message"]["stopReason"] == "aborted"
+
+
+def peak_kb(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+
+
+async def test_a_huge_direct_bash_output_keeps_memory_flat(tmp_path: Path) -> None:
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    child = await spawn(["--no-session"], tmp_path, child_env(agent_dir))
+    await child.send({"id": "warm", "type": "bash", "command": "seq 1 100000"})
+    await child.read_until("response", id="warm")
+    before = peak_kb(child.process.pid)
+    await child.send({"id": "big", "type": "bash", "command": "seq 1 5000000"})  # 38 MB
+    response = await child.read_until("response", id="big")
+    grown = peak_kb(child.process.pid) - before
+    assert child.process.stdin is not None
+    await child.process.stdin.aclose()
+    await child.process.wait()
+    assert response["data"]["truncated"] is True
+    assert response["data"]["output"].endswith("4999999\n5000000\n")
+    assert Path(response["data"]["fullOutputPath"]).stat().st_size == 38_888_896
+    assert grown < 20 * 1024, f"peak memory grew by {grown} kB"
