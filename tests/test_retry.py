@@ -149,6 +149,11 @@ async def test_no_retry_when_disabled_or_not_transient(
     bad_request = Reply(status=400, error_type="invalid_request_error", error_message="Bad")
     overflow = Reply(status=400, error_type="invalid_request_error",
                      error_message="prompt is too long: 300000 tokens > 200000 maximum")
+    # An overflow is compacted, never retried as it is (tests/test_compaction.py): with
+    # compaction off it just fails.
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps({"compaction": {
+        "enabled": False}}))
     async with open_client(tmp_path, [bad_request, overflow, OVERLOADED]) as client:
         await client.prompt_and_settle("bad")
         await client.prompt_and_settle("too long")
@@ -158,3 +163,4 @@ async def test_no_retry_when_disabled_or_not_transient(
     assert [e["willRetry"] for e in client.events("agent_end")] == [False, False, False]
     saved = json.loads((tmp_path / "agent" / "settings.json").read_text())
     assert saved["retry"] == {"enabled": False}
+    assert client.count("compaction_start") == 0
