@@ -24,11 +24,11 @@ import trio
 
 from . import _codec
 from . import _wire as w
-from ._context import build_context, context_message, entry_ms
+from ._context import build_context, context_message, latest_compaction
 from ._errors import CommandError, ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import as_user_message
-from ._retry import RetrySettings, is_retryable
+from ._retry import RetrySettings
 from ._settings import apply_section
 from ._stats import estimate_context_tokens, estimate_tokens
 from ._store import SessionFile
@@ -185,21 +185,22 @@ class Preparation:
     files: FileOps
 
 
-def _is_cut_point(entry: dict[str, Any]) -> bool:
-    kind = entry.get("type")
-    if kind in ("branch_summary", "custom_message"):
-        return True
+def _role(entry: dict[str, Any]) -> str | None:
+    """The role of a ``message`` entry's message (None for other entries)."""
     message = entry.get("message")
-    return kind == "message" and isinstance(message, dict) and message.get("role") in CUT_ROLES
+    if entry.get("type") != "message" or not isinstance(message, dict):
+        return None
+    role = message.get("role")
+    return role if isinstance(role, str) else None
+
+
+def _is_cut_point(entry: dict[str, Any]) -> bool:
+    return entry.get("type") in ("branch_summary", "custom_message") or _role(entry) in CUT_ROLES
 
 
 def _is_turn_start(entry: dict[str, Any]) -> bool:
-    kind = entry.get("type")
-    if kind in ("branch_summary", "custom_message"):
-        return True
-    message = entry.get("message")
-    return (kind == "message" and isinstance(message, dict)
-            and message.get("role") in TURN_START_ROLES)
+    return (entry.get("type") in ("branch_summary", "custom_message")
+            or _role(entry) in TURN_START_ROLES)
 
 
 def check_compactable(store: SessionFile) -> None:
@@ -252,19 +253,19 @@ def prepare(store: SessionFile, keep_recent_tokens: int) -> Preparation:
     """
     check_compactable(store)
     path = store.path_to_leaf()
-    at = max((i for i, position in enumerate(path) if store.kind(position) == "compaction"),
-             default=None)
+    latest = latest_compaction(store, path)
     previous: dict[str, Any] | None = None
     before: list[dict[str, Any]] = []
-    if at is not None:
+    window_from = 0
+    if latest is not None:
+        at, kept_from = latest
         previous = store.entry(path[at])
-        kept_from = next((i for i in range(at) if store.entry_id(path[i])
-                          == previous.get("firstKeptEntryId")), at)
         before = [store.entry(position) for position in path[kept_from:at]]
-    window = [store.entry(position) for position in path[(at + 1) if at is not None else 0:]]
+        window_from = at + 1
+    window = [store.entry(position) for position in path[window_from:]]
     point, cut = find_cut(window, keep_recent_tokens)
     turn_start = cut
-    if not _is_user_message(window[point]):  # a turn split: where did it start?
+    if _role(window[point]) != "user":  # a turn split: where did it start?
         turn_start = next((i for i in range(point, -1, -1) if _is_turn_start(window[i])), cut)
         turn_start = min(turn_start, cut)
     to_summarize = _messages(before + window[:turn_start])
@@ -273,26 +274,15 @@ def prepare(store: SessionFile, keep_recent_tokens: int) -> Preparation:
     if previous is not None and not previous.get("fromHook"):
         files.add_details(previous.get("details"))
     files.add_calls(to_summarize + turn_prefix)
-    context = _messages(before + window)
-    if previous is not None:
-        context.insert(0, w.CompactionSummaryMessage(
-            summary=str(previous.get("summary", "")), tokens_before=0,
-            timestamp=entry_ms(previous)))
     first_kept = window[cut].get("id")
     if not isinstance(first_kept, str):
         raise NothingToCompact("Nothing to compact (session too small)")
     return Preparation(
         first_kept_entry_id=first_kept, to_summarize=to_summarize, turn_prefix=turn_prefix,
-        tokens_before=estimate_context_tokens(context)[0],
+        tokens_before=estimate_context_tokens(build_context(store))[0],
         previous_summary=str(previous["summary"]) if previous and previous.get(
             "summary") else None,
         files=files)
-
-
-def _is_user_message(entry: dict[str, Any]) -> bool:
-    message = entry.get("message")
-    return (entry.get("type") == "message" and isinstance(message, dict)
-            and message.get("role") == "user")
 
 
 def serialize(messages: list[w.AgentMessage]) -> str:
@@ -384,8 +374,7 @@ class _Summarizer:
                     builder.end_all()
                 except ProviderError as exc:
                     attempt += 1
-                    delay = (retry.delay_ms(attempt, exc) if retry.enabled and is_retryable(exc)
-                             and attempt <= retry.max_retries else None)
+                    delay = retry.retry_delay_ms(attempt, exc)
                     if delay is None:
                         raise CommandError(f"{failure}: {exc}") from exc
                     self.host.emit(w.SummarizationRetryScheduled(

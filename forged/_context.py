@@ -43,17 +43,25 @@ def context_positions(store: SessionFile) -> tuple[dict[str, Any] | None, list[i
     """The latest compaction on the active branch (or None), and the positions of the
     message entries the context holds: those the compaction kept, then what came after."""
     positions = store.path_to_leaf()
-    compactions = [i for i, position in enumerate(positions)
-                   if store.kind(position) == "compaction"]
+    latest = latest_compaction(store, positions)
     summary = None
-    if compactions:
-        at = compactions[-1]
+    if latest is not None:
+        at, kept_from = latest
         summary = store.entry(positions[at])
-        kept_from = next((i for i, position in enumerate(positions[:at])
-                          if store.entry_id(position) == summary.get("firstKeptEntryId")), at)
         positions = positions[kept_from:at] + positions[at + 1:]
     return summary, [position for position in positions
                      if store.kind(position) in CONTEXT_KINDS]
+
+
+def latest_compaction(store: SessionFile, path: list[int]) -> tuple[int, int] | None:
+    """Where on `path` its latest compaction is, and where the entries it kept begin (the
+    compaction's own index when its ``firstKeptEntryId`` is not on the path)."""
+    at = max((i for i, position in enumerate(path) if store.kind(position) == "compaction"),
+             default=None)
+    if at is None:
+        return None
+    kept = store.entry(path[at]).get("firstKeptEntryId")
+    return at, next((i for i in range(at) if store.entry_id(path[i]) == kept), at)
 
 
 def stored_name(store: SessionFile) -> str | None:

@@ -58,6 +58,14 @@ class RetrySettings:
             "maxDelayMs": "max_delay_ms", "idleTimeoutMs": "idle_timeout_ms"})
         return found
 
+    def retry_delay_ms(self, attempt: int, error: ProviderError | None) -> int | None:
+        """The wait before retry `attempt` after `error`, or None when it is not to be
+        retried (retries off, not transient, out of attempts, or too long a wait)."""
+        if (not self.enabled or error is None or not is_retryable(error)
+                or attempt > self.max_retries):
+            return None
+        return self.delay_ms(attempt, error)
+
     def delay_ms(self, attempt: int, error: ProviderError) -> int | None:
         """The wait before retry `attempt` (1-based), or None when the server asks for longer
         than `max_delay_ms`."""

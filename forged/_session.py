@@ -39,7 +39,7 @@ from ._models import ModelRegistry, clamp_level, supported_levels
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
 from ._resources import build_system_prompt, find_context_files
-from ._retry import RetrySettings, is_context_overflow, is_retryable
+from ._retry import RetrySettings, is_context_overflow
 from ._settings import Settings
 from ._stats import (
     UsageTotals,
@@ -464,10 +464,7 @@ class Session:
                 message.provider, message.model) == (self.model.provider, self.model.id):
             self._end_retries(text)
             return self._plan_overflow()
-        delay = None
-        if (self.retry.enabled and error is not None and is_retryable(error)
-                and attempt <= self.retry.max_retries):
-            delay = self.retry.delay_ms(attempt, error)
+        delay = self.retry.retry_delay_ms(attempt, error)
         if delay is None:
             self._end_retries(text)
             return False
