@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+import orjson
 import trio
 
 from . import __version__
@@ -26,7 +27,11 @@ environment:
   OPENAI_API_KEY      key for the built-in openai provider
 
 example (no API key needed):
-  forged --mode rpc --provider scripted --script forged/examples/fix-greeting.json"""
+  forged --mode rpc --provider scripted --script forged/examples/fix-greeting.json
+
+other commands:
+  forged config show [--cwd DIR] [--json]
+                      the settings in effect and where each value came from"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="continue the most recently modified session of this directory")
     parser.add_argument("--cwd", type=Path, help="the project directory the agent works in "
                         "(default: the current directory)")
+    parser.add_argument("--models", metavar="PATTERNS",
+                        help="comma-separated model patterns (globs like 'anthropic/*', "
+                        "optional :<thinking>) that cycle_model goes through; default: the "
+                        "enabledModels setting")
     parser.add_argument("--script", type=Path,
                         help="with --provider scripted: the JSON script of model replies")
     return parser
@@ -66,7 +75,42 @@ def _reserve_stdout() -> int:
     return protocol_fd
 
 
+def build_config_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged config show",
+        description="Print the settings in effect (the project's .agent-forge/settings.json "
+                    "over <agentDir>/settings.json over the defaults), each with where its "
+                    "value came from.")
+    parser.add_argument("--cwd", type=Path, help="the project directory (default: the "
+                        "current directory)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per key: {key, value, source}")
+    return parser
+
+
+def config_show(argv: list[str]) -> int:
+    from ._models import agent_dir
+    from ._settings import Settings
+
+    args = build_config_parser().parse_args(argv)
+    cwd = (args.cwd or Path.cwd()).expanduser().resolve()
+    rows = Settings(agent_dir(), cwd).explain()
+    if args.json:
+        for key, value, source in rows:
+            print(orjson.dumps({"key": key, "value": value, "source": source}).decode())
+        return 0
+    shown = [(key, orjson.dumps(value).decode(), source) for key, value, source in rows]
+    key_width = max((len(key) for key, _, _ in shown), default=0)
+    value_width = max((len(value) for _, value, _ in shown), default=0)
+    for key, value, source in shown:
+        print(f"{key:<{key_width}}  {value:<{value_width}}  {source}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["config", "show"]:
+        return config_show(argv[2:])
     args = build_parser().parse_args(argv)
     from ._daemon import Options, run_stdio
 
@@ -77,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     options = Options(cwd=cwd, provider=args.provider, model=args.model, script=args.script,
                       session_name=args.session_name, no_session=args.no_session,
                       session_dir=args.session_dir, session=args.session,
-                      continue_=args.continue_)
+                      continue_=args.continue_,
+                      models=[p.strip() for p in args.models.split(",") if p.strip()]
+                      if args.models else None)
     protocol_fd = _reserve_stdout()
     try:
         trio.run(run_stdio, options, 0, protocol_fd)

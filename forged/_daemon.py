@@ -59,6 +59,7 @@ class Options:
     session_dir: Path | None = None
     session: str | None = None
     continue_: bool = False
+    models: list[str] | None = None
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
@@ -95,7 +96,8 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
                          session_name=options.session_name, persist=not options.no_session,
                          session_dir=session_dir,
                          session_path=find_session(options, session_dir),
-                         keep_model=options.model is not None, settings=settings)
+                         keep_model=options.model is not None, settings=settings,
+                         model_scope=options.models)
 
 
 def saved_default(registry: ModelRegistry, settings: Settings,

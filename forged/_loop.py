@@ -24,6 +24,7 @@ from ._errors import ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
+from ._tools.base import Shell
 
 ABORTED_MESSAGE = "Request was aborted"
 
@@ -32,6 +33,7 @@ class AgentHost(Protocol):
     """What a run needs from its session."""
 
     cwd: Path
+    shell: Shell
 
     @property
     def tools(self) -> Mapping[str, Tool]: ...
@@ -162,7 +164,7 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
             host.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
                                             args=call.arguments, partial_result=partial))
 
-        context = ToolContext(cwd=host.cwd, update=update)
+        context = ToolContext(cwd=host.cwd, update=update, shell=host.shell)
         try:
             result, is_error = await execute(host.tools.get(call.name), call, context), False
         except ToolError as exc:

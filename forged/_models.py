@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -264,6 +266,29 @@ class ModelRegistry:
             if lowered in model.id.lower() or lowered in model.name.lower():
                 return model
         return None
+
+    def scope(self, patterns: Sequence[str]) -> list[tuple[w.Model, str | None]]:
+        """The available models `patterns` name (settings ``enabledModels``, ``--models``), in
+        pattern order, each with the thinking level its ``:<level>`` suffix asks for: a
+        pattern is a glob over ``provider/id`` and ``id`` (``anthropic/*``, ``*sonnet*``),
+        or anything `resolve_pattern` takes."""
+        available = self.available()
+        scoped: list[tuple[w.Model, str | None]] = []
+        for pattern in patterns:
+            head, sep, suffix = pattern.rpartition(":")
+            level = suffix if sep and suffix in LEVELS else None
+            glob = head if level else pattern
+            if any(ch in glob for ch in "*?["):
+                matched = [m for m in available if fnmatch.fnmatchcase(m.id, glob)
+                           or fnmatch.fnmatchcase(f"{m.provider}/{m.id}", glob)]
+            else:
+                try:
+                    model, level = self.resolve_pattern(pattern)
+                except ConfigError:
+                    continue
+                matched = [model] if model in available else []
+            scoped += [(m, level) for m in matched if all(m is not s for s, _ in scoped)]
+        return scoped
 
     def initial_model(self, provider: str | None = None) -> w.Model | None:
         """The model a session starts with when none was asked for."""

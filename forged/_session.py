@@ -50,6 +50,7 @@ from ._stats import (
 )
 from ._store import SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
+from ._tools.base import Shell
 from ._tools.bash import run_direct
 
 Sink = Callable[[bytes], None]
@@ -86,6 +87,8 @@ class SessionConfig:
     its own."""
     settings: Settings | None = None
     """Read from the agent dir and the cwd when not given."""
+    model_scope: list[str] | None = None
+    """``--models``: the patterns `cycle_model` cycles through (else ``enabledModels``)."""
 
 
 class Answer(Protocol):
@@ -135,6 +138,9 @@ class Session:
         self.steering_mode: w.QueueMode = _mode(self.settings.get("steeringMode"))
         self.follow_up_mode: w.QueueMode = _mode(self.settings.get("followUpMode"))
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
+        self.shell = Shell.from_settings(self.settings.get("shellPath"),
+                                         self.settings.get("shellCommandPrefix"))
+        self.model_scope = config.model_scope
         self.steering: list[Queued] = []
         self.follow_ups: list[Queued] = []
         self._sink = sink
@@ -647,7 +653,7 @@ class Session:
                 message = await run_direct(
                     command, self.cwd,
                     lambda delta: self.emit(w.BashExecutionUpdate(id=command_id, delta=delta)),
-                    scope, self.wait_for_room)
+                    scope, self.shell, self.wait_for_room)
             finally:
                 self.bash_scope = None
                 self._bash_done.set()
@@ -770,17 +776,29 @@ class Session:
         raise CommandError(f"Model not found: {provider}/{model_id}")
 
     def cycle_model(self) -> w.CycledModel | None:
-        available = self.registry.available()
-        if len(available) <= 1:
+        """The next model of the scope (``--models``, else settings ``enabledModels``), else
+        of every available model; a scoped model's ``:<level>`` is switched to with it."""
+        patterns = self.model_scope
+        if patterns is None:
+            enabled = self.settings.get("enabledModels")
+            patterns = [p for p in enabled if isinstance(p, str)] if isinstance(
+                enabled, list) else []
+        candidates = self.registry.scope(patterns) if patterns else []
+        scoped = bool(candidates)
+        if not scoped:
+            candidates = [(model, None) for model in self.registry.available()]
+        if len(candidates) <= 1:
             return None
-        index = next((i for i, m in enumerate(available) if m == self.model), -1)
-        model = available[(index + 1) % len(available)]
-        self._switch_model(model)
+        index = next((i for i, (m, _) in enumerate(candidates) if m == self.model), -1)
+        model, level = candidates[(index + 1) % len(candidates)]
+        self._switch_model(model, level)
         return w.CycledModel(model=model, thinking_level=self.thinking_level,
-                             is_scoped=False)
+                             is_scoped=scoped)
 
-    def _switch_model(self, model: w.Model) -> None:
+    def _switch_model(self, model: w.Model, level_asked: str | None = None) -> None:
         level = self.thinking_level
+        if level_asked is not None:
+            self._preferred_level = level_asked
         self.model = model
         self.store.append("model_change", provider=model.provider, modelId=model.id)
         self.settings.remember(defaultProvider=model.provider, defaultModel=model.id)

@@ -23,6 +23,30 @@ from ._store import rewrite
 
 PROJECT_DIR = ".agent-forge"
 
+UNSET: Any = None
+DEFAULTS: dict[str, Any] = {
+    "defaultProvider": UNSET,
+    "defaultModel": UNSET,
+    "defaultThinkingLevel": "medium",
+    "steeringMode": "one-at-a-time",
+    "followUpMode": "one-at-a-time",
+    "compaction.enabled": True,
+    "compaction.reserveTokens": 16_384,
+    "compaction.keepRecentTokens": 20_000,
+    "retry.enabled": True,
+    "retry.maxRetries": 3,
+    "retry.baseDelayMs": 2000,
+    "retry.maxDelayMs": 60_000,
+    "retry.idleTimeoutMs": 120_000,
+    "shellPath": UNSET,
+    "shellCommandPrefix": UNSET,
+    "enabledModels": UNSET,
+    "skills": [],
+    "prompts": [],
+    "trustedProjects": [],
+}
+"""The keys forged reads, by dotted path, with the value used when no file sets one."""
+
 
 def _read(path: Path) -> dict[str, Any] | None:
     """A settings file's object; {} when missing, None (with a warning) when unreadable."""
@@ -74,6 +98,29 @@ class Settings:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.merged.get(key, default)
+
+    def global_value(self, key: str, default: Any = None) -> Any:
+        """A key of the global file only (``trustedProjects``: a project cannot trust
+        itself)."""
+        return self._global.get(key, default)
+
+    def explain(self) -> list[tuple[str, Any, str]]:
+        """Every key in effect by dotted path, its value, and where it came from: the
+        project file, the global file or ``default`` (a key forged reads that no file sets)."""
+        rows: dict[str, tuple[Any, str]] = {
+            key: (value, "default") for key, value in DEFAULTS.items() if value is not UNSET}
+        for origin, values in ((str(self.path), self._global),
+                               (str(self.project_path), self._project)):
+            for key, value in values.items():
+                if isinstance(value, dict) and value:
+                    rows.pop(key, None)
+                    rows.update({f"{key}.{inner}": (item, origin)
+                                 for inner, item in value.items()})
+                else:
+                    for nested in [k for k in rows if k.startswith(key + ".")]:
+                        del rows[nested]
+                    rows[key] = (value, origin)
+        return [(key, value, origin) for key, (value, origin) in sorted(rows.items())]
 
     def remember_in(self, section: str, **values: Any) -> None:
         """Set keys of one object of the global file (``retry``, ``compaction``)."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,3 +73,73 @@ def test_a_malformed_file_is_ignored(tmp_path: Path, capsys: pytest.CaptureFixtu
     settings.remember(defaultModel="m")
     assert settings.get("defaultModel") == "m"  # for this process
     assert (tmp_path / "settings.json").read_text() == "{not json"  # left for the user
+
+
+def test_config_show_names_where_each_value_came_from(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {"retry": {"maxRetries": 5, "baseDelayMs": 100}, "theme": "dark"}))
+    project = tmp_path / "project" / ".agent-forge"
+    project.mkdir(parents=True)
+    (project / "settings.json").write_text(json.dumps({"retry": {"baseDelayMs": 10},
+                                                       "steeringMode": "all"}))
+    shown = subprocess.run(
+        [sys.executable, "-m", "forged", "config", "show", "--json",
+         "--cwd", str(tmp_path / "project")],
+        env={**os.environ, "AGENT_FORGE_DIR": str(tmp_path / "agent")},
+        capture_output=True, check=True, text=True).stdout
+    rows = {row["key"]: (row["value"], row["source"])
+            for row in map(json.loads, shown.splitlines())}
+    global_file = str(tmp_path / "agent" / "settings.json")
+    project_file = str(project / "settings.json")
+    assert rows["retry.maxRetries"] == (5, global_file)
+    assert rows["retry.baseDelayMs"] == (10, project_file)
+    assert rows["retry.enabled"] == (True, "default")
+    assert rows["steeringMode"] == ("all", project_file)
+    assert rows["theme"] == ("dark", global_file)  # unknown keys are shown too
+    assert rows["compaction.reserveTokens"] == (16384, "default")
+
+    text = subprocess.run(
+        [sys.executable, "-m", "forged", "config", "show", "--cwd", str(tmp_path / "project")],
+        env={**os.environ, "AGENT_FORGE_DIR": str(tmp_path / "agent")},
+        capture_output=True, check=True, text=True).stdout
+    assert any(line.split() == ["retry.baseDelayMs", "10", project_file]
+               for line in text.splitlines())
+
+
+def test_a_malformed_project_file_is_reported_and_the_global_one_still_counts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps({"steeringMode": "all"}))
+    project = tmp_path / "project" / ".agent-forge"
+    project.mkdir(parents=True)
+    (project / "settings.json").write_text("[1, 2")
+    settings = Settings(tmp_path / "agent", tmp_path / "project")
+    assert settings.get("steeringMode") == "all"
+    assert str(project / "settings.json") in capsys.readouterr().err
+
+
+async def test_shell_path_and_prefix_apply_to_bash(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {"shellPath": "/bin/sh", "shellCommandPrefix": "GREETING=hello"}))
+    async with open_client(tmp_path) as client:
+        result = await client.request({"type": "bash",
+                                       "command": 'echo "$GREETING from $0"'})
+        assert result["data"]["output"] == "hello from /bin/sh\n"
+        messages = (await client.request({"type": "get_messages"}))["data"]["messages"]
+        assert messages[-1]["command"] == 'echo "$GREETING from $0"'  # stored unprefixed
+
+
+async def test_cycle_model_goes_through_enabled_models_with_their_levels(
+        tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {"enabledModels": ["scripted/anthropic-messages", "*responses:low", "missing/model"]}))
+    async with open_client(tmp_path) as client:
+        first = (await client.request({"type": "cycle_model"}))["data"]
+        assert (first["model"]["id"], first["thinkingLevel"], first["isScoped"]) == (
+            "openai-responses", "low", True)
+        second = (await client.request({"type": "cycle_model"}))["data"]
+        assert second["model"]["id"] == "anthropic-messages"
+        assert second["thinkingLevel"] == "low"  # no level asked: the current one is kept

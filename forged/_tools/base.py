@@ -27,10 +27,29 @@ class ToolError(Exception):
         self.details = details
 
 
+@attrs.define(kw_only=True, frozen=True)
+class Shell:
+    """How commands are run (settings ``shellPath`` and ``shellCommandPrefix``): `path` (default
+    bash, else sh) with ``-c``, `prefix` and a newline before every command."""
+
+    path: str | None = None
+    prefix: str | None = None
+
+    @classmethod
+    def from_settings(cls, path: object, prefix: object) -> Shell:
+        return cls(path=path if isinstance(path, str) and path else None,
+                   prefix=prefix if isinstance(prefix, str) and prefix else None)
+
+    def argv(self, command: str) -> list[str]:
+        shell = self.path or ("/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh")
+        return [shell, "-c", f"{self.prefix}\n{command}" if self.prefix else command]
+
+
 @attrs.define(kw_only=True)
 class ToolContext:
     cwd: Path
     update: Callable[[w.ToolResult], None]
+    shell: Shell = Shell()
     aborted_result: w.ToolResult | None = None
     """Set by a tool before it lets an abort through: the result the interrupted call gets."""
 

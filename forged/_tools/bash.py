@@ -25,6 +25,7 @@ from .._providers.base import now_ms
 from .base import (
     MAX_BYTES,
     MAX_LINES,
+    Shell,
     Tool,
     ToolContext,
     ToolError,
@@ -39,10 +40,6 @@ EXIT_DRAIN_S = 0.5
 """After the shell exits, how long output from leftover background processes is still read."""
 UPDATE_INTERVAL_S = 0.05
 ROLLING_BYTES = 2 * MAX_BYTES
-
-
-def shell_path() -> str:
-    return "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
 
 
 class OutputSpool:
@@ -168,7 +165,7 @@ class Execution:
 
 
 async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s: float | None,
-                      on_output: Any,
+                      on_output: Any, shell: Shell | None = None,
                       wait_for_room: Callable[[], Awaitable[None]] | None = None) -> Execution:
     """Run `command` in its own process group, feeding output to `spool` and `on_output`
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
@@ -180,7 +177,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
     process = await trio.lowlevel.open_process(
-        [shell_path(), "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
+        (shell or Shell()).argv(command), cwd=cwd, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     assert process.stdout is not None
     output_closed = trio.Event()
@@ -265,7 +262,7 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
 
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
-                                      on_output=on_output)
+                                      on_output=on_output, shell=ctx.shell)
         text, details = format_output(spool)
     except trio.Cancelled:
         text, details = format_output(spool)
@@ -316,7 +313,7 @@ def sanitize(text: str) -> str:
 
 
 async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
-                     scope: trio.CancelScope,
+                     scope: trio.CancelScope, shell: Shell | None = None,
                      wait_for_room: Callable[[], Awaitable[None]] | None = None
                      ) -> w.BashExecutionMessage:
     """A direct ``bash`` command (DECISIONS.md §8): no timeout, every chunk streamed, the
@@ -334,7 +331,7 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
         with scope:
             execution = await run_command(
                 command, cwd, spool, timeout_s=None,
-                on_output=stream,
+                on_output=stream, shell=shell,
                 wait_for_room=wait_for_room)
             exit_code = execution.exit_code
         cancelled = scope.cancelled_caught
