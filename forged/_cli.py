@@ -61,6 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma-separated model patterns (globs like 'anthropic/*', "
                         "optional :<thinking>) that cycle_model goes through; default: the "
                         "enabledModels setting")
+    parser.add_argument("--skill", action="append", type=Path, default=[], metavar="PATH",
+                        help="a skill file or folder of skills to add (repeatable)")
+    parser.add_argument("--prompt-template", action="append", type=Path, default=[],
+                        metavar="PATH", help="a prompt template file or folder to add "
+                        "(repeatable)")
+    parser.add_argument("--system-prompt", metavar="TEXT|PATH",
+                        help="replace the system prompt (and SYSTEM.md) with this text or file")
+    parser.add_argument("--append-system-prompt", metavar="TEXT|PATH",
+                        help="add this text or file to the system prompt (instead of "
+                        "APPEND_SYSTEM.md)")
     parser.add_argument("--script", type=Path,
                         help="with --provider scripted: the JSON script of model replies")
     return parser
@@ -113,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         return config_show(argv[2:])
     args = build_parser().parse_args(argv)
     from ._daemon import Options, run_stdio
+    from ._resources import ExtraPaths
 
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
     if not cwd.is_dir():
@@ -123,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                       session_dir=args.session_dir, session=args.session,
                       continue_=args.continue_,
                       models=[p.strip() for p in args.models.split(",") if p.strip()]
-                      if args.models else None)
+                      if args.models else None,
+                      extra=ExtraPaths(skills=args.skill, prompt_templates=args.prompt_template,
+                                       system_prompt=args.system_prompt,
+                                       append_system_prompt=args.append_system_prompt))
     protocol_fd = _reserve_stdout()
     try:
         trio.run(run_stdio, options, 0, protocol_fd)

@@ -38,6 +38,7 @@ from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, ser
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
+from ._resources import ExtraPaths
 from ._session import Session, SessionConfig
 from ._settings import Settings
 from ._store import session_dir_for
@@ -60,6 +61,7 @@ class Options:
     session: str | None = None
     continue_: bool = False
     models: list[str] | None = None
+    extra: ExtraPaths = attrs.Factory(ExtraPaths)
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
@@ -97,7 +99,7 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
                          session_dir=session_dir,
                          session_path=find_session(options, session_dir),
                          keep_model=options.model is not None, settings=settings,
-                         model_scope=options.models)
+                         model_scope=options.models, extra=options.extra)
 
 
 def saved_default(registry: ModelRegistry, settings: Settings,

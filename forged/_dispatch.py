@@ -31,7 +31,7 @@ from ._store import LEAF, SessionFile, entry_tree
 Sink = Callable[[bytes], None]
 
 LATER_FEATURES: dict[type[Any], str] = {
-    **dict.fromkeys((w.GetCommands, w.ExtensionUiResponse), "plugins, skills and templates"),
+    w.ExtensionUiResponse: "plugins",
 }
 
 
@@ -121,6 +121,8 @@ class Dispatcher:
             w.AbortRetry: lambda _, reply: self.session.abort_retry(reply.ok),
             w.Bash: self.bash,
             w.AbortBash: self.abort_bash,
+            w.GetCommands: lambda _, reply: reply.ok(w.CommandList(
+                commands=self.session.commands())),
         }
 
     def handle(self, command: Any, command_id: str | int | None) -> None:
@@ -217,17 +219,22 @@ class Dispatcher:
 
     def prompt(self, command: w.Prompt, reply: Reply) -> None:
         disposition, then = self.session.prompt(
-            command.message, command.images, command.streaming_behavior)
+            self.session.resources.expand(command.message), command.images,
+            command.streaming_behavior)
         reply.ok(w.PromptAccepted(disposition=disposition))  # type: ignore[arg-type]
         then()
 
     def steer(self, command: w.Steer, reply: Reply) -> None:
-        reply.ok(w.PromptAccepted(disposition="queued"))
-        self.session.enqueue("steer", command.message, command.images)
+        self._queue("steer", command.message, command.images, reply)
 
     def follow_up(self, command: w.FollowUp, reply: Reply) -> None:
+        self._queue("follow_up", command.message, command.images, reply)
+
+    def _queue(self, kind: str, text: str, images: list[w.ImageContent] | None,
+               reply: Reply) -> None:
+        text = self.session.resources.expand(text)
         reply.ok(w.PromptAccepted(disposition="queued"))
-        self.session.enqueue("follow_up", command.message, command.images)
+        self.session.enqueue(kind, text, images)
 
     def abort(self, _: w.Abort, reply: Reply) -> None:
         self.session.abort(reply.ok)

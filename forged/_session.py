@@ -38,7 +38,7 @@ from ._loop import describe_failure, is_cancellation, run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
-from ._resources import build_system_prompt, find_context_files
+from ._resources import ExtraPaths, Origin, Resources
 from ._retry import RetrySettings, is_context_overflow
 from ._settings import Settings
 from ._stats import (
@@ -89,6 +89,8 @@ class SessionConfig:
     """Read from the agent dir and the cwd when not given."""
     model_scope: list[str] | None = None
     """``--models``: the patterns `cycle_model` cycles through (else ``enabledModels``)."""
+    extra: ExtraPaths = attrs.Factory(ExtraPaths)
+    """Skills, templates and system prompt text the command line adds."""
 
 
 class Answer(Protocol):
@@ -141,6 +143,8 @@ class Session:
         self.shell = Shell.from_settings(self.settings.get("shellPath"),
                                          self.settings.get("shellCommandPrefix"))
         self.model_scope = config.model_scope
+        self.resources = Resources.load(config.cwd, config.agent_dir, self.settings,
+                                        config.extra)
         self.steering: list[Queued] = []
         self.follow_ups: list[Queued] = []
         self._sink = sink
@@ -351,9 +355,8 @@ class Session:
 
     def model_request(self) -> tuple[Provider, ProviderRequest]:
         tools = list(self.tools.values())
-        return self._request(
-            build_system_prompt(tools, self.cwd, find_context_files(self.cwd, self.agent_dir)),
-            list(self.messages), tools, self.thinking_level)
+        return self._request(self.resources.system_prompt(tools), list(self.messages), tools,
+                             self.thinking_level)
 
     def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                         ) -> tuple[Provider, ProviderRequest]:
@@ -835,9 +838,27 @@ class Session:
         self._record_level(current)
         return self._preferred_level
 
+    def commands(self) -> list[w.CommandInfo]:
+        """What ``/name`` runs: prompt templates, then skills (get_commands)."""
+        found: list[w.CommandInfo] = []
+        for template in self.resources.templates:
+            found.append(w.CommandInfo(
+                name=template.name, description=template.description, source="prompt",
+                source_info=_source_info(template.path, template.origin)))
+        for skill in self.resources.skills:
+            found.append(w.CommandInfo(
+                name=f"skill:{skill.name}", description=skill.description, source="skill",
+                source_info=_source_info(skill.path, skill.origin)))
+        return found
+
     def available_thinking_levels(self) -> list[str]:
         return supported_levels(self.model)
 
+
+
+def _source_info(path: Path, origin: Origin) -> w.SourceInfo:
+    return w.SourceInfo(path=str(path), source="local", scope=origin.scope, origin="top-level",
+                        base_dir=str(origin.path if origin.path.is_dir() else path.parent))
 
 
 def _cancel(scope: trio.CancelScope | None, callbacks: list[Callable[[], None]],

@@ -104,6 +104,9 @@ class Settings:
         itself)."""
         return self._global.get(key, default)
 
+    def project_value(self, key: str, default: Any = None) -> Any:
+        return self._project.get(key, default)
+
     def explain(self) -> list[tuple[str, Any, str]]:
         """Every key in effect by dotted path, its value, and where it came from: the
         project file, the global file or ``default`` (a key forged reads that no file sets)."""

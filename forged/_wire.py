@@ -790,6 +790,30 @@ class ForkMessageList:
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
+class SourceInfo:
+    path: str
+    """A file, or ``<plugin:<plugin>:<command>>`` for a plugin's command."""
+    source: str
+    """``local`` for what was found in a folder, else the plugin's id."""
+    scope: Literal["user", "project", "temporary"]
+    origin: Literal["top-level", "package"]
+    base_dir: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CommandInfo:
+    name: str
+    description: str | None = None
+    source: Literal["capability", "prompt", "skill"]
+    source_info: SourceInfo
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CommandList:
+    commands: list[CommandInfo]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
 class TokenTotals:
     input: int = 0
     output: int = 0

@@ -108,7 +108,7 @@ async def test_unicode_separators_are_escaped_and_not_split(tmp_path: Path) -> N
 
 
 async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> None:
-    cases = {"get_commands": "plugins", "extension_ui_response": "plugins"}
+    cases = {"extension_ui_response": "plugins"}
     async with open_client(tmp_path) as client:
         for kind, feature in cases.items():
             response = await client.request({"type": kind})
