@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--append-system-prompt", metavar="TEXT|PATH",
                         help="add this text or file to the system prompt (instead of "
                         "APPEND_SYSTEM.md)")
+    parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="PATH",
+                        help="load a plugin (a .py file or a package folder) for this run "
+                        "(repeatable)")
+    parser.add_argument("--trust-project", action="store_true",
+                        help="load the project's own plugins (.agent-forge/agent/plugins) "
+                        "this time, as if it were in trustedProjects")
     parser.add_argument("--script", type=Path,
                         help="with --provider scripted: the JSON script of model replies")
     return parser
@@ -137,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                       if args.models else None,
                       extra=ExtraPaths(skills=args.skill, prompt_templates=args.prompt_template,
                                        system_prompt=args.system_prompt,
-                                       append_system_prompt=args.append_system_prompt))
+                                       append_system_prompt=args.append_system_prompt),
+                      plugins=args.plugin, trust_project=args.trust_project)
     protocol_fd = _reserve_stdout()
     try:
         trio.run(run_stdio, options, 0, protocol_fd)

@@ -38,6 +38,7 @@ from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, ser
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
+from ._plugins import discover_plugins
 from ._resources import ExtraPaths
 from ._session import Session, SessionConfig
 from ._settings import Settings
@@ -62,6 +63,9 @@ class Options:
     continue_: bool = False
     models: list[str] | None = None
     extra: ExtraPaths = attrs.Factory(ExtraPaths)
+    plugins: list[Path] = attrs.Factory(list)
+    trust_project: bool = False
+    interactive: bool = True
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
@@ -99,7 +103,11 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
                          session_dir=session_dir,
                          session_path=find_session(options, session_dir),
                          keep_model=options.model is not None, settings=settings,
-                         model_scope=options.models, extra=options.extra)
+                         model_scope=options.models, extra=options.extra,
+                         plugins=discover_plugins(options.cwd, directory, settings,
+                                                  extra=options.plugins,
+                                                  trust_project=options.trust_project),
+                         interactive=options.interactive)
 
 
 def saved_default(registry: ModelRegistry, settings: Settings,
@@ -175,6 +183,8 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
                 input_nursery.start_soon(serve_reader, stdin, commands_send)
                 input_nursery.start_soon(serve_dispatcher, commands_receive, dispatcher.handle,
                                          outbox.put)
+        session.ui.interactive = False  # no more answers can come
+        session.ui.cancel_all()
         with settle_scope:
             await dispatcher.wait_idle()
         outbox.close()

@@ -30,11 +30,6 @@ from ._store import LEAF, SessionFile, entry_tree
 
 Sink = Callable[[bytes], None]
 
-LATER_FEATURES: dict[type[Any], str] = {
-    w.ExtensionUiResponse: "plugins",
-}
-
-
 ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
     w.GetState, w.GetMessages, w.GetAvailableModels, w.GetAvailableThinkingLevels,
     w.GetEntries, w.GetTree, w.GetLastAssistantText, w.GetForkMessages, w.GetSessionStats,
@@ -123,6 +118,7 @@ class Dispatcher:
             w.AbortBash: self.abort_bash,
             w.GetCommands: lambda _, reply: reply.ok(w.CommandList(
                 commands=self.session.commands())),
+            w.ExtensionUiResponse: self.extension_ui_response,
         }
 
     def handle(self, command: Any, command_id: str | int | None) -> None:
@@ -131,12 +127,8 @@ class Dispatcher:
             self._held.append((command, command_id))
             return
         reply = Reply(self.sink, command.type, command_id)
-        handler = self._handlers.get(type(command))
+        handler = self._handlers[type(command)]
         try:
-            if handler is None:
-                feature = LATER_FEATURES[type(command)]
-                raise CommandError(f"{command.type} is not available yet: it comes with "
-                                   f"{feature}, which this forged does not have yet")
             handler(command, reply)
         except CommandError as exc:
             reply.fail(str(exc))
@@ -149,9 +141,11 @@ class Dispatcher:
         while True:
             if self._held is not None:
                 await self._switched.wait()
+            await self.session.wait_commands()
             await self.session.wait_settled()
             await self.session.wait_bash()
-            if self._held is None and not self.session.busy and self.session.bash_scope is None:
+            if (self._held is None and not self.session.busy and self.session.bash_scope is None
+                    and not self.session.commands_running):
                 return
 
     # --- switching sessions --------------------------------------------------------------------
@@ -218,6 +212,11 @@ class Dispatcher:
     # --- prompting -----------------------------------------------------------------------------
 
     def prompt(self, command: w.Prompt, reply: Reply) -> None:
+        found = self.session.plugins.command_for(command.message)
+        if found is not None:
+            plugin_command, args = found
+            self._in_task(reply, lambda: self.session.run_plugin_command(plugin_command, args))
+            return
         disposition, then = self.session.prompt(
             self.session.resources.expand(command.message), command.images,
             command.streaming_behavior)
@@ -232,9 +231,17 @@ class Dispatcher:
 
     def _queue(self, kind: str, text: str, images: list[w.ImageContent] | None,
                reply: Reply) -> None:
+        if self.session.plugins.command_for(text) is not None:
+            raise CommandError(f'Plugin command "{text.split()[0]}" cannot be queued; send '
+                               "it with prompt, which runs it at once")
         text = self.session.resources.expand(text)
         reply.ok(w.PromptAccepted(disposition="queued"))
         self.session.enqueue(kind, text, images)
+
+    def extension_ui_response(self, command: w.ExtensionUiResponse, reply: Reply) -> None:
+        """Answer an open dialog; an id that is not open changes nothing (DECISIONS.md §9)."""
+        self.session.ui.respond(reply.command_id, command)
+        reply.ok()
 
     def abort(self, _: w.Abort, reply: Reply) -> None:
         self.session.abort(reply.ok)

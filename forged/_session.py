@@ -36,6 +36,7 @@ from ._export import render
 from ._jsonl import encode_line
 from ._loop import describe_failure, is_cancellation, run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
+from ._plugins import PluginCommand, Plugins, PluginSource
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
 from ._resources import ExtraPaths, Origin, Resources
@@ -52,6 +53,7 @@ from ._store import SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
 from ._tools.base import Shell
 from ._tools.bash import run_direct
+from ._ui import Dialogs
 
 Sink = Callable[[bytes], None]
 
@@ -91,6 +93,9 @@ class SessionConfig:
     """``--models``: the patterns `cycle_model` cycles through (else ``enabledModels``)."""
     extra: ExtraPaths = attrs.Factory(ExtraPaths)
     """Skills, templates and system prompt text the command line adds."""
+    plugins: list[PluginSource] = attrs.Factory(list)
+    interactive: bool = True
+    """A client can answer dialogs (False in print mode: they resolve as cancelled)."""
 
 
 class Answer(Protocol):
@@ -149,6 +154,12 @@ class Session:
         self.follow_ups: list[Queued] = []
         self._sink = sink
         self._wait_for_room = wait_for_room
+        self.session_name: str | None = None
+        self.ui = Dialogs(self.emit, interactive=config.interactive)
+        self.plugins = Plugins([], self)
+        self._command_scopes: set[trio.CancelScope] = set()
+        self._commands_done = trio.Event()
+        self._commands_done.set()
         self._nursery: trio.Nursery | None = None
         self.run_scope: trio.CancelScope | None = None
         self._busy = False
@@ -179,6 +190,13 @@ class Session:
                                    restore=not config.keep_model)
         if config.session_name:
             self.set_session_name(config.session_name)
+        self.plugins = Plugins(config.plugins, self)
+        for name, tool in self.plugins.tools.items():
+            if name in self.tools:
+                print(f"forged: a plugin's tool {name} is a built-in tool's name; skipped",
+                      file=sys.stderr)
+            else:
+                self.tools[name] = tool
 
     def _install(self, store: SessionFile, *, restore: bool) -> SessionFile:
         """Make `store` the session's file: its context, its name, and (when `restore`) the
@@ -233,6 +251,7 @@ class Session:
         try:
             async with trio.open_nursery() as session_nursery:
                 self._nursery = session_nursery
+                session_nursery.start_soon(self.plugins.serve_observers)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -247,7 +266,9 @@ class Session:
     # --- events --------------------------------------------------------------------------------
 
     def emit(self, event: w.Event) -> None:
-        self._sink(encode_line(_codec.unstructure(event)))
+        data = _codec.unstructure(event)
+        self._sink(encode_line(data))
+        self.plugins.observe(data)
 
     async def wait_for_room(self) -> None:
         if self._wait_for_room is not None:
@@ -312,6 +333,41 @@ class Session:
         message = user_message(text, images)
         return "started", lambda: self._start([message], poll_steering=True)
 
+    def send_user_message(self, text: str) -> None:
+        """A plugin's message to the agent: a run when idle, else a follow-up."""
+        if self._busy:
+            self.enqueue("follow_up", text, None)
+            return
+        self.check_can_prompt()
+        self._start([user_message(text, None)], poll_steering=True)
+
+    async def run_plugin_command(self, command: PluginCommand, args: str
+                                 ) -> w.PromptAccepted:
+        """Run a plugin's ``/command`` at once, whatever else runs; ``abort`` cancels it."""
+        scope = trio.CancelScope()
+        self._command_scopes.add(scope)
+        self._commands_done = trio.Event()
+        try:
+            with scope:
+                await self.plugins.run_command(command, args)
+        except Exception as exc:
+            raise CommandError(f"Command /{command.name} failed: "
+                               f"{exc or type(exc).__name__}") from exc
+        finally:
+            self._command_scopes.discard(scope)
+            if not self._command_scopes:
+                self._commands_done.set()
+        if scope.cancelled_caught:
+            raise CommandError(f"Command /{command.name} was cancelled")
+        return w.PromptAccepted(disposition="handled")
+
+    @property
+    def commands_running(self) -> bool:
+        return bool(self._command_scopes)
+
+    async def wait_commands(self) -> None:
+        await self._commands_done.wait()
+
     def enqueue(self, kind: str, text: str, images: list[w.ImageContent] | None) -> None:
         queue = self.steering if kind == "steer" else self.follow_ups
         queue.append(Queued(text=text, message=user_message(text, images)))
@@ -355,8 +411,12 @@ class Session:
 
     def model_request(self) -> tuple[Provider, ProviderRequest]:
         tools = list(self.tools.values())
-        return self._request(self.resources.system_prompt(tools), list(self.messages), tools,
-                             self.thinking_level)
+        return self._request(self.resources.system_prompt(tools, self.plugins.guidelines),
+                             list(self.messages), tools, self.thinking_level)
+
+    async def before_tool_call(self, call: w.ToolCall) -> str | None:
+        """Why a plugin blocks `call`, or None to run it."""
+        return await self.plugins.before_tool_call(call.id, call.name, call.arguments)
 
     def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                         ) -> tuple[Provider, ProviderRequest]:
@@ -635,7 +695,11 @@ class Session:
             self.emit(end)
 
     def abort(self, done: Callable[[], None]) -> None:
-        """Cancel the current run; `done` is called right after its ``agent_end``."""
+        """Cancel the current run, open dialogs and running plugin commands; `done` is
+        called right after the run's ``agent_end``."""
+        self.ui.cancel_all()
+        for scope in self._command_scopes:
+            scope.cancel()
         _cancel(self.run_scope, self._after_run, done)
 
     # --- direct bash ---------------------------------------------------------------------------
@@ -686,6 +750,7 @@ class Session:
         closing events written, then the new file is opened (in a thread: it may be large).
         If `make` fails, the session keeps its file."""
         self.clear_queue()
+        self.ui.cancel_all()
         if self.run_scope is not None:
             self.run_scope.cancel()
         await self.wait_settled()
@@ -839,8 +904,9 @@ class Session:
         return self._preferred_level
 
     def commands(self) -> list[w.CommandInfo]:
-        """What ``/name`` runs: prompt templates, then skills (get_commands)."""
-        found: list[w.CommandInfo] = []
+        """What ``/name`` runs: plugin commands, prompt templates, then skills
+        (get_commands)."""
+        found = self.plugins.command_infos()
         for template in self.resources.templates:
             found.append(w.CommandInfo(
                 name=template.name, description=template.description, source="prompt",

@@ -105,13 +105,3 @@ async def test_unicode_separators_are_escaped_and_not_split(tmp_path: Path) -> N
     assert b"\\u2028" in line and b"\\u2029" in line
     assert "😀 é".encode() in line  # other non-ASCII stays raw UTF-8
     assert orjson.loads(line)["command"] == "dance\u2028"
-
-
-async def test_later_features_answer_with_the_feature_named(tmp_path: Path) -> None:
-    cases = {"extension_ui_response": "plugins"}
-    async with open_client(tmp_path) as client:
-        for kind, feature in cases.items():
-            response = await client.request({"type": kind})
-            assert response["command"] == kind
-            assert response["success"] is False
-            assert feature in response["error"], response
