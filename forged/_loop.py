@@ -168,6 +168,7 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
         context = ToolContext(cwd=host.cwd, update=update, shell=host.shell)
         try:
             blocked = await host.before_tool_call(call)
+            await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
             if blocked is not None:
                 raise ToolError(blocked)
             result, is_error = await execute(host.tools.get(call.name), call, context), False

@@ -196,6 +196,7 @@ class SessionView(Protocol):
 
     cwd: Path
     ui: Dialogs
+    settings: Settings
 
     @property
     def session_id(self) -> str: ...
@@ -283,6 +284,11 @@ class PluginAPI:
     @property
     def ui(self) -> Dialogs:
         return self._session.ui
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The merged settings (a copy): a plugin may keep its own options in a key there."""
+        return dict(self._session.settings.merged)
 
     def block(self, reason: str) -> Block:
         return Block(reason=reason)

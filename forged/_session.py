@@ -157,7 +157,7 @@ class Session:
         self.session_name: str | None = None
         self.ui = Dialogs(self.emit, interactive=config.interactive)
         self.plugins = Plugins([], self)
-        self._command_scopes: set[trio.CancelScope] = set()
+        self._commands_running = 0
         self._commands_done = trio.Event()
         self._commands_done.set()
         self._nursery: trio.Nursery | None = None
@@ -343,27 +343,25 @@ class Session:
 
     async def run_plugin_command(self, command: PluginCommand, args: str
                                  ) -> w.PromptAccepted:
-        """Run a plugin's ``/command`` at once, whatever else runs; ``abort`` cancels it."""
-        scope = trio.CancelScope()
-        self._command_scopes.add(scope)
+        """Run a plugin's ``/command`` at once, whatever else runs. It manages its own
+        execution (rpc.md): ``abort`` resolves its open dialogs as cancelled and lets it
+        finish."""
+        self._commands_running += 1
         self._commands_done = trio.Event()
         try:
-            with scope:
-                await self.plugins.run_command(command, args)
+            await self.plugins.run_command(command, args)
         except Exception as exc:
             raise CommandError(f"Command /{command.name} failed: "
                                f"{exc or type(exc).__name__}") from exc
         finally:
-            self._command_scopes.discard(scope)
-            if not self._command_scopes:
+            self._commands_running -= 1
+            if not self._commands_running:
                 self._commands_done.set()
-        if scope.cancelled_caught:
-            raise CommandError(f"Command /{command.name} was cancelled")
         return w.PromptAccepted(disposition="handled")
 
     @property
     def commands_running(self) -> bool:
-        return bool(self._command_scopes)
+        return self._commands_running > 0
 
     async def wait_commands(self) -> None:
         await self._commands_done.wait()
@@ -695,11 +693,9 @@ class Session:
             self.emit(end)
 
     def abort(self, done: Callable[[], None]) -> None:
-        """Cancel the current run, open dialogs and running plugin commands; `done` is
-        called right after the run's ``agent_end``."""
+        """Cancel the current run and resolve open dialogs as cancelled; `done` is called
+        right after the run's ``agent_end``."""
         self.ui.cancel_all()
-        for scope in self._command_scopes:
-            scope.cancel()
         _cancel(self.run_scope, self._after_run, done)
 
     # --- direct bash ---------------------------------------------------------------------------

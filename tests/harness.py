@@ -14,6 +14,7 @@ import trio.testing
 
 from forged._daemon import serve_connection
 from forged._models import ModelRegistry, register_scripted
+from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
 from forged._session import SessionConfig
 
@@ -124,7 +125,8 @@ class Client:
 async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
                       api: str = "anthropic-messages", model: bool = True,
                       registry: ModelRegistry | None = None, persist: bool = True,
-                      session_path: Path | None = None) -> AsyncIterator[Client]:
+                      session_path: Path | None = None,
+                      plugins: list[PluginSource] | None = None) -> AsyncIterator[Client]:
     """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams."""
     cwd = tmp_path / "project"
     cwd.mkdir(exist_ok=True)
@@ -139,7 +141,7 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         chosen = registry.find("scripted", api) if model else None
         config = SessionConfig(cwd=cwd, agent_dir=agent_dir, registry=registry, model=chosen,
                                thinking_level="medium", persist=persist,
-                               session_path=session_path)
+                               session_path=session_path, plugins=plugins or [])
         client_stream, forged_stream = trio.testing.memory_stream_pair()
         client = Client(client_stream, server, cwd, config)
         nursery.start_soon(client.pump)
