@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -29,6 +30,11 @@ environment:
 example (no API key needed):
   forged --mode rpc --provider scripted --script forged/examples/fix-greeting.json
 
+for scripts:
+  forged -p "Fix the failing test"         print the final reply (exit 1 on error)
+  git diff | forged -p "Review this diff"  piped input comes before the first message
+  forged --mode json "Explain main.py"     every event of the run as JSON lines
+
 other commands:
   forged config show [--cwd DIR] [--json]
                       the settings in effect and where each value came from"""
@@ -39,8 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="forged", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"forged {__version__}")
-    parser.add_argument("--mode", choices=["rpc"], default="rpc",
-                        help="how to talk to the client (rpc: JSON lines over stdin/stdout)")
+    parser.add_argument("--mode", choices=["rpc", "json", "text"], default=None,
+                        help="rpc (default): JSON commands in on stdin, responses and events "
+                        "out on stdout; json: run the MESSAGES and print the session header "
+                        "and every event as JSON lines; text: as -p")
+    parser.add_argument("-p", "--print", dest="print_mode", action="store_true",
+                        help="run the MESSAGES one after another, print the last reply's text "
+                        "and exit (1 if it failed)")
+    parser.add_argument("messages", nargs="*", metavar="MESSAGE",
+                        help="with -p or --mode json: the prompts to send, in order; piped "
+                        "stdin is put before the first")
     parser.add_argument("--provider", help="the model provider (anthropic, openai, scripted, "
                         "or one from models.json)")
     parser.add_argument("--model", help="the model: an id, provider/id, or a name fragment, "
@@ -128,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:2] == ["config", "show"]:
         return config_show(argv[2:])
     args = build_parser().parse_args(argv)
-    from ._daemon import Options, run_stdio
+    from ._daemon import Options, run_prompts, run_stdio
     from ._resources import ExtraPaths
 
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
@@ -145,9 +159,28 @@ def main(argv: list[str] | None = None) -> int:
                                        system_prompt=args.system_prompt,
                                        append_system_prompt=args.append_system_prompt),
                       plugins=args.plugin, trust_project=args.trust_project)
+    mode = args.mode or ("text" if args.print_mode else "rpc")
+    messages = list(args.messages)
+    if mode != "rpc":
+        piped = "" if sys.stdin.isatty() else sys.stdin.read()
+        if piped.strip():
+            messages = [f"{piped.rstrip()}\n\n{messages[0]}" if messages else piped.rstrip(),
+                        *messages[1:]]
+        if not messages:
+            print(f"forged: --mode {mode} needs a MESSAGE argument or piped input",
+                  file=sys.stderr)
+            return 2
+    elif messages:
+        print("forged: MESSAGE arguments need -p or --mode json (in rpc mode prompts come "
+              "as commands on stdin)", file=sys.stderr)
+        return 2
     protocol_fd = _reserve_stdout()
     try:
-        trio.run(run_stdio, options, 0, protocol_fd)
+        if mode == "rpc":
+            trio.run(run_stdio, options, 0, protocol_fd)
+        else:
+            return trio.run(partial(run_prompts, events=mode == "json"), options, messages,
+                            protocol_fd)
     except (ForgedError, BaseExceptionGroup) as exc:
         problems = _startup_errors(exc)
         if not problems:

@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import trio
 
 from . import _wire as w
 from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, serve_reader
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
+from ._jsonl import encode_line
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._plugins import discover_plugins
 from ._resources import ExtraPaths
@@ -146,6 +148,55 @@ async def run_stdio(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> 
         config = await open_session_config(options, daemon_nursery)
         await serve_connection(config, stdin, stdout, daemon_nursery, watch_signals=True)
         daemon_nursery.cancel_scope.cancel()
+
+
+async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
+                      events: bool) -> int:
+    """``-p`` and ``--mode json``: send `messages` one after another, each until the session
+    settles, and return the exit code. With `events`, the session header and then every event
+    are written to `stdout_fd` as JSON lines (exit 0 even when the model failed, as the
+    ancestor does); without, the last reply's text is printed, or its error on stderr with
+    exit 1. No client can answer dialogs: they resolve as cancelled."""
+    stdout = open_fd_stream(stdout_fd)
+    outbox = Outbox()
+    responses: list[dict[str, Any]] = []
+    async with trio.open_nursery() as daemon_nursery:
+        config = await open_session_config(attrs.evolve(options, interactive=False),
+                                           daemon_nursery)
+        session = Session(config, outbox.put if events else lambda _: None,
+                          outbox.wait_for_room if events else None)
+        await daemon_nursery.start(session.serve)
+        dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
+        code = 0
+        async with trio.open_nursery() as output_nursery:
+            output_nursery.start_soon(outbox.serve_writer, stdout)
+            if events:
+                outbox.put(encode_line(session.store.header))
+            for text in messages:
+                dispatcher.handle(w.Prompt(message=text), None)
+                await dispatcher.wait_idle()
+                if not responses[-1]["success"]:
+                    print(f"forged: {responses[-1]['error']}", file=sys.stderr)
+                    code = 1
+                    break
+            if not events and code == 0:
+                code = _print_last_reply(session, outbox)
+            outbox.close()
+        daemon_nursery.cancel_scope.cancel()
+    return code
+
+
+def _print_last_reply(session: Session, outbox: Outbox) -> int:
+    last = session.messages[-1] if session.messages else None
+    if not isinstance(last, w.AssistantMessage):
+        return 0
+    if last.stop_reason in ("error", "aborted"):
+        print(f"forged: {last.error_message or f'Request {last.stop_reason}'}", file=sys.stderr)
+        return 1
+    for block in last.content:
+        if isinstance(block, w.TextContent):
+            outbox.put(block.text.encode() + b"\n")
+    return 0
 
 
 async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,

@@ -1,0 +1,86 @@
+"""`forged -p` and `forged --mode json` as processes, as scripts run them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from .test_process import BIN, child_env
+
+
+async def run_forged(tmp_path: Path, args: list[str], replies: list[dict[str, Any]], *,
+                     stdin: bytes = b"") -> trio.CompletedProcess[bytes]:
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": replies}))
+    with trio.fail_after(30):
+        return await trio.run_process(
+            [str(BIN / "forged"), "--provider", "scripted", "--script", str(script), *args],
+            stdin=stdin, capture_stdout=True, capture_stderr=True, check=False,
+            env=child_env(tmp_path / "agent"), cwd=tmp_path)
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": value}]}
+
+
+def stored_user_texts(tmp_path: Path) -> list[str]:
+    (session,) = (tmp_path / "agent" / "sessions").rglob("*.jsonl")
+    entries = [json.loads(line) for line in session.read_text().splitlines()]
+    return [e["message"]["content"][0]["text"] for e in entries
+            if e.get("type") == "message" and e["message"]["role"] == "user"]
+
+
+async def test_print_mode_prints_the_last_reply_with_piped_input_first(tmp_path: Path) -> None:
+    result = await run_forged(tmp_path, ["-p", "Summarize this"],
+                              [text("First line.\nSecond line.")], stdin=b"log output\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"First line.\nSecond line.\n"
+    assert stored_user_texts(tmp_path) == ["log output\n\nSummarize this"]
+
+
+async def test_print_mode_sends_each_message_in_turn(tmp_path: Path) -> None:
+    result = await run_forged(tmp_path, ["-p", "one", "two"], [text("A"), text("B")])
+    assert result.stdout == b"B\n"
+    assert stored_user_texts(tmp_path) == ["one", "two"]
+
+
+async def test_print_mode_exits_1_when_the_model_fails(tmp_path: Path) -> None:
+    result = await run_forged(tmp_path, ["-p", "hi"],
+                              [{"status": 400, "errorMessage": "bad request"}])
+    assert result.returncode == 1
+    assert result.stdout == b""
+    assert b"bad request" in result.stderr
+
+
+async def test_print_mode_exits_1_when_the_prompt_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    with trio.fail_after(30):
+        result = await trio.run_process(
+            [str(BIN / "forged"), "-p", "hi"], capture_stdout=True, capture_stderr=True,
+            check=False, env=child_env(tmp_path / "agent"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert b"forged: No model selected" in result.stderr
+
+
+async def test_json_mode_prints_the_header_then_every_event(tmp_path: Path) -> None:
+    result = await run_forged(tmp_path, ["--mode", "json", "one", "two"],
+                              [text("A"), text("B")], stdin=b"piped")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0]["type"] == "session" and lines[0]["version"] == 3
+    kinds = [line["type"] for line in lines[1:]]
+    assert kinds.count("agent_start") == 2 and kinds.count("agent_settled") == 2
+    assert kinds[-1] == "agent_settled" and "response" not in kinds
+    assert stored_user_texts(tmp_path) == ["piped\n\none", "two"]
+
+
+async def test_messages_need_a_mode_that_takes_them(tmp_path: Path) -> None:
+    result = await run_forged(tmp_path, ["--mode", "rpc", "hello"], [])
+    assert result.returncode == 2
+    assert b"MESSAGE arguments need -p or --mode json" in result.stderr
+    result = await run_forged(tmp_path, ["--mode", "json"], [])
+    assert result.returncode == 2
