@@ -342,6 +342,9 @@ class PluginAPI:
         Any event type (``agent_start``, ``tool_execution_end``, ...) or ``*``:
         ``handler(event, ctx)`` with the event as the client sees it, in order, after it
         was written."""
+        if event not in w.EVENT_TYPES and event not in ("before_tool_call", "*"):
+            print(f"forged: plugin {self.id}: there is no event {event!r} to observe",
+                  file=sys.stderr)
         self._made.handlers.setdefault(event, []).append(handler)
 
 

@@ -452,6 +452,8 @@ Event = (
     | ExtensionUiRequest
 )
 
+EVENT_TYPES: frozenset[str] = frozenset(attrs.fields(cls).type.default for cls in get_args(Event))
+
 
 # --- commands ----------------------------------------------------------------------------------
 # The command's `id` is read from the raw object before the command is converted (so that even

@@ -404,3 +404,32 @@ async def test_a_noisy_failing_plugin_cannot_touch_the_protocol_stream(tmp_path:
     for noise in ("register prints", "register writes to fd 1", "a hook prints",
                   "a hook's child prints", "plugin noisy failed in before_tool_call"):
         assert noise in err
+
+
+async def test_the_readme_plugin_example_works(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Plugins"):]
+    start = section.index("```python\n") + len("```python\n")
+    code = section[start:section.index("\n```", start)]
+    (tmp_path / "example.py").write_text(code)
+    example = load_plugin_file(tmp_path / "example.py", "temporary")
+    assert example is not None
+    replies = [Reply(content=[
+        ScriptToolCall(name="word_count", id="c1", arguments={"text": "two words"}),
+        ScriptToolCall(name="write", id="c2", arguments={"path": "x.lock", "content": ""})]),
+        DONE]
+    async with open_client(tmp_path, replies, plugins=[example]) as client:
+        prompt_id = await client.send({"type": "prompt", "message": "/stats src"})
+        request = await client.wait_for(lambda e: e.get("type") == "extension_ui_request")
+        assert (request["title"], request["message"], request["timeout"]) == (
+            "Count lines?", "in src", 30000)
+        await client.send({"type": "extension_ui_response", "id": request["id"],
+                           "confirmed": True})
+        assert (await client.response(prompt_id))["data"] == {"disposition": "handled"}
+        await client.settled()
+        sent = client.server.requests[0].body["messages"][0]["content"][0]["text"]
+    assert sent == "Count the lines of code in src"
+    count, lock = client.events("tool_execution_end")
+    assert count["result"]["content"][0]["text"] == "2"
+    assert lock["result"]["content"][0]["text"] == "Lock files are generated; do not write them"
+    assert not (tmp_path / "project" / "x.lock").exists()
