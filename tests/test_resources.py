@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from forged._plugins import PluginAPI, PluginSource
 from forged._providers.scripted import Reply, ScriptText
 from forged._resources import (
     Origin,
@@ -206,3 +207,21 @@ async def test_append_system_md_extends_forged_s_own_prompt(tmp_path: Path) -> N
     text = system if isinstance(system, str) else "".join(block["text"] for block in system)
     assert "expert coding assistant" in text
     assert text.index("Show file paths clearly") < text.index("Project rule.")
+
+
+async def test_get_commands_lists_plugin_commands_first_then_templates_then_skills(
+        tmp_path: Path) -> None:
+    write(tmp_path / "agent" / "prompts" / "fix.md", "Fix it")
+    write(tmp_path / "agent" / "skills" / "tidy" / "SKILL.md", skill_md("tidy", "Tidy up"))
+
+    def register(api: PluginAPI) -> None:
+        api.register_command("fix", lambda args, ctx: None, description="The plugin's fix")
+
+    source = PluginSource(id="p", register=register, scope="user")
+    async with open_client(tmp_path, plugins=[source]) as client:
+        commands = (await client.request({"type": "get_commands"}))["data"]["commands"]
+        handled = await client.request({"type": "prompt", "message": "/fix"})
+    assert [(c["name"], c["source"], c["sourceInfo"]["scope"]) for c in commands] == [
+        ("fix", "capability", "user"), ("fix", "prompt", "user"),
+        ("skill:tidy", "skill", "user")]
+    assert handled["data"] == {"disposition": "handled"}  # a plugin command comes first

@@ -153,3 +153,13 @@ async def test_end_of_input_cancels_open_dialogs(tmp_path: Path) -> None:
         response = await client.response(prompt_id)
         assert response["data"] == {"disposition": "handled"}
         await client.wait_eof()
+
+
+async def test_a_session_switch_cancels_open_dialogs(tmp_path: Path) -> None:
+    async with open_client(tmp_path, plugins=[asking_plugin()]) as client:
+        prompt_id = await client.send({"type": "prompt", "message": "/ask select"})
+        await dialog(client, "select")
+        switched = await client.request({"type": "new_session"})
+        assert switched["success"] is True
+        assert await answer_of(client) == "None"
+        assert (await client.response(prompt_id))["data"] == {"disposition": "handled"}
