@@ -70,13 +70,21 @@ class Options:
     interactive: bool = True
 
 
-async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
-    """Load models (starting the scripted server if asked) and choose the starting model."""
-    directory = agent_dir()
+@attrs.define(kw_only=True)
+class Models:
+    """The model registry a process serves sessions from, and what the command line asked
+    of it."""
+
+    registry: ModelRegistry
+    provider: str | None = None
+    pattern: str | None = None
+
+
+async def open_models(options: Options, nursery: trio.Nursery) -> Models:
+    """Load models.json, and start the scripted provider's server in `nursery` if asked."""
     registry = ModelRegistry()
-    registry.load_models_json(directory / "models.json")
-    provider: str | None = options.provider
-    model_pattern: str | None = options.model
+    registry.load_models_json(agent_dir() / "models.json")
+    models = Models(registry=registry, provider=options.provider, pattern=options.model)
     if options.script is not None or options.provider == SCRIPTED_PROVIDER:
         if options.script is None:
             raise ConfigError("--provider scripted needs --script FILE")
@@ -86,18 +94,31 @@ async def open_session_config(options: Options, nursery: trio.Nursery) -> Sessio
         server = ScriptedServer(script.replies)
         await nursery.start(server.serve)
         register_scripted(registry, server.base_url)
-        provider = provider or SCRIPTED_PROVIDER
-        model_pattern = model_pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
+        models.provider = models.provider or SCRIPTED_PROVIDER
+        models.pattern = models.pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
+    return models
+
+
+async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
+    """Load models (starting the scripted server if asked) and choose the starting model."""
+    return session_config(options, await open_models(options, nursery))
+
+
+def session_config(options: Options, models: Models) -> SessionConfig:
+    """A session's configuration: its settings, plugins, model and file, for `options.cwd`."""
+    directory = agent_dir()
+    registry = models.registry
     settings = Settings(directory, options.cwd)
     level = str(settings.get("defaultThinkingLevel", "medium"))
     if level not in w.THINKING_LEVELS:
         level = "medium"
     model: w.Model | None
-    if model_pattern is not None:
-        model, suffix = registry.resolve_pattern(model_pattern, provider)
+    if models.pattern is not None:
+        model, suffix = registry.resolve_pattern(models.pattern, models.provider)
         level = suffix or level
     else:
-        model = saved_default(registry, settings, provider) or registry.initial_model(provider)
+        model = (saved_default(registry, settings, models.provider)
+                 or registry.initial_model(models.provider))
     session_dir = options.session_dir or session_dir_for(directory, options.cwd)
     return SessionConfig(cwd=options.cwd, agent_dir=directory, registry=registry, model=model,
                          thinking_level=clamp_level(model, level) if model else level,
