@@ -7,12 +7,16 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import trio
 
 from . import __version__
-from ._errors import ForgedError
+from ._errors import ConfigError, ForgedError
+
+if TYPE_CHECKING:
+    from ._daemon import Options
 
 DESCRIPTION = """\
 forged: a headless coding agent speaking the agent-forge RPC protocol.
@@ -37,7 +41,13 @@ for scripts:
 
 other commands:
   forged config show [--cwd DIR] [--json]
-                      the settings in effect and where each value came from"""
+                      the settings in effect and where each value came from
+  forged serve [--socket PATH] [--ws HOST:PORT] ...
+                      the daemon: many sessions over a Unix socket and WebSocket
+  forged connect [--socket PATH] [--no-start] ...
+                      a stdio bridge to the daemon, in place of forged --mode rpc
+  forged status [--socket PATH]
+                      whether a daemon runs, its sessions and clients"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("messages", nargs="*", metavar="MESSAGE",
                         help="with -p or --mode json: the prompts to send, in order; piped "
                         "stdin is put before the first")
+    add_session_options(parser)
+    return parser
+
+
+def add_session_options(parser: argparse.ArgumentParser) -> None:
+    """The options that shape a session: every mode and the daemon take them."""
     parser.add_argument("--provider", help="the model provider (anthropic, openai, scripted, "
                         "or one from models.json)")
     parser.add_argument("--model", help="the model: an id, provider/id, or a name fragment, "
@@ -93,7 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "this time, as if it were in trustedProjects")
     parser.add_argument("--script", type=Path,
                         help="with --provider scripted: the JSON script of model replies")
-    return parser
 
 
 def _reserve_stdout() -> int:
@@ -137,19 +152,15 @@ def config_show(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:2] == ["config", "show"]:
-        return config_show(argv[2:])
-    args = build_parser().parse_args(argv)
-    from ._daemon import Options, run_prompts, run_stdio
+def options_from(args: argparse.Namespace) -> Options:
+    """The session options of parsed `args`; `ConfigError` for a --cwd that is no folder."""
+    from ._daemon import Options
     from ._resources import ExtraPaths
 
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
     if not cwd.is_dir():
-        print(f"forged: --cwd {cwd}: not a directory", file=sys.stderr)
-        return 2
-    options = Options(cwd=cwd, provider=args.provider, model=args.model, script=args.script,
+        raise ConfigError(f"--cwd {cwd}: not a directory")
+    return Options(cwd=cwd, provider=args.provider, model=args.model, script=args.script,
                       session_name=args.session_name, no_session=args.no_session,
                       session_dir=args.session_dir, session=args.session,
                       continue_=args.continue_,
@@ -159,6 +170,27 @@ def main(argv: list[str] | None = None) -> int:
                                        system_prompt=args.system_prompt,
                                        append_system_prompt=args.append_system_prompt),
                       plugins=args.plugin, trust_project=args.trust_project)
+
+
+SUBCOMMANDS = ("serve", "connect", "status")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["config", "show"]:
+        return config_show(argv[2:])
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        from . import _bridge
+
+        return _bridge.main(argv[0], argv[1:])
+    args = build_parser().parse_args(argv)
+    from ._daemon import run_prompts, run_stdio
+
+    try:
+        options = options_from(args)
+    except ConfigError as exc:
+        print(f"forged: {exc}", file=sys.stderr)
+        return 2
     mode = args.mode or ("text" if args.print_mode else "rpc")
     messages = list(args.messages)
     if mode != "rpc":

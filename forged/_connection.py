@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -54,6 +54,10 @@ class Outbox:
         while len(self._pending) > self._high_water and not self._broken:
             await self._room.wait()
 
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._pending)
+
     def close(self) -> None:
         """No more lines: the writer finishes once what is pending is written."""
         self._closed = True
@@ -64,6 +68,10 @@ class Outbox:
 
         Returns False if the peer stopped reading (a broken pipe): what is left is dropped.
         """
+        return await self.serve(stream.send_all)
+
+    async def serve(self, write: Callable[[bytearray], Awaitable[None]]) -> bool:
+        """`serve_writer` with `write` taking each batch of whole lines."""
         while True:
             if not self._pending:
                 if self._closed:
@@ -74,7 +82,7 @@ class Outbox:
             data, self._pending = self._pending, bytearray()
             self._room.set()
             try:
-                await stream.send_all(data)
+                await write(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._broken = True
                 self._pending.clear()
@@ -97,8 +105,9 @@ def _refuse(command: str, error: str, command_id: str | int | None = None) -> In
                                        error=error), command_id=command_id)
 
 
-def parse_line(line: bytes) -> Incoming | None:
-    """Read one line as a command; None for a blank line (ignored)."""
+def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
+               ) -> Incoming | None:
+    """Read one line as one of `classes`' commands; None for a blank line (ignored)."""
     if not line.strip():
         return None
     try:
@@ -114,7 +123,7 @@ def parse_line(line: bytes) -> Incoming | None:
     if not isinstance(kind, str):
         return _refuse("parse", "Failed to parse command: missing string field 'type'",
                        command_id)
-    cls = w.COMMAND_CLASSES.get(kind)
+    cls = classes.get(kind)
     if cls is None:
         return _refuse(kind, f"Unknown command: {kind}", command_id)
     try:
@@ -127,7 +136,8 @@ def parse_line(line: bytes) -> Incoming | None:
 
 
 async def serve_reader(stream: trio.abc.ReceiveStream,
-                       commands: trio.MemorySendChannel[Incoming]) -> None:
+                       commands: trio.MemorySendChannel[Incoming],
+                       classes: dict[str, type[Any]] = w.COMMAND_CLASSES) -> None:
     """Read lines until EOF and pass each on, in order; the channel is closed at EOF."""
     splitter = LineSplitter()
     async with commands:
@@ -140,7 +150,7 @@ async def serve_reader(stream: trio.abc.ReceiveStream,
                         "parse", f"Failed to parse command: line of {piece.size} bytes exceeds "
                         "the 64 MiB limit")
                 else:
-                    incoming = parse_line(piece)
+                    incoming = parse_line(piece, classes)
                 if incoming is not None:
                     await commands.send(incoming)
             if not data:

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +36,12 @@ import attrs
 import orjson
 import trio
 
+from . import _systemd as systemd
 from . import _wire as w
 from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, serve_reader
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
+from ._hub import PEER_QUEUE_BYTES, Hub, SessionRequest, log
 from ._jsonl import encode_line
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._plugins import discover_plugins
@@ -270,3 +274,160 @@ async def _watch_signals(stop: Callable[[], None]) -> None:
             print(f"forged: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
             stop()
             return
+
+
+# --- the daemon --------------------------------------------------------------------------------
+
+IDLE_UNLOAD_S = 30 * 60.0
+DRAIN_GRACE_S = 30.0
+FLUSH_S = 2.0
+
+
+@attrs.define(kw_only=True)
+class ServeOptions:
+    """What ``forged serve`` was asked for (settings fill what the command line leaves)."""
+
+    socket_path: Path | None = None
+    ws: tuple[str, int] | None = None
+    ws_allow_remote: bool = False
+    ws_allow_origins: list[str] = attrs.Factory(list)
+    idle_unload_s: float | None = None
+    drain_grace_s: float | None = None
+    queue_limit_bytes: int = PEER_QUEUE_BYTES
+
+
+def _daemon_setting(key: str, default: float) -> float:
+    section = Settings(agent_dir()).get("daemon")
+    value = section.get(key) if isinstance(section, dict) else None
+    return float(value) if isinstance(value, int | float) and value >= 0 else default
+
+
+async def run_daemon(options: Options, serve: ServeOptions, *,
+                     task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve sessions on the Unix socket (and WebSocket) until SIGTERM or SIGINT, then drain:
+    stop accepting, let runs finish for the grace period, abort the rest (their closing
+    events are written), flush every client and session file, and return."""
+    from ._transports.unix import bind_unix, default_socket_path
+
+    idle_unload_s = serve.idle_unload_s if serve.idle_unload_s is not None else (
+        _daemon_setting("idleUnloadSeconds", IDLE_UNLOAD_S))
+    drain_grace_s = serve.drain_grace_s if serve.drain_grace_s is not None else (
+        _daemon_setting("drainSeconds", DRAIN_GRACE_S))
+    passed = systemd.listen_sockets()
+    unix_sockets = [trio.socket.from_stdlib_socket(s) for s in passed
+                    if s.family == socket.AF_UNIX]
+    tcp_sockets = [trio.socket.from_stdlib_socket(s) for s in passed
+                   if s.family != socket.AF_UNIX]
+    socket_path = serve.socket_path or default_socket_path()
+    bound = not unix_sockets
+    if bound:
+        unix_sockets = [bind_unix(socket_path)]
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as daemon_nursery:
+                models = await open_models(options, daemon_nursery)
+
+                def make_config(request: SessionRequest) -> SessionConfig:
+                    asked = Models(registry=models.registry,
+                                   provider=request.provider or models.provider,
+                                   pattern=request.model or (
+                                       None if request.provider else models.pattern))
+                    return session_config(attrs.evolve(
+                        options, cwd=request.cwd or options.cwd,
+                        model=request.model or options.model,
+                        session=str(request.session_path) if request.session_path else None,
+                        continue_=False), asked)
+
+                async with trio.open_nursery() as sessions_nursery:
+                    hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,
+                              queue_limit_bytes=serve.queue_limit_bytes)
+                    hub.default_cwd = options.cwd
+                    async with trio.open_nursery() as peers_nursery:
+                        async with trio.open_nursery() as listen_nursery:
+                            await _listen(hub, serve, unix_sockets, tcp_sockets, socket_path,
+                                          listen_nursery, peers_nursery)
+                            daemon_nursery.start_soon(_keep_watchdog_fed, hub)
+                            systemd.notify("READY=1", f"STATUS={_status(hub)}")
+                            task_status.started(hub)
+                            async for signum in signals:
+                                log(f"{signal.Signals(signum).name}: draining")
+                                break
+                            systemd.notify("STOPPING=1")
+                            listen_nursery.cancel_scope.cancel()
+                        await _drain(hub, drain_grace_s)
+                        await _flush_peers(hub)
+                        peers_nursery.cancel_scope.cancel()
+                    for live in list(hub.live):
+                        live.unload_scope.cancel()
+                daemon_nursery.cancel_scope.cancel()
+    finally:
+        if bound:
+            with contextlib.suppress(OSError):
+                socket_path.unlink()
+    log("stopped")
+
+
+async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
+                  tcp_sockets: list[Any], socket_path: Path, listen_nursery: trio.Nursery,
+                  peers_nursery: trio.Nursery) -> None:
+    from ._transports.unix import serve_unix
+    from ._transports.websocket import check_address, make_token, serve_websocket
+
+    for listener in unix_sockets:
+        await listen_nursery.start(partial(serve_unix, hub, listener,
+                                           handler_nursery=peers_nursery))
+    log(f"listening on {socket_path}" if unix_sockets else "no unix socket")
+    if serve.ws is None and not tcp_sockets:
+        return
+    listeners = [trio.SocketListener(s) for s in tcp_sockets]
+    if serve.ws is not None:
+        host, port = serve.ws
+        check_address(host, serve.ws_allow_remote)
+        listeners += await trio.open_tcp_listeners(port, host=host)
+    token = make_token(socket_path.parent)
+    await listen_nursery.start(partial(serve_websocket, hub, listeners, token,
+                                       allowed_origins=serve.ws_allow_origins,
+                                       handler_nursery=peers_nursery))
+    for listener in listeners:
+        host, port, *_ = listener.socket.getsockname()
+        log(f"listening on ws://{host}:{port} (token in {socket_path.parent / 'ws-token'})")
+
+
+def _status(hub: Hub) -> str:
+    streaming = sum(1 for live in hub.live if live.session and live.session.busy)
+    return (f"{len(hub.live)} sessions ({streaming} streaming), {len(hub.peers)} clients")
+
+
+async def _keep_watchdog_fed(hub: Hub) -> None:
+    interval = systemd.watchdog_interval_s()
+    while interval is not None:
+        systemd.notify("WATCHDOG=1", f"STATUS={_status(hub)}")
+        await trio.sleep(interval)
+
+
+async def _drain(hub: Hub, grace_s: float) -> None:
+    """Let the runs finish for `grace_s`; then abort what still runs, and wait (a little)
+    for the closing events."""
+    with trio.move_on_after(grace_s):
+        for live in list(hub.live):
+            await live.dispatcher.wait_idle()
+    busy = [live for live in hub.live if live.session and not live.idle and live.session.busy]
+    for live in busy:
+        assert live.session is not None
+        log(f"aborting session {live.id}")
+        live.session.clear_queue()
+        live.session.abort(lambda: None)
+        live.session.abort_bash()
+        live.session.ui.cancel_all()
+    with trio.move_on_after(SHUTDOWN_GRACE_S):
+        for live in busy:
+            assert live.session is not None
+            await live.session.wait_settled()
+
+
+async def _flush_peers(hub: Hub) -> None:
+    for peer in hub.peers:
+        peer.outbox.close()
+    with trio.move_on_after(FLUSH_S):
+        for peer in list(hub.peers):
+            await peer.flushed.wait()

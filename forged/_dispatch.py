@@ -67,7 +67,7 @@ class Dispatcher:
     def __init__(self, session: Session, sink: Sink) -> None:
         self.session = session
         self.sink = sink
-        self._held: list[tuple[Any, str | int | None]] | None = None
+        self._held: list[tuple[Any, str | int | None, Sink | None]] | None = None
         """Commands waiting for a session switch to finish; None when none runs."""
         self._switched = trio.Event()
         self._handlers: dict[type[Any], Callable[[Any, Reply], None]] = {
@@ -121,12 +121,14 @@ class Dispatcher:
             w.ExtensionUiResponse: self.extension_ui_response,
         }
 
-    def handle(self, command: Any, command_id: str | int | None) -> None:
-        """Handle one parsed command. Never raises: failures become error responses."""
+    def handle(self, command: Any, command_id: str | int | None,
+               sink: Sink | None = None) -> None:
+        """Handle one parsed command, answering to `sink` (default: the dispatcher's). Never
+        raises: failures become error responses."""
         if self._held is not None and type(command) not in ANSWERED_DURING_SWITCH:
-            self._held.append((command, command_id))
+            self._held.append((command, command_id, sink))
             return
-        reply = Reply(self.sink, command.type, command_id)
+        reply = Reply(sink or self.sink, command.type, command_id)
         handler = self._handlers[type(command)]
         try:
             handler(command, reply)
@@ -185,8 +187,8 @@ class Dispatcher:
         """Handle the commands held during a switch, until one starts another switch."""
         held, self._held = self._held or [], None
         self._switched.set()
-        for index, (command, command_id) in enumerate(held):
-            self.handle(command, command_id)
+        for index, (command, command_id, sink) in enumerate(held):
+            self.handle(command, command_id, sink)
             if self._held is not None:
                 self._held.extend(held[index + 1:])
                 return

@@ -38,6 +38,9 @@ class Dialogs:
     def __init__(self, emit: Callable[[w.Event], None], *, interactive: bool = True) -> None:
         self._emit = emit
         self.interactive = interactive
+        self.announce_resolved = False
+        """Emit ``extension_ui_resolved`` when a dialog ends (the daemon: every attached
+        client saw the request; this tells the ones that did not answer)."""
         self._pending: dict[str, _Pending] = {}
 
     @property
@@ -62,6 +65,8 @@ class Dialogs:
                 await pending.done.wait()
         finally:
             self._pending.pop(dialog_id, None)
+            if self.announce_resolved:
+                self._emit(w.ExtensionUiResolved(id=dialog_id))
         return pending.answer
 
     async def select(self, title: str, options: Sequence[str], *,

@@ -444,12 +444,20 @@ class ExtensionUiRequest:
     timeout: int | None = None
 
 
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ExtensionUiResolved:
+    """The daemon only: a dialog every attached client saw was answered (or timed out)."""
+
+    type: str = tag("extension_ui_resolved")
+    id: str
+
+
 Event = (
     AgentStart | AgentEnd | AgentSettled | TurnStart | TurnEnd | MessageStart | MessageUpdate
     | MessageEnd | ToolExecutionStart | ToolExecutionUpdate | ToolExecutionEnd | QueueUpdate
     | BashExecutionUpdate | CompactionStart | CompactionEnd | AutoRetryStart | AutoRetryEnd
     | SummarizationRetryScheduled | SummarizationRetryAttemptStart | SummarizationRetryFinished
-    | ExtensionUiRequest
+    | ExtensionUiRequest | ExtensionUiResolved
 )
 
 EVENT_TYPES: frozenset[str] = frozenset(attrs.fields(cls).type.default for cls in get_args(Event))
@@ -495,6 +503,10 @@ class ClearQueue:
 class NewSession:
     type: str = tag("new_session")
     parent_session: str | None = None
+    cwd: str | None = None
+    """The daemon only (as `provider` and `model`): a new live session there."""
+    provider: str | None = None
+    model: str | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -668,6 +680,34 @@ COMMAND_CLASSES: dict[str, type[Any]] = {
 }
 
 
+# --- the daemon's own commands (forged-rpc(7)) -------------------------------------------------
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ListSessions:
+    type: str = tag("list_sessions")
+    cwd: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Attach:
+    type: str = tag("attach")
+    session_id: str
+    since_seq: int | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Detach:
+    type: str = tag("detach")
+
+
+DaemonCommand = ListSessions | Attach | Detach
+
+DAEMON_COMMAND_CLASSES: dict[str, type[Any]] = {
+    **COMMAND_CLASSES,
+    **{attrs.fields(cls).type.default: cls for cls in get_args(DaemonCommand)},
+}
+
+
 # --- responses ---------------------------------------------------------------------------------
 
 class _Absent:
@@ -789,6 +829,40 @@ class ForkMessage:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class ForkMessageList:
     messages: list[ForkMessage]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class LiveSessionInfo:
+    session_id: str
+    cwd: str
+    session_name: str | None = None
+    session_file: str | None = None
+    state: Literal["streaming", "idle"]
+    clients: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class StoredSessionInfo:
+    session_id: str
+    path: str
+    modified: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class SessionList:
+    sessions: list[LiveSessionInfo]
+    stored: list[StoredSessionInfo]
+    cwd: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class AttachResult:
+    session_id: str
+    seq: int
+    """The last event's seq: ``sinceSeq`` for a later reattach."""
+    replayed: int
+    missed: bool = False
+    """Events after ``sinceSeq`` are no longer kept: read the session with ``get_entries``."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -1,0 +1,282 @@
+"""``forged serve``, ``forged connect`` and ``forged status``: the daemon, the stdio bridge to
+it, and a look at it.
+
+``forged connect`` stands in for ``forged --mode rpc``: it opens a session in the daemon (in
+its cwd, with its ``--provider``/``--model``, or ``--session ID`` to attach), then copies
+stdin to the daemon and the daemon's lines to stdout, with the daemon's ``sessionId``/``seq``
+stamps and ``extension_ui_resolved`` events taken out, so the client sees the stdio stream.
+End of stdin means what it means to ``forged --mode rpc`` (the run finishes, then exit 0);
+SIGTERM or SIGINT aborts the run first. If no daemon answers, it starts one (unless
+``--no-start``), which outlives it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from ._errors import ConfigError, ForgedError
+
+CONNECT_ID = "forged-connect"
+STOP_ID = b"forged-connect-stop"
+STOP_COMMANDS = (b'{"type":"clear_queue","id":"%s"}\n{"type":"abort","id":"%s"}\n'
+                 % (STOP_ID, STOP_ID))
+_STOP_RESPONSE = re.compile(rb'^\{"id":"forged-connect-stop","type":"response"')
+START_TIMEOUT_S = 15.0
+_STAMP = re.compile(rb'^\{"sessionId":"(?:[^"\\]|\\.)*","seq":\d+,')
+_RESOLVED = b'{"type":"extension_ui_resolved"'
+
+
+def _socket_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", type=Path, metavar="PATH",
+                        help="the daemon's Unix socket (default "
+                        "$XDG_RUNTIME_DIR/forged/forged.sock)")
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    from ._cli import add_session_options
+
+    parser = argparse.ArgumentParser(
+        prog="forged serve", description="Serve many sessions over a Unix socket (and a "
+        "WebSocket) until SIGTERM, then drain. Session options are the defaults of the "
+        "sessions it starts.")
+    _socket_option(parser)
+    parser.add_argument("--ws", type=_host_port, metavar="HOST:PORT",
+                        help="also listen for WebSocket connections (loopback unless "
+                        "--ws-allow-remote); a client needs the token in ws-token beside "
+                        "the socket")
+    parser.add_argument("--ws-allow-remote", action="store_true",
+                        help="allow --ws on an address other than loopback")
+    parser.add_argument("--ws-allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a browser origin (https://app.example) whose pages may "
+                        "connect; requests with any other Origin are refused (repeatable)")
+    parser.add_argument("--idle-unload", type=float, metavar="SECONDS",
+                        help="unload a session idle this long with no client (default: "
+                        "setting daemon.idleUnloadSeconds, else 1800)")
+    parser.add_argument("--drain-grace", type=float, metavar="SECONDS",
+                        help="on SIGTERM, how long runs may finish before they are aborted "
+                        "(default: setting daemon.drainSeconds, else 30)")
+    parser.add_argument("--client-queue-bytes", type=int, metavar="BYTES",
+                        default=16 * 1024 * 1024,
+                        help="unread output after which a client is disconnected")
+    add_session_options(parser)
+    return parser
+
+
+def build_connect_parser() -> argparse.ArgumentParser:
+    from ._cli import add_session_options
+
+    parser = argparse.ArgumentParser(
+        prog="forged connect", description="A stdio bridge to the daemon: spawn it in place "
+        "of forged --mode rpc. The session options start the daemon if none runs.")
+    _socket_option(parser)
+    parser.add_argument("--no-start", action="store_true",
+                        help="fail if no daemon runs instead of starting one")
+    parser.add_argument("--attach", metavar="SESSION-ID",
+                        help="attach to this live or stored session instead of a new one")
+    add_session_options(parser)
+    return parser
+
+
+def main(command: str, argv: list[str]) -> int:
+    try:
+        if command == "serve":
+            return serve(build_serve_parser().parse_args(argv))
+        if command == "connect":
+            return connect(build_connect_parser().parse_args(argv), argv)
+        parser = argparse.ArgumentParser(prog="forged status",
+                                         description="Whether a daemon runs, and its "
+                                         "sessions and clients.")
+        _socket_option(parser)
+        return trio.run(status, parser.parse_args(argv).socket)
+    except ConfigError as exc:
+        print(f"forged: {exc}", file=sys.stderr)
+        return 2
+
+
+# --- serve -------------------------------------------------------------------------------------
+
+def serve(args: argparse.Namespace) -> int:
+    from ._cli import _reserve_stdout, options_from
+    from ._daemon import ServeOptions, run_daemon
+
+    options = options_from(args)
+    serve_options = ServeOptions(
+        socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
+        ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
+        drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes)
+    os.close(_reserve_stdout())  # the daemon writes no protocol to stdout: logs go to stderr
+    try:
+        trio.run(run_daemon, options, serve_options)
+    except (ForgedError, BaseExceptionGroup) as exc:
+        from ._cli import _startup_errors
+
+        problems = _startup_errors(exc)
+        if not problems:
+            raise
+        for problem in problems:
+            print(f"forged: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --- status ------------------------------------------------------------------------------------
+
+async def status(socket_path: Path | None) -> int:
+    from ._transports.unix import default_socket_path
+    from .client import Client
+
+    path = socket_path or default_socket_path()
+    try:
+        async with Client.open_unix(path) as client:
+            listed = await client.list_sessions()
+    except OSError:
+        print(f"no forged daemon on {path}")
+        return 1
+    sessions = listed["sessions"]
+    print(f"forged daemon on {path}: {len(sessions)} live session(s)")
+    for item in sessions:
+        name = f" {item['sessionName']!r}" if item.get("sessionName") else ""
+        print(f"  {item['sessionId']}{name}  {item['state']}  {item['clients']} client(s)  "
+              f"{item['cwd']}")
+    return 0
+
+
+# --- connect -----------------------------------------------------------------------------------
+
+def connect(args: argparse.Namespace, argv: list[str]) -> int:
+    from ._cli import _reserve_stdout
+    from ._transports.unix import default_socket_path
+
+    path = args.socket or default_socket_path()
+    cwd = (args.cwd or Path.cwd()).expanduser().resolve()
+    opening: dict[str, Any] = (
+        {"type": "attach", "id": CONNECT_ID, "sessionId": args.attach} if args.attach else
+        {"type": "new_session", "id": CONNECT_ID, "cwd": str(cwd),
+         **({"provider": args.provider} if args.provider else {}),
+         **({"model": args.model} if args.model else {})})
+    protocol_fd = _reserve_stdout()
+    return trio.run(_bridge, path, opening, None if args.no_start else _serve_argv(argv, path),
+                    protocol_fd)
+
+
+def _serve_argv(argv: list[str], path: Path) -> list[str]:
+    """``forged serve`` with connect's session options, for when no daemon runs."""
+    passed: list[str] = []
+    arguments = iter(argv)
+    for arg in arguments:
+        if arg in ("--attach", "--socket"):
+            next(arguments, None)  # and its value
+        elif arg != "--no-start" and not arg.startswith(("--attach=", "--socket=")):
+            passed.append(arg)
+    return [sys.executable, "-m", "forged", "serve", "--socket", str(path), *passed]
+
+
+async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
+    try:
+        return await trio.open_unix_socket(str(path))
+    except OSError:
+        if start is None:
+            raise ConfigError(f"no forged daemon on {path} (and --no-start)") from None
+    log_path = _start_daemon(start, path)
+    with trio.move_on_after(START_TIMEOUT_S):
+        while True:
+            try:
+                return await trio.open_unix_socket(str(path))
+            except OSError:
+                await trio.sleep(0.05)
+    raise ConfigError(f"the forged daemon did not start on {path}; see {log_path}")
+
+
+def _start_daemon(argv: list[str], path: Path) -> Path:
+    """Start a daemon that outlives this process, logging beside its socket."""
+    log_path = path.parent / "forged.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    with open(log_path, "ab") as log:
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True)
+    return log_path
+
+
+async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
+                  stdout_fd: int) -> int:
+    from ._connection import open_fd_stream
+    from ._jsonl import LineSplitter, LineTooLong
+
+    try:
+        stream = await _open(path, start)
+    except ConfigError as exc:
+        print(f"forged: {exc}", file=sys.stderr)
+        return 1
+    stdin, stdout = open_fd_stream(0), open_fd_stream(stdout_fd)
+    await stream.send_all(orjson.dumps(opening) + b"\n")
+    opened = trio.Event()
+    failure: list[str] = []
+
+    async def copy_in() -> None:
+        await opened.wait()
+        while data := await stdin.receive_some(1 << 16):
+            await stream.send_all(data)
+        await stream.send_eof()
+
+    async def copy_out() -> None:
+        splitter = LineSplitter()
+        while True:
+            data = await stream.receive_some(1 << 20)
+            lines = list(splitter.feed(bytes(data))) if data else list(splitter.close())
+            out = bytearray()
+            for line in lines:
+                if isinstance(line, LineTooLong):
+                    continue
+                if not opened.is_set():
+                    item = orjson.loads(line)
+                    if item.get("id") == CONNECT_ID and item.get("type") == "response":
+                        if not item.get("success"):
+                            failure.append(str(item.get("error")))
+                            return
+                        opened.set()
+                    continue
+                line = _STAMP.sub(b"{", line, count=1)
+                if not line.startswith(_RESOLVED) and not _STOP_RESPONSE.match(line):
+                    out += line + b"\n"
+            if out:
+                await stdout.send_all(out)
+            if not data:
+                return
+
+    async def on_signal(nursery: trio.Nursery) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await stream.send_all(STOP_COMMANDS)
+                    await stream.send_eof()
+                nursery.cancel_scope.deadline = trio.current_time() + 3
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(on_signal, nursery)
+        nursery.start_soon(copy_in)
+        await copy_out()
+        nursery.cancel_scope.cancel()
+    if failure:
+        print(f"forged: {failure[0]}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,339 @@
+"""The daemon's sessions: the live ones, the clients attached to each, and their event streams.
+
+A `LiveSession` owns one `Session` and outlives its clients. Every event it emits is stamped
+with its ``sessionId`` and a per-session ``seq`` (written first in the object), kept in a
+bounded replay buffer, and put in the outbox of every attached `Peer`. A peer's outbox is
+bounded too: a client that stops reading is cut off (and may reattach with ``sinceSeq``)
+instead of slowing the session or the other clients. Responses go only to the client that
+sent the command.
+
+A connection behaves like ``forged --mode rpc`` on its own session: its first session
+command, if it has not attached, starts a new live session for it. End of input on a
+connection means what it means on stdin: what runs finishes, then the connection closes.
+A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from . import _codec
+from . import _wire as w
+from ._connection import Incoming, Outbox
+from ._dispatch import Dispatcher
+from ._errors import CommandError, ForgedError
+from ._jsonl import encode_line
+from ._models import agent_dir
+from ._session import Session, SessionConfig
+from ._store import session_dir_for
+
+REPLAY_EVENTS = 10_000
+REPLAY_BYTES = 16 * 1024 * 1024
+PEER_QUEUE_BYTES = 16 * 1024 * 1024
+"""A client with more than this unread is cut off."""
+IDLE_UNLOAD_S = 30 * 60.0
+
+
+def log(message: str) -> None:
+    print(f"forged: {message}", file=sys.stderr, flush=True)
+
+
+class Peer:
+    """One client connection: its outbox, the session it is attached to, and the scope that
+    cutting it off cancels."""
+
+    def __init__(self, name: str, queue_limit_bytes: int) -> None:
+        self.name = name
+        self.outbox = Outbox()
+        self.queue_limit_bytes = queue_limit_bytes
+        self.live: LiveSession | None = None
+        self.scope = trio.CancelScope()
+        self.closing = False
+        """Its input ended: it waits for its session to settle, and answers no dialog."""
+        self.cut_off_reason: str | None = None
+        self.flushed = trio.Event()
+        """Set by its writer when it stopped: everything given to it was written, or the
+        connection is gone."""
+
+    def send(self, line: bytes) -> None:
+        if self.cut_off_reason is not None:
+            return
+        if self.outbox.pending_bytes + len(line) > self.queue_limit_bytes:
+            self.cut_off(f"it stopped reading ({self.outbox.pending_bytes} bytes unread)")
+            return
+        self.outbox.put(line)
+
+    def cut_off(self, reason: str) -> None:
+        self.cut_off_reason = reason
+        log(f"disconnecting {self.name}: {reason}")
+        if self.live is not None:
+            self.live.detach(self)
+        self.scope.cancel()
+
+
+def _stamp(session_id: str, seq: int, line: bytes) -> bytes:
+    return b'{"sessionId":%s,"seq":%d,%s' % (orjson.dumps(session_id), seq, line[1:])
+
+
+class LiveSession:
+    """A session in the daemon, and its clients."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.clients: list[Peer] = []
+        self.seq = 0
+        self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
+        self._replay_bytes = 0
+        self.session: Session | None = None
+        self.session = Session(config, self.broadcast)
+        self.session.ui.announce_resolved = True
+        self.session.ui.interactive = False
+        self.dispatcher = Dispatcher(self.session, lambda _: None)
+        self.unload_scope = trio.CancelScope()
+
+    @property
+    def id(self) -> str:
+        assert self.session is not None
+        return self.session.session_id
+
+    def broadcast(self, line: bytes) -> None:
+        self.seq += 1
+        stamped = _stamp(self.id if self.session is not None else "", self.seq, line)
+        self._replay.append((self.seq, stamped))
+        self._replay_bytes += len(stamped)
+        while len(self._replay) > REPLAY_EVENTS or self._replay_bytes > REPLAY_BYTES:
+            self._replay_bytes -= len(self._replay.popleft()[1])
+        for peer in list(self.clients):
+            peer.send(stamped)
+
+    def attach(self, peer: Peer, since_seq: int | None) -> w.AttachResult:
+        """Add `peer`; with `since_seq`, first give it the kept events after that seq."""
+        replayed: list[bytes] = []
+        missed = False
+        if since_seq is not None:
+            oldest = self._replay[0][0] if self._replay else self.seq + 1
+            missed = since_seq + 1 < oldest
+            replayed = [line for seq, line in self._replay if seq > since_seq]
+        for line in replayed:
+            peer.send(line)
+        if peer not in self.clients:
+            self.clients.append(peer)
+        peer.live = self
+        self._update_interactive()
+        return w.AttachResult(session_id=self.id, seq=self.seq, replayed=len(replayed),
+                              missed=missed)
+
+    def detach(self, peer: Peer) -> None:
+        if peer in self.clients:
+            self.clients.remove(peer)
+        if peer.live is self:
+            peer.live = None
+        self._update_interactive()
+
+    def _update_interactive(self) -> None:
+        """Dialogs wait for an answer while some client can give one; else they are
+        cancelled (as at the end of stdin)."""
+        assert self.session is not None
+        answering = any(not peer.closing for peer in self.clients)
+        self.session.ui.interactive = answering
+        if not answering:
+            self.session.ui.cancel_all()
+
+    def info(self) -> w.LiveSessionInfo:
+        session = self.session
+        assert session is not None
+        return w.LiveSessionInfo(
+            session_id=self.id, cwd=str(session.cwd), session_name=session.session_name,
+            session_file=str(session.store.path) if session.store.path else None,
+            state="streaming" if session.busy else "idle", clients=len(self.clients))
+
+    @property
+    def idle(self) -> bool:
+        session = self.session
+        assert session is not None
+        return (not self.clients and not session.busy and session.bash_scope is None
+                and not session.commands_running)
+
+    async def serve(self, idle_unload_s: float, *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the session until it has been idle with no client for `idle_unload_s`, or
+        `unload_scope` is cancelled; its file is closed either way."""
+        assert self.session is not None
+        with self.unload_scope:
+            async with trio.open_nursery() as live_nursery:
+                await live_nursery.start(self.session.serve)
+                task_status.started()
+                idle_for = 0.0
+                step = max(0.01, min(idle_unload_s / 10, 5.0))
+                while idle_for < idle_unload_s:
+                    await trio.sleep(step)
+                    idle_for = idle_for + step if self.idle else 0.0
+                log(f"unloading session {self.id}: idle for {idle_unload_s:g} s")
+                live_nursery.cancel_scope.cancel()
+
+
+@attrs.define(kw_only=True)
+class SessionRequest:
+    """What a new live session is to be: a cwd, a model, a stored file to continue."""
+
+    cwd: Path | None = None
+    provider: str | None = None
+    model: str | None = None
+    session_path: Path | None = None
+
+
+class Hub:
+    """Every live session of the daemon, and the commands only the daemon has."""
+
+    def __init__(self, make_config: Callable[[SessionRequest], SessionConfig],
+                 nursery: trio.Nursery, *, idle_unload_s: float = IDLE_UNLOAD_S,
+                 queue_limit_bytes: int = PEER_QUEUE_BYTES) -> None:
+        self._make_config = make_config
+        self._nursery = nursery
+        self.idle_unload_s = idle_unload_s
+        self.queue_limit_bytes = queue_limit_bytes
+        self.live: list[LiveSession] = []
+        self.peers: list[Peer] = []
+        self.default_cwd = Path.cwd()
+
+    def new_peer(self, name: str) -> Peer:
+        peer = Peer(name, self.queue_limit_bytes)
+        self.peers.append(peer)
+        return peer
+
+    def forget_peer(self, peer: Peer) -> None:
+        if peer.live is not None:
+            peer.live.detach(peer)
+        if peer in self.peers:
+            self.peers.remove(peer)
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    async def open_live(self, request: SessionRequest) -> LiveSession:
+        try:
+            config = self._make_config(request)
+        except ForgedError as exc:
+            raise CommandError(str(exc)) from exc
+        live = LiveSession(config)
+
+        async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await live.serve(self.idle_unload_s, task_status=task_status)
+            finally:
+                if live in self.live:
+                    self.live.remove(live)
+                for peer in list(live.clients):
+                    live.detach(peer)
+
+        await self._nursery.start(serve)
+        self.live.append(live)
+        return live
+
+    def find_live(self, session_id: str) -> LiveSession | None:
+        return next((live for live in self.live if live.id == session_id), None)
+
+    def stored(self, cwd: Path) -> list[w.StoredSessionInfo]:
+        folder = session_dir_for(agent_dir(), cwd)
+        found: list[w.StoredSessionInfo] = []
+        for path in sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else []:
+            session_id = path.stem.rpartition("_")[2]
+            modified = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+            found.append(w.StoredSessionInfo(
+                session_id=session_id, path=str(path),
+                modified=modified.isoformat(timespec="milliseconds").replace("+00:00", "Z")))
+        return found
+
+    def find_stored(self, session_id: str) -> tuple[Path, Path] | None:
+        """The file of a stored session, and the cwd its header names."""
+        for path in (agent_dir() / "sessions").glob(f"*/*_{session_id}.jsonl"):
+            try:
+                with open(path, "rb") as file:
+                    header = orjson.loads(file.readline())
+                return path, Path(header["cwd"])
+            except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+        return None
+
+    def list_sessions(self, cwd: Path) -> w.SessionList:
+        return w.SessionList(sessions=[live.info() for live in self.live],
+                             stored=self.stored(cwd), cwd=str(cwd))
+
+    # --- a peer's commands ---------------------------------------------------------------------
+
+    async def serve_peer(self, peer: Peer,
+                         commands: trio.MemoryReceiveChannel[Incoming]) -> None:
+        """Handle `peer`'s commands in order until its input ends; then let its session
+        settle, as at the end of stdin."""
+        async with commands:
+            async for incoming in commands:
+                if incoming.refusal is not None:
+                    peer.send(encode_line(_codec.unstructure(incoming.refusal)))
+                    continue
+                await self.handle(peer, incoming.command, incoming.command_id)
+        peer.closing = True
+        if peer.live is not None:
+            live = peer.live
+            live._update_interactive()
+            await live.dispatcher.wait_idle()
+
+    async def handle(self, peer: Peer, command: Any, command_id: str | int | None) -> None:
+        def reply(data: Any = w.ABSENT, error: str | None = None) -> None:
+            response = w.Response(id=command_id, command=command.type, success=error is None,
+                                  data=data if error is None else w.ABSENT, error=error)
+            peer.send(encode_line(_codec.unstructure(response)))
+
+        try:
+            if isinstance(command, w.ListSessions):
+                cwd = _folder(command.cwd) if command.cwd else (
+                    peer.live.session.cwd if peer.live and peer.live.session else
+                    self.default_cwd)
+                reply(self.list_sessions(cwd))
+            elif isinstance(command, w.Attach):
+                reply(await self.attach(peer, command.session_id, command.since_seq))
+            elif isinstance(command, w.Detach):
+                if peer.live is not None:
+                    peer.live.detach(peer)
+                reply()
+            elif isinstance(command, w.NewSession) and (
+                    peer.live is None or command.cwd or command.provider or command.model):
+                live = await self.open_live(SessionRequest(
+                    cwd=_folder(command.cwd) if command.cwd else None,
+                    provider=command.provider, model=command.model))
+                self._move(peer, live)
+                reply(w.SwitchResult())
+            else:
+                if peer.live is None:
+                    self._move(peer, await self.open_live(SessionRequest()))
+                assert peer.live is not None
+                peer.live.dispatcher.handle(command, command_id, peer.send)
+        except CommandError as exc:
+            reply(error=str(exc))
+
+    def _move(self, peer: Peer, live: LiveSession, since_seq: int | None = None
+              ) -> w.AttachResult:
+        if peer.live is not None and peer.live is not live:
+            peer.live.detach(peer)
+        return live.attach(peer, since_seq)
+
+    async def attach(self, peer: Peer, session_id: str, since_seq: int | None
+                     ) -> w.AttachResult:
+        live = self.find_live(session_id)
+        if live is None:
+            stored = self.find_stored(session_id)
+            if stored is None:
+                raise CommandError(f"No session {session_id}")
+            path, cwd = stored
+            live = await self.open_live(SessionRequest(cwd=cwd, session_path=path))
+        return self._move(peer, live, since_seq)
+
+
+def _folder(text: str) -> Path:
+    return Path(text).expanduser().resolve()

@@ -1,0 +1,133 @@
+"""The Unix socket: JSON lines as on stdio, and only for the user the daemon runs as.
+
+The socket lives in a folder only that user may enter (0700) and is itself 0600; beyond the
+file modes, each peer's uid is read with ``SO_PEERCRED`` and any other user is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+import trio
+
+from .. import _codec
+from .. import _wire as w
+from .._connection import Incoming, serve_reader
+from .._errors import ConfigError
+from .._hub import Hub, log
+from .._jsonl import encode_line
+
+COMMAND_QUEUE_SIZE = 256
+
+
+def default_socket_path() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/forged-{os.getuid()}"
+    return Path(runtime) / "forged" / "forged.sock"
+
+
+def runtime_dir(socket_path: Path) -> Path:
+    """The socket's folder, made (0700) if needed: the WebSocket token lives there too."""
+    folder = socket_path.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    return folder
+
+
+def bind_unix(path: Path) -> trio.socket.SocketType:
+    """A listening socket at `path` (0600, in a 0700 folder). A stale socket file is
+    replaced; a socket a daemon still answers on is a `ConfigError`."""
+    runtime_dir(path)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise ConfigError(f"{path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # nobody listens: left by a daemon that died
+        else:
+            raise ConfigError(f"a forged daemon already listens on {path}")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # never, even for an instant, a socket others may open
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return trio.socket.from_stdlib_socket(sock)
+
+
+def peer_uid(stream: trio.SocketStream) -> int:
+    creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                     struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return int(uid)
+
+
+async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:
+    """One JSON-lines connection until its input ends and its session settled, or it is cut
+    off; what was written to it is flushed first."""
+    peer = hub.new_peer(name)
+    log(f"{name} connected")
+
+    async def write() -> None:
+        try:
+            if not await peer.outbox.serve_writer(stream) and peer.cut_off_reason is None:
+                peer.cut_off("the connection broke")
+        finally:
+            peer.flushed.set()
+
+    async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await serve_reader(stream, commands, w.DAEMON_COMMAND_CLASSES)
+
+    try:
+        with peer.scope:
+            async with trio.open_nursery() as peer_nursery:
+                peer_nursery.start_soon(write)
+                send, receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
+                peer_nursery.start_soon(read, send)
+                await hub.serve_peer(peer, receive)
+                peer.outbox.close()
+    finally:
+        hub.forget_peer(peer)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.aclose()
+        log(f"{name} disconnected")
+
+
+def _refusal(error: str) -> bytes:
+    return encode_line(_codec.unstructure(w.Response(command="connect", success=False,
+                                                     error=error)))
+
+
+async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
+                     handler_nursery: trio.Nursery | None = None,
+                     task_status: trio.TaskStatus[list[trio.SocketListener]] = (
+                         trio.TASK_STATUS_IGNORED)) -> None:
+    """Accept connections on `listener_socket` until cancelled; connections run in
+    `handler_nursery` (so they can outlive the listening, while a daemon drains)."""
+    uid = os.getuid()
+
+    async def handle(stream: trio.SocketStream) -> None:
+        peer = peer_uid(stream)
+        if peer != uid:
+            log(f"refused a connection from uid {peer}: only uid {uid} may connect")
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(_refusal(f"Permission denied: uid {peer} is not the "
+                                               f"daemon's user (uid {uid})"))
+                await stream.aclose()
+            return
+        await serve_stream_peer(hub, stream, f"unix client (uid {peer})")
+
+    listener = trio.SocketListener(listener_socket)
+    await trio.serve_listeners(handle, [listener], handler_nursery=handler_nursery,
+                               task_status=task_status)

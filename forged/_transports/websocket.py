@@ -1,0 +1,156 @@
+"""The WebSocket listener: one JSON object per text message, for holders of the token only.
+
+A connection must present the token of ``<runtime dir>/ws-token`` (made 0600 when the daemon
+starts), as ``Authorization: Bearer <token>`` or a ``token`` query parameter; a request that
+carries an ``Origin`` header (a browser page) is refused unless that origin was allowed
+(``--ws-allow-origin``), so no web page can drive the agent by itself. The listener binds to
+loopback unless ``--ws-allow-remote`` is given. Every refusal is logged and answered with its
+HTTP status (401 without a valid token, 403 for a foreign origin).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import os
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, WebSocketServer
+
+from .. import _wire as w
+from .._connection import Incoming, parse_line
+from .._errors import ConfigError
+from .._hub import Hub, log
+from .._jsonl import MAX_LINE_BYTES
+from .unix import COMMAND_QUEUE_SIZE, default_socket_path, runtime_dir
+
+MAX_MESSAGE_BYTES = MAX_LINE_BYTES
+TOKEN_FILE = "ws-token"
+
+
+def token_path(folder: Path | None = None) -> Path:
+    return (folder or default_socket_path().parent) / TOKEN_FILE
+
+
+def make_token(folder: Path) -> str:
+    """A fresh token in `folder`/ws-token, readable by the user only."""
+    runtime_dir(folder / "forged.sock")
+    path = token_path(folder)
+    token = secrets.token_urlsafe(32)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def read_token(folder: Path | None = None) -> str:
+    return token_path(folder).read_text().strip()
+
+
+def check_address(host: str, allow_remote: bool) -> None:
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise ConfigError(f"--ws {host}: not a loopback address; pass --ws-allow-remote to "
+                          "listen there")
+
+
+def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str]
+            ) -> tuple[int, str] | None:
+    """Why `request` is refused (HTTP status and reason), or None to accept it."""
+    headers = {name.decode("latin-1").lower(): value.decode("latin-1")
+               for name, value in request.headers}
+    origin = headers.get("origin")
+    if origin is not None and origin not in allowed_origins:
+        return 403, f"origin {origin} is not allowed"
+    offered: str | None = None
+    authorization = headers.get("authorization", "")
+    if authorization.lower().startswith("bearer "):
+        offered = authorization[len("bearer "):].strip()
+    else:
+        tokens = parse_qs(urlsplit(request.path).query).get("token")
+        offered = tokens[0] if tokens else None
+    if offered is None:
+        return 401, "no token"
+    if not hmac.compare_digest(offered.encode(), token.encode()):
+        return 401, "wrong token"
+    return None
+
+
+async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str) -> None:
+    peer = hub.new_peer(name)
+    log(f"{name} connected")
+
+    async def write() -> None:
+        async def send(data: bytearray) -> None:
+            for line in bytes(data).split(b"\n")[:-1]:
+                await socket.send_message(line.decode())
+
+        try:
+            with contextlib.suppress(ConnectionClosed):
+                if await peer.outbox.serve(send):
+                    return
+            if peer.cut_off_reason is None:
+                peer.cut_off("the connection broke")
+        finally:
+            peer.flushed.set()
+
+    async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
+        async with commands:
+            with contextlib.suppress(ConnectionClosed):
+                while True:
+                    message = await socket.get_message()
+                    incoming = parse_line(message.encode() if isinstance(message, str)
+                                          else message, w.DAEMON_COMMAND_CLASSES)
+                    if incoming is not None:
+                        await commands.send(incoming)
+
+    try:
+        with peer.scope:
+            async with trio.open_nursery() as peer_nursery:
+                peer_nursery.start_soon(write)
+                send, receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
+                peer_nursery.start_soon(read, send)
+                await hub.serve_peer(peer, receive)
+                peer.outbox.close()
+    finally:
+        hub.forget_peer(peer)
+        with contextlib.suppress(Exception):
+            await socket.aclose()
+        log(f"{name} disconnected")
+
+
+async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], token: str, *,
+                          allowed_origins: Sequence[str] = (),
+                          handler_nursery: trio.Nursery | None = None,
+                          task_status: trio.TaskStatus[WebSocketServer] = (
+                              trio.TASK_STATUS_IGNORED)) -> None:
+    """Serve WebSocket connections on `listeners` until cancelled."""
+    async def handle(request: WebSocketRequest) -> None:
+        remote = request.remote
+        name = (f"websocket client {getattr(remote, 'address', remote)}:"
+                f"{getattr(remote, 'port', '')}")
+        refused = refusal(request, token, allowed_origins)
+        if refused is not None:
+            status, reason = refused
+            log(f"refused {name}: {reason} (HTTP {status})")
+            await request.reject(status, body=reason.encode())
+            return
+        socket = await request.accept()
+        await serve_websocket_peer(hub, socket, name)
+
+    server = WebSocketServer(handle, listeners, handler_nursery=handler_nursery,
+                             max_message_size=MAX_MESSAGE_BYTES)
+    await server.run(task_status=task_status)
+
+
+async def open_ws_listeners(host: str, port: int) -> list[trio.SocketListener]:
+    return await trio.open_tcp_listeners(port, host=host)
