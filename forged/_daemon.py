@@ -302,11 +302,13 @@ def _daemon_setting(key: str, default: float) -> float:
     return float(value) if isinstance(value, int | float) and value >= 0 else default
 
 
-async def run_daemon(options: Options, serve: ServeOptions, *,
+async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | None = None,
+                     stop: trio.Event | None = None,
                      task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve sessions on the Unix socket (and WebSocket) until SIGTERM or SIGINT, then drain:
-    stop accepting, let runs finish for the grace period, abort the rest (their closing
-    events are written), flush every client and session file, and return."""
+    """Serve sessions on the Unix socket (and WebSocket) until SIGTERM or SIGINT (or `stop`),
+    then drain: stop accepting, let runs finish for the grace period, abort the rest (their
+    closing events are written), flush every client and session file, and return. `models`
+    replaces loading them from the options."""
     from ._transports.unix import bind_unix, default_socket_path
 
     idle_unload_s = serve.idle_unload_s if serve.idle_unload_s is not None else (
@@ -325,7 +327,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *,
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as daemon_nursery:
-                models = await open_models(options, daemon_nursery)
+                models = models or await open_models(options, daemon_nursery)
 
                 def make_config(request: SessionRequest) -> SessionConfig:
                     asked = Models(registry=models.registry,
@@ -349,9 +351,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *,
                             daemon_nursery.start_soon(_keep_watchdog_fed, hub)
                             systemd.notify("READY=1", f"STATUS={_status(hub)}")
                             task_status.started(hub)
-                            async for signum in signals:
-                                log(f"{signal.Signals(signum).name}: draining")
-                                break
+                            await _wait_for_stop(signals, stop)
                             systemd.notify("STOPPING=1")
                             listen_nursery.cancel_scope.cancel()
                         await _drain(hub, drain_grace_s)
@@ -365,6 +365,24 @@ async def run_daemon(options: Options, serve: ServeOptions, *,
             with contextlib.suppress(OSError):
                 socket_path.unlink()
     log("stopped")
+
+
+async def _wait_for_stop(signals: Any, stop: trio.Event | None) -> None:
+    async with trio.open_nursery() as nursery:
+        async def signalled() -> None:
+            async for signum in signals:
+                log(f"{signal.Signals(signum).name}: draining")
+                break
+            nursery.cancel_scope.cancel()
+
+        async def asked() -> None:
+            if stop is not None:
+                await stop.wait()
+                log("asked to stop: draining")
+                nursery.cancel_scope.cancel()
+
+        nursery.start_soon(signalled)
+        nursery.start_soon(asked)
 
 
 async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],

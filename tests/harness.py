@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import trio
 import trio.testing
 
-from forged._daemon import serve_connection
+from forged._daemon import Models, Options, ServeOptions, run_daemon, serve_connection
+from forged._hub import Hub
 from forged._models import ModelRegistry, register_scripted
 from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
 from forged._session import SessionConfig
+from forged.client import Client as ForgedClient
 
 Event = dict[str, Any]
 
@@ -172,3 +176,47 @@ def stored_message(entry_id: str, parent: str | None, role: str, text: str, *,
     body |= extra
     return {"type": "message", "id": entry_id, "parentId": parent,
             "timestamp": "2026-01-01T00:00:01.000Z", "message": body}
+
+
+@attrs.define
+class Daemon:
+    hub: Hub
+    server: ScriptedServer
+    socket_path: Path
+    stop: trio.Event
+    runtime: Path
+
+    def client(self) -> AbstractAsyncContextManager[ForgedClient]:
+        return ForgedClient.open_unix(self.socket_path)
+
+
+@asynccontextmanager
+async def open_daemon(tmp_path: Path, replies: list[Reply] | None = None, *,
+                      plugins: list[Path] | None = None, socket_path: Path | None = None,
+                      **serve: Any) -> AsyncIterator[Daemon]:
+    """`forged serve` in this trio run (sessions in `tmp_path/project` by default), on the
+    scripted provider, with its socket under `tmp_path/run`."""
+    cwd = tmp_path / "project"
+    cwd.mkdir(exist_ok=True)
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    runtime = tmp_path / "run"
+    os.environ["AGENT_FORGE_DIR"] = str(tmp_path / "agent")
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    server = ScriptedServer(replies)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        registry = ModelRegistry()
+        register_scripted(registry, server.base_url)
+        models = Models(registry=registry, provider="scripted",
+                        pattern="scripted/anthropic-messages")
+        socket_path = socket_path or runtime / "forged" / "forged.sock"
+        async with trio.open_nursery() as daemon_nursery:
+            hub = await daemon_nursery.start(partial(
+                run_daemon, Options(cwd=cwd, plugins=plugins or []),
+                ServeOptions(socket_path=socket_path, **serve),
+                models=models, stop=stop))
+            yield Daemon(hub=hub, server=server, socket_path=socket_path, stop=stop,
+                         runtime=runtime)
+            stop.set()  # and the daemon drains
+        nursery.cancel_scope.cancel()

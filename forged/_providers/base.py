@@ -340,17 +340,22 @@ async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
 # --- SDK loading and error mapping -------------------------------------------------------------
 
 _sdk_lock = trio.Lock()
+_loaded_sdks: dict[str, Any] = {}
+"""SDK modules whose import has finished (``sys.modules`` holds one from its start: a
+second session must not use it half-made)."""
 
 
 async def load_sdk(name: str) -> Any:
     """Import an SDK module in a worker thread (it takes seconds), once per process."""
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
+    if name in _loaded_sdks:
+        return _loaded_sdks[name]
     async with _sdk_lock:
+        if name in _loaded_sdks:
+            return _loaded_sdks[name]
         # Abandoned on abort: the import finishes in its thread and the module stays cached.
         module = await trio.to_thread.run_sync(importlib.import_module, name,
                                                abandon_on_cancel=True)
+        _loaded_sdks[name] = module
     # The SDK's thousands of long-lived objects leave the collector's view, so collections
     # while streaming stay short.
     gc.freeze()
@@ -425,7 +430,7 @@ def provider_errors() -> Iterator[None]:
         raise
     except Exception as exc:
         for sdk in ("anthropic", "openai"):
-            module = sys.modules.get(sdk)
+            module = _loaded_sdks.get(sdk)
             if module is None:
                 continue
             if isinstance(exc, module.APIStatusError):

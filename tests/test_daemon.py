@@ -1,0 +1,227 @@
+"""`forged serve`: sessions that outlive their clients, shared by several, over the Unix
+socket and WebSocket."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
+from forged.client import Client, Event
+
+from .harness import open_daemon
+
+ASKING_PLUGIN = '''
+def register(api):
+    async def ask(args, ctx):
+        ctx.ui.notify(f"answer: {await ctx.ui.confirm('Go on?', args)!r}")
+    api.register_command("ask", ask)
+'''
+
+
+PWD = Reply(content=[ScriptToolCall(name="bash", id="pwd", arguments={"command": "pwd"})],
+            delay_ms=300)
+DONE = Reply(content=[ScriptText(text="done")])
+
+
+async def collect_until_settled(client: Client) -> list[Event]:
+    events: list[Event] = []
+    async for event in client.events:
+        events.append(event)
+        if event["type"] == "agent_settled":
+            return events
+    raise AssertionError("connection closed")
+
+
+async def test_two_clients_drive_two_sessions_in_different_cwds_at_once(tmp_path: Path) -> None:
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        folder.mkdir()
+    async with (open_daemon(tmp_path, [PWD, PWD, DONE, DONE]) as daemon,
+            daemon.client() as first, daemon.client() as second):
+        opened = [await client.new_session(cwd=str(folder))
+                  for client, folder in zip((first, second), folders, strict=True)]
+        assert opened == [{"cancelled": False}] * 2
+        for client in (first, second):
+            await client.prompt("where am I?")
+        listed = await first.list_sessions()
+        assert sorted(s["state"] for s in listed["sessions"]) == ["streaming", "streaming"]
+        results: dict[int, list[Event]] = {}
+
+        async def gather(index: int, client: Client) -> None:
+            results[index] = await collect_until_settled(client)
+
+        async with trio.open_nursery() as nursery:
+            for index, client in enumerate((first, second)):
+                nursery.start_soon(gather, index, client)
+        states = [await client.get_state() for client in (first, second)]
+    for index, folder in enumerate(folders):
+        events = results[index]
+        assert {e["sessionId"] for e in events} == {states[index]["sessionId"]}
+        seqs = [e["seq"] for e in events]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost or reordered
+        (end,) = [e for e in events if e["type"] == "tool_execution_end"]
+        assert end["result"]["content"][0]["text"] == f"{folder}\n"
+    assert states[0]["sessionId"] != states[1]["sessionId"]
+
+
+async def test_reattaching_with_since_seq_replays_exactly_the_missed_events(
+        tmp_path: Path) -> None:
+    slow = Reply(content=[ScriptText(text="word " * 40, chunks=40, delay_ms=20)])
+    async with open_daemon(tmp_path, [slow]) as daemon:
+        async with daemon.client() as watcher, daemon.client() as leaver:
+            await leaver.new_session()
+            session_id = (await leaver.get_state())["sessionId"]
+            await watcher.attach(session_id)
+            await leaver.prompt("talk")
+            seen = [await leaver.next_event(lambda e: e["type"] == "message_update")]
+            await leaver.detach()
+            last_seq = seen[-1]["seq"]
+            everything = await collect_until_settled(watcher)
+            listed = await watcher.list_sessions()
+            assert [s["clients"] for s in listed["sessions"]] == [1]  # the leaver is gone
+        async with daemon.client() as returning:
+            result = await returning.attach(session_id, since_seq=last_seq)
+            replayed = [await returning.next_event() for _ in range(result["replayed"])]
+            state = await returning.get_state()
+    missed = [e for e in everything if e["seq"] > last_seq]
+    assert replayed == missed
+    assert replayed[-1]["type"] == "agent_settled"
+    assert result == {"sessionId": session_id, "seq": missed[-1]["seq"],
+                      "replayed": len(missed), "missed": False}
+    assert state["sessionId"] == session_id and state["isStreaming"] is False
+
+
+async def test_a_dialog_goes_to_every_client_and_the_first_answer_wins(tmp_path: Path) -> None:
+    (tmp_path / "asking.py").write_text(ASKING_PLUGIN)
+    async with (open_daemon(tmp_path, plugins=[tmp_path / "asking.py"]) as daemon,
+            daemon.client() as asker, daemon.client() as answerer):
+        await asker.new_session()
+        await answerer.attach((await asker.get_state())["sessionId"])
+        async with trio.open_nursery() as nursery:
+            asked: list[Any] = []
+
+            async def ask() -> None:
+                asked.append(await asker.prompt("/ask deploy?"))
+
+            nursery.start_soon(ask)
+            request = await answerer.next_event(
+                lambda e: e["type"] == "extension_ui_request")
+            mirrored = await asker.next_event(lambda e: e["type"] == "extension_ui_request")
+            assert mirrored == request
+            await answerer.answer_dialog(request["id"], confirmed=True)
+            resolved = await asker.next_event(
+                lambda e: e["type"] == "extension_ui_resolved")
+            await asker.answer_dialog(request["id"], confirmed=False)  # too late
+            notify = await asker.next_event(lambda e: e.get("method") == "notify")
+    assert resolved["id"] == request["id"]
+    assert notify["message"] == "answer: True"
+    assert asked == [{"disposition": "handled"}]
+
+
+async def test_a_client_that_stops_reading_is_cut_off_without_slowing_the_other(
+        tmp_path: Path) -> None:
+    flood = Reply(content=[ScriptText(text="x" * 20000, chunks=20000)])
+    async with (open_daemon(tmp_path, [flood], queue_limit_bytes=1024 * 1024) as daemon,
+            daemon.client() as reader):
+        await reader.new_session()
+        session_id = (await reader.get_state())["sessionId"]
+        stalled = await trio.open_unix_socket(str(daemon.socket_path))
+        await stalled.send_all(b'{"type":"attach","sessionId":"%s","id":"s"}\n'
+                               % session_id.encode())
+        await trio.sleep(0.1)
+        with trio.fail_after(20):
+            events = await reader.prompt_and_wait("flood")
+        assert sum(e["type"] == "message_update" for e in events) >= 20000
+        listed = await reader.list_sessions()
+        assert [s["clients"] for s in listed["sessions"]] == [1]  # the stalled one is out
+        with trio.fail_after(10):
+            while await stalled.receive_some(1 << 20):
+                pass  # what was queued before the cut, then EOF
+        await stalled.aclose()
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("python3", path="/usr/bin"),
+                    reason="needs root to run a child as nobody, and /usr/bin/python3")
+async def test_a_connection_from_another_user_is_refused(tmp_path: Path) -> None:
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        socket_path = folder / "forged.sock"
+        async with open_daemon(tmp_path, socket_path=socket_path) as daemon:
+            os.chmod(folder, 0o755)  # file modes opened up by mistake: the uid check holds
+            os.chmod(socket_path, 0o666)
+            code = ("import socket; s = socket.socket(socket.AF_UNIX); "
+                    f"s.connect({str(socket_path)!r}); "
+                    "print(s.makefile('rb').readline().decode())")
+            result = await trio.run_process(["/usr/bin/python3", "-c", code], user="nobody",
+                                            capture_stdout=True, capture_stderr=True, check=False)
+            assert '"success":false' in result.stdout.decode()
+            assert "Permission denied: uid 65534" in result.stdout.decode()
+            assert daemon.hub.live == []  # nothing was started for it
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- WebSocket ---------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def ws_status(port: int, headers: dict[str, str], query: str = "") -> int:
+    """The HTTP status a WebSocket upgrade request gets."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    lines = [f"GET /{query} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Upgrade: websocket",
+             "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+             "Sec-WebSocket-Version: 13", *(f"{k}: {v}" for k, v in headers.items())]
+    await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+    response = b""
+    while b"\r\n" not in response:
+        response += await stream.receive_some(4096)
+    await stream.aclose()
+    return int(response.split()[1])
+
+
+async def test_websocket_needs_the_token_and_refuses_foreign_origins(tmp_path: Path) -> None:
+    port = free_port()
+    async with open_daemon(tmp_path, [Reply(content=[ScriptText(text="hi")])],
+                           ws=("127.0.0.1", port),
+                           ws_allow_origins=["https://ide.example"]) as daemon:
+        token_file = daemon.runtime / "forged" / "ws-token"
+        token = token_file.read_text().strip()
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert await ws_status(port, {}) == 401
+        assert await ws_status(port, {"Authorization": "Bearer wrong"}) == 401
+        assert await ws_status(port, {}, "?token=wrong") == 401
+        assert await ws_status(port, {"Authorization": f"Bearer {token}",
+                                      "Origin": "https://evil.example"}) == 403
+        assert await ws_status(port, {"Authorization": f"Bearer {token}",
+                                      "Origin": "https://ide.example"}) == 101
+        assert await ws_status(port, {}, f"?token={token}") == 101
+        async with Client.open_websocket(f"ws://127.0.0.1:{port}/", token) as client:
+            events = await client.prompt_and_wait("hello")
+            assert events[-1]["type"] == "agent_settled"
+            assert await client.get_last_assistant_text() == "hi"
+
+
+async def test_websocket_refuses_a_remote_address_unless_allowed(tmp_path: Path) -> None:
+    from .test_process import BIN, child_env
+
+    env = {**child_env(tmp_path), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    with trio.fail_after(20):
+        result = await trio.run_process(
+            [str(BIN / "forged"), "serve", "--ws", f"0.0.0.0:{free_port()}"],
+            capture_stdout=True, capture_stderr=True, check=False, env=env)
+    assert result.returncode == 1
+    assert b"not a loopback address; pass --ws-allow-remote" in result.stderr
+    assert not (tmp_path / "run" / "forged" / "forged.sock").exists()
