@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 import trio
 
 import forged
+import forged.client
 from forged import _wire as w
 from forged._errors import ProviderStatusError
 from forged._providers.base import AssistantBuilder, provider_errors
@@ -159,6 +161,8 @@ def test_the_sdks_are_not_imported_at_startup() -> None:
 
 
 def test_public_api() -> None:
-    public = sorted(name for name in vars(forged) if not name.startswith("_"))
+    public = sorted(name for name, value in vars(forged).items()
+                    if not name.startswith("_") and not isinstance(value, types.ModuleType))
     assert public == ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
                       "SessionConfig"]
+    assert forged.client.__all__ == ["Client", "CommandFailed", "Event"]
