@@ -24,6 +24,7 @@ and allows `SHUTDOWN_GRACE_S` for the closing events.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -324,6 +325,8 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     bound = not unix_sockets
     if bound:
         unix_sockets = [bind_unix(socket_path)]
+    pid_path = socket_path.parent / "forged.pid"
+    pid_path.write_text(f"{os.getpid()}\n")
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as daemon_nursery:
@@ -361,6 +364,8 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                         live.unload_scope.cancel()
                 daemon_nursery.cancel_scope.cancel()
     finally:
+        with contextlib.suppress(OSError):
+            pid_path.unlink()
         if bound:
             with contextlib.suppress(OSError):
                 socket_path.unlink()

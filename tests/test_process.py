@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +55,41 @@ class Child:
             self.buffer += data
 
 
-async def spawn(args: list[str], cwd: Path, env: dict[str, str]) -> Child:
+RPC = [str(BIN / "forged"), "--mode", "rpc"]
+
+
+@pytest.fixture(params=["rpc", "connect"])
+def forged_rpc(request: pytest.FixtureRequest, tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The command a client spawns: ``forged --mode rpc``, or ``forged connect`` (which
+    starts a daemon in `tmp_path/run`, stopped when the test ends)."""
+    if request.param == "rpc":
+        yield RPC
+        return
+    runtime = tmp_path / "run"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    yield [str(BIN / "forged"), "connect"]
+    pid_file = runtime / "forged" / "forged.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(200):
+            if not Path(f"/proc/{pid}").exists() or "zombie" in Path(
+                    f"/proc/{pid}/status").read_text():
+                break
+            time.sleep(0.05)
+
+
+async def spawn(args: list[str], cwd: Path, env: dict[str, str],
+                command: list[str] = RPC) -> Child:
     process = await trio.lowlevel.open_process(
-        [str(BIN / "forged"), "--mode", "rpc", *args], cwd=cwd, env=env,
+        [*command, *args], cwd=cwd, env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     return Child(process)
 
 
-async def test_forged_over_pipes_against_a_custom_provider(tmp_path: Path) -> None:
+async def test_forged_over_pipes_against_a_custom_provider(tmp_path: Path,
+                                                           forged_rpc: list[str]) -> None:
     project, agent_dir = tmp_path / "project", tmp_path / "agent"
     project.mkdir()
     agent_dir.mkdir()
@@ -76,7 +105,7 @@ async def test_forged_over_pipes_against_a_custom_provider(tmp_path: Path) -> No
             "models": [{"id": "m1", "reasoning": True}]}}}))
         (agent_dir / "AGENTS.md").write_text("Always answer in English.")
         child = await spawn(["--model", "local/m1:low", "--cwd", str(project), "-n", "demo"],
-                            tmp_path, child_env(agent_dir))
+                            tmp_path, child_env(agent_dir), forged_rpc)
         await child.send({"id": "s", "type": "get_state"})
         state = await child.read_until("response", id="s")
         await child.send({"id": "p", "type": "prompt", "message": "run it"})
@@ -101,13 +130,14 @@ async def test_forged_over_pipes_against_a_custom_provider(tmp_path: Path) -> No
     assert server.requests[0].headers["authorization"] == "Bearer LOCAL_KEY"
 
 
-async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path) -> None:
+async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path,
+                                                            forged_rpc: list[str]) -> None:
     agent_dir = tmp_path / "agent"
     agent_dir.mkdir()
     prompt = b'{"type":"prompt","message":"Write a greeting program and run it"}\n'
     result = await trio.run_process(
-        [str(BIN / "forged"), "--mode", "rpc", "--provider", "scripted", "--script",
-         str(EXAMPLE), "--cwd", str(tmp_path)],
+        [*forged_rpc, "--provider", "scripted", "--script", str(EXAMPLE), "--cwd",
+         str(tmp_path)],
         stdin=prompt, capture_stdout=True, capture_stderr=True, env=child_env(agent_dir))
     events = [orjson.loads(line) for line in result.stdout.splitlines()]
     assert events[0]["type"] == "response" and events[0]["success"] is True
@@ -155,7 +185,7 @@ async def test_stray_output_cannot_reach_the_protocol_stream(tmp_path: Path) -> 
     assert b"stray print" in result.stderr and b"stray child" in result.stderr
 
 
-async def test_stdin_eof_lets_the_run_finish(tmp_path: Path) -> None:
+async def test_stdin_eof_lets_the_run_finish(tmp_path: Path, forged_rpc: list[str]) -> None:
     agent_dir = tmp_path / "agent"
     agent_dir.mkdir()
     script = tmp_path / "script.json"
@@ -163,8 +193,7 @@ async def test_stdin_eof_lets_the_run_finish(tmp_path: Path) -> None:
         {"content": [{"type": "text", "text": "slow answer", "chunks": 10, "delayMs": 30}]}]}))
     with trio.fail_after(20):
         result = await trio.run_process(
-            [str(BIN / "forged"), "--mode", "rpc", "--provider", "scripted", "--script",
-             str(script)],
+            [*forged_rpc, "--provider", "scripted", "--script", str(script)],
             stdin=b'{"type":"prompt","message":"hi"}', capture_stdout=True,
             capture_stderr=True, env=child_env(agent_dir), cwd=tmp_path)
     events = [orjson.loads(line) for line in result.stdout.splitlines()]
@@ -175,14 +204,14 @@ async def test_stdin_eof_lets_the_run_finish(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_a_signal_aborts_writes_the_closing_events_and_exits_0(
-        tmp_path: Path, signum: signal.Signals) -> None:
+        tmp_path: Path, signum: signal.Signals, forged_rpc: list[str]) -> None:
     agent_dir = tmp_path / "agent"
     agent_dir.mkdir()
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"replies": [
         {"content": [{"type": "text", "text": "x" * 500, "chunks": 500, "delayMs": 10}]}]}))
     child = await spawn(["--provider", "scripted", "--script", str(script)], tmp_path,
-                        child_env(agent_dir))
+                        child_env(agent_dir), forged_rpc)
     await child.send({"id": "p", "type": "prompt", "message": "go"})
     await child.read_until("message_update")
     child.process.send_signal(signum)
