@@ -310,7 +310,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     then drain: stop accepting, let runs finish for the grace period, abort the rest (their
     closing events are written), flush every client and session file, and return. `models`
     replaces loading them from the options."""
-    from ._transports.unix import bind_unix, default_socket_path
+    from ._transports.unix import bind_unix, default_socket_path, runtime_dir
 
     idle_unload_s = serve.idle_unload_s if serve.idle_unload_s is not None else (
         _daemon_setting("idleUnloadSeconds", IDLE_UNLOAD_S))
@@ -325,7 +325,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     bound = not unix_sockets
     if bound:
         unix_sockets = [bind_unix(socket_path)]
-    pid_path = socket_path.parent / "forged.pid"
+    pid_path = runtime_dir(socket_path) / "forged.pid"
     pid_path.write_text(f"{os.getpid()}\n")
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -399,7 +399,8 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
     for listener in unix_sockets:
         await listen_nursery.start(partial(serve_unix, hub, listener,
                                            handler_nursery=peers_nursery))
-    log(f"listening on {socket_path}" if unix_sockets else "no unix socket")
+    for listener in unix_sockets:
+        log(f"listening on {listener.getsockname()}")
     if serve.ws is None and not tcp_sockets:
         return
     listeners = [trio.SocketListener(s) for s in tcp_sockets]

@@ -30,13 +30,15 @@ def listen_sockets() -> list[socket.socket]:
 
 
 def notify(*states: str) -> bool:
-    """Send `states` (``READY=1``...) to the service manager; False when there is none."""
+    """Send `states` (``READY=1``...) to the service manager; False when there is none or it
+    is not reading (the send never blocks the event loop)."""
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return False
     if address.startswith("@"):
         address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sender:
+    kind = socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+    with socket.socket(socket.AF_UNIX, kind) as sender:
         try:
             sender.sendto("\n".join(states).encode(), address)
         except OSError:
