@@ -1,0 +1,42 @@
+"""The man pages: they render without warnings and name every option the commands take."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from forged._bridge import build_connect_parser, build_serve_parser
+from forged._cli import build_config_parser, build_parser
+
+MAN = Path(__file__).parents[1] / "man"
+PAGES = ["forged.1", "forged-rpc.7", "forged-settings.5"]
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
+@pytest.mark.parametrize("page", PAGES)
+def test_a_page_renders_without_warnings(page: str) -> None:
+    result = subprocess.run(["groff", "-man", "-ww", "-z", str(MAN / page)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_forged_1_names_every_option() -> None:
+    text = (MAN / "forged.1").read_text().replace("\\-", "-")
+    options = {option for parser in (build_parser(), build_serve_parser(),
+                                     build_connect_parser(), build_config_parser())
+               for action in parser._actions for option in action.option_strings}
+    missing = sorted(o for o in options if o not in ("-h", "--help", "--version")
+                     and not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text))
+    assert missing == []
+
+
+def test_forged_rpc_7_names_every_command() -> None:
+    from forged import _wire as w
+
+    text = (MAN / "forged-rpc.7").read_text().replace("\\-", "-")
+    missing = sorted(name for name in w.DAEMON_COMMAND_CLASSES if name not in text)
+    assert missing == []
