@@ -225,3 +225,23 @@ async def test_websocket_refuses_a_remote_address_unless_allowed(tmp_path: Path)
     assert result.returncode == 1
     assert b"not a loopback address; pass --ws-allow-remote" in result.stderr
     assert not (tmp_path / "run" / "forged" / "forged.sock").exists()
+
+
+async def test_a_session_left_idle_with_no_client_is_unloaded(tmp_path: Path) -> None:
+    async with open_daemon(tmp_path, [DONE], idle_unload_s=0.3) as daemon, \
+            daemon.client() as client:
+        await client.new_session()
+        await client.prompt_and_wait("hello")
+        session_id = (await client.get_state())["sessionId"]
+        await trio.sleep(0.6)
+        assert [s["sessionId"] for s in (await client.list_sessions())["sessions"]] == [
+            session_id]  # attached: it stays
+        await client.detach()
+        with trio.fail_after(5):
+            while (await client.list_sessions())["sessions"]:  # noqa: ASYNC110 (asked over
+                await trio.sleep(0.05)                            # the protocol, as a client)
+        stored = (await client.list_sessions())["stored"]
+        assert [s["sessionId"] for s in stored] == [session_id]
+        resumed = await client.attach(session_id)  # back from its file
+        assert resumed["sessionId"] == session_id
+        assert await client.get_last_assistant_text() == "done"
