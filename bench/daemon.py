@@ -1,7 +1,7 @@
 """The daemon under load: many sessions streaming at once through one `forged serve`, two
 clients attached to each. Run by hand:
 
-    .venv/bin/python bench/daemon.py [--sessions 50] [--deltas 200] [--interval-ms 5]
+    .venv/bin/python bench/daemon.py [--sessions 50] [--deltas 200] [--interval-ms 20]
 
 The scripted server runs in this process and records when it wrote each delta; every reply
 carries its own marker, so each delta a client receives is matched to the moment it left the
@@ -186,8 +186,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--deltas", type=int, default=200)
-    parser.add_argument("--interval-ms", type=float, default=5.0,
-                        help="between one session's deltas")
+    parser.add_argument("--interval-ms", type=float, default=20.0,
+                        help="between one session's deltas (20: a fast provider's pace)")
     args = parser.parse_args()
     result = trio.run(run, args.sessions, args.deltas, args.interval_ms)
     rows = [

@@ -245,3 +245,26 @@ async def test_a_session_left_idle_with_no_client_is_unloaded(tmp_path: Path) ->
         resumed = await client.attach(session_id)  # back from its file
         assert resumed["sessionId"] == session_id
         assert await client.get_last_assistant_text() == "done"
+
+
+async def test_forged_status_reports_the_daemon_its_sessions_and_clients(
+        tmp_path: Path) -> None:
+    from .test_process import BIN, child_env
+
+    async def status() -> trio.CompletedProcess[bytes]:
+        return await trio.run_process(
+            [str(BIN / "forged"), "status", "--socket", str(tmp_path / "run" / "f.sock")],
+            capture_stdout=True, capture_stderr=True, check=False, env=child_env(tmp_path))
+
+    assert (await status()).returncode == 1  # none runs yet
+    async with open_daemon(tmp_path, socket_path=tmp_path / "run" / "f.sock") as daemon, \
+            daemon.client() as client:
+        await client.new_session()
+        await client.set_session_name("review")
+        session_id = (await client.get_state())["sessionId"]
+        result = await status()
+    assert result.returncode == 0
+    lines = result.stdout.decode().splitlines()
+    assert lines[0] == f"forged daemon on {tmp_path / 'run' / 'f.sock'}: 1 live session(s)"
+    assert lines[1].split() == [session_id, "'review'", "idle", "1", "client(s)",
+                                str(tmp_path / "project")]
