@@ -42,7 +42,7 @@ from . import _wire as w
 from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, serve_reader
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
-from ._hub import PEER_QUEUE_BYTES, Hub, SessionRequest, log
+from ._hub import COMMAND_QUEUE_SIZE, PEER_QUEUE_BYTES, Hub, SessionRequest, log
 from ._jsonl import encode_line
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._plugins import discover_plugins
@@ -52,7 +52,6 @@ from ._settings import Settings
 from ._store import session_dir_for
 
 SHUTDOWN_GRACE_S = 2.5
-COMMAND_QUEUE_SIZE = 256
 
 
 @attrs.define(kw_only=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import collections
 import datetime
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ REPLAY_BYTES = 16 * 1024 * 1024
 PEER_QUEUE_BYTES = 16 * 1024 * 1024
 """A client with more than this unread is cut off."""
 IDLE_UNLOAD_S = 30 * 60.0
+COMMAND_QUEUE_SIZE = 256
 
 
 def log(message: str) -> None:
@@ -214,6 +215,40 @@ class Hub:
             peer.live.detach(peer)
         if peer in self.peers:
             self.peers.remove(peer)
+
+    async def serve_connection(
+            self, name: str, write: Callable[[bytearray], Awaitable[None]],
+            read: Callable[[trio.MemorySendChannel[Incoming]], Awaitable[None]],
+            close: Callable[[], Awaitable[None]]) -> None:
+        """One connection, whatever its transport, until its input ends and its session
+        settled, or it is cut off; what was written to it is flushed first.
+
+        `write` sends a batch of whole lines (raising `trio.BrokenResourceError` when the
+        connection is gone); `read` sends the connection's commands into its channel and
+        closes it at the end of input; `close` closes the connection.
+        """
+        peer = self.new_peer(name)
+        log(f"{name} connected")
+
+        async def serve_writer() -> None:
+            try:
+                if not await peer.outbox.serve(write) and peer.cut_off_reason is None:
+                    peer.cut_off("the connection broke")
+            finally:
+                peer.flushed.set()
+
+        try:
+            with peer.scope:
+                async with trio.open_nursery() as peer_nursery:
+                    peer_nursery.start_soon(serve_writer)
+                    send, receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
+                    peer_nursery.start_soon(read, send)
+                    await self.serve_peer(peer, receive)
+                    peer.outbox.close()
+        finally:
+            self.forget_peer(peer)
+            await close()
+            log(f"{name} disconnected")
 
     # --- sessions ------------------------------------------------------------------------------
 

@@ -22,8 +22,6 @@ from .._errors import ConfigError
 from .._hub import Hub, log
 from .._jsonl import encode_line
 
-COMMAND_QUEUE_SIZE = 256
-
 
 def default_socket_path() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/forged-{os.getuid()}"
@@ -73,35 +71,16 @@ def peer_uid(stream: trio.SocketStream) -> int:
 
 
 async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:
-    """One JSON-lines connection until its input ends and its session settled, or it is cut
-    off; what was written to it is flushed first."""
-    peer = hub.new_peer(name)
-    log(f"{name} connected")
-
-    async def write() -> None:
-        try:
-            if not await peer.outbox.serve_writer(stream) and peer.cut_off_reason is None:
-                peer.cut_off("the connection broke")
-        finally:
-            peer.flushed.set()
-
+    """One JSON-lines connection (`Hub.serve_connection`)."""
     async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await serve_reader(stream, commands, w.DAEMON_COMMAND_CLASSES)
 
-    try:
-        with peer.scope:
-            async with trio.open_nursery() as peer_nursery:
-                peer_nursery.start_soon(write)
-                send, receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
-                peer_nursery.start_soon(read, send)
-                await hub.serve_peer(peer, receive)
-                peer.outbox.close()
-    finally:
-        hub.forget_peer(peer)
+    async def close() -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await stream.aclose()
-        log(f"{name} disconnected")
+
+    await hub.serve_connection(name, stream.send_all, read, close)
 
 
 def _refusal(error: str) -> bytes:

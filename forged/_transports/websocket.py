@@ -27,7 +27,7 @@ from .._connection import Incoming, parse_line
 from .._errors import ConfigError
 from .._hub import Hub, log
 from .._jsonl import MAX_LINE_BYTES
-from .unix import COMMAND_QUEUE_SIZE, default_socket_path, runtime_dir
+from .unix import default_socket_path, runtime_dir
 
 MAX_MESSAGE_BYTES = MAX_LINE_BYTES
 TOKEN_FILE = "ws-token"
@@ -86,22 +86,13 @@ def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str
 
 
 async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str) -> None:
-    peer = hub.new_peer(name)
-    log(f"{name} connected")
-
-    async def write() -> None:
-        async def send(data: bytearray) -> None:
+    """One WebSocket connection, a JSON object per text message (`Hub.serve_connection`)."""
+    async def write(data: bytearray) -> None:
+        try:
             for line in bytes(data).split(b"\n")[:-1]:
                 await socket.send_message(line.decode())
-
-        try:
-            with contextlib.suppress(ConnectionClosed):
-                if await peer.outbox.serve(send):
-                    return
-            if peer.cut_off_reason is None:
-                peer.cut_off("the connection broke")
-        finally:
-            peer.flushed.set()
+        except ConnectionClosed as exc:
+            raise trio.BrokenResourceError("the WebSocket closed") from exc
 
     async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
         async with commands:
@@ -113,19 +104,11 @@ async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str)
                     if incoming is not None:
                         await commands.send(incoming)
 
-    try:
-        with peer.scope:
-            async with trio.open_nursery() as peer_nursery:
-                peer_nursery.start_soon(write)
-                send, receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
-                peer_nursery.start_soon(read, send)
-                await hub.serve_peer(peer, receive)
-                peer.outbox.close()
-    finally:
-        hub.forget_peer(peer)
+    async def close() -> None:
         with contextlib.suppress(Exception):
             await socket.aclose()
-        log(f"{name} disconnected")
+
+    await hub.serve_connection(name, write, read, close)
 
 
 async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], token: str, *,
