@@ -206,13 +206,12 @@ class SessionView(Protocol):
     def send_user_message(self, text: str) -> None: ...
 
 
-class PluginContext:
-    """Handed to every handler: the session's cwd and id, its name, the user's dialogs
-    (``ctx.ui.confirm(...)``), and a way to send the agent a message."""
+class _SessionFacing:
+    """What both the API and a handler's context show of the session: its cwd, and the
+    user's dialogs."""
 
-    def __init__(self, session: SessionView, plugin_id: str) -> None:
+    def __init__(self, session: SessionView) -> None:
         self._session = session
-        self.plugin_id = plugin_id
 
     @property
     def cwd(self) -> Path:
@@ -221,6 +220,15 @@ class PluginContext:
     @property
     def ui(self) -> Dialogs:
         return self._session.ui
+
+
+class PluginContext(_SessionFacing):
+    """Handed to every handler: the session's cwd and id, its name, the user's dialogs
+    (``ctx.ui.confirm(...)``), and a way to send the agent a message."""
+
+    def __init__(self, session: SessionView, plugin_id: str) -> None:
+        super().__init__(session)
+        self.plugin_id = plugin_id
 
     @property
     def session_id(self) -> str:
@@ -265,25 +273,17 @@ class _Registrations:
     handlers: dict[str, list[Callable[..., Any]]] = attrs.Factory(dict)
 
 
-class PluginAPI:
+class PluginAPI(_SessionFacing):
     """What ``register(api)`` receives. Registration only: the handlers it takes are called
     later, each with a `PluginContext`."""
 
     version = API_VERSION
 
     def __init__(self, source: PluginSource, session: SessionView) -> None:
+        super().__init__(session)
         self.id = source.id
         self._source = source
-        self._session = session
         self._made = _Registrations()
-
-    @property
-    def cwd(self) -> Path:
-        return self._session.cwd
-
-    @property
-    def ui(self) -> Dialogs:
-        return self._session.ui
 
     @property
     def settings(self) -> dict[str, Any]:

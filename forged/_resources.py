@@ -216,16 +216,23 @@ def _skill_files(origin: Origin) -> Iterator[Path]:
         yield from walk(root, _Ignores())
 
 
-def _load_skill(path: Path, origin: Origin) -> Skill | None:
+def _read_frontmatter(path: Path, kind: str) -> tuple[dict[str, Any] | None, str] | None:
+    """A file's frontmatter and body; None (reported) when it cannot be read or parsed."""
     text = _read_text(path)
     if text is None:
         return None
     try:
-        meta, _ = split_frontmatter(text)
+        return split_frontmatter(text)
     except FrontmatterError as exc:
-        warn(f"skill {path}: {exc}; skipped")
+        warn(f"{kind} {path}: {exc}; skipped")
         return None
-    meta = meta or {}
+
+
+def _load_skill(path: Path, origin: Origin) -> Skill | None:
+    found = _read_frontmatter(path, "skill")
+    if found is None:
+        return None
+    meta = found[0] or {}
     description = meta.get("description")
     if not isinstance(description, str) or not description.strip():
         warn(f"skill {path}: a description is required; skipped")
@@ -329,14 +336,10 @@ class PromptTemplate:
 
 
 def _load_template(path: Path, origin: Origin) -> PromptTemplate | None:
-    text = _read_text(path)
-    if text is None:
+    found = _read_frontmatter(path, "prompt template")
+    if found is None:
         return None
-    try:
-        meta, body = split_frontmatter(text)
-    except FrontmatterError as exc:
-        warn(f"prompt template {path}: {exc}; skipped")
-        return None
+    meta, body = found
     if meta is not None:
         body = body.strip()
     description = meta.get("description") if meta else None
