@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import trio
 
-from ._errors import ConfigError, ForgedError
+from ._errors import ConfigError
 
 CONNECT_ID = "forged-connect"
 STOP_ID = b"forged-connect-stop"
@@ -114,7 +114,7 @@ def main(command: str, argv: list[str]) -> int:
 # --- serve -------------------------------------------------------------------------------------
 
 def serve(args: argparse.Namespace) -> int:
-    from ._cli import _reserve_stdout, options_from
+    from ._cli import _reserve_stdout, options_from, run_reporting
     from ._daemon import ServeOptions, run_daemon
 
     options = options_from(args)
@@ -123,18 +123,7 @@ def serve(args: argparse.Namespace) -> int:
         ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
         drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes)
     os.close(_reserve_stdout())  # the daemon writes no protocol to stdout: logs go to stderr
-    try:
-        trio.run(run_daemon, options, serve_options)
-    except (ForgedError, BaseExceptionGroup) as exc:
-        from ._cli import _startup_errors
-
-        problems = _startup_errors(exc)
-        if not problems:
-            raise
-        for problem in problems:
-            print(f"forged: {problem}", file=sys.stderr)
-        return 1
-    return 0
+    return run_reporting(run_daemon, options, serve_options)
 
 
 # --- status ------------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import trio
@@ -207,12 +208,17 @@ def main(argv: list[str] | None = None) -> int:
               "as commands on stdin)", file=sys.stderr)
         return 2
     protocol_fd = _reserve_stdout()
+    if mode == "rpc":
+        return run_reporting(run_stdio, options, 0, protocol_fd)
+    return run_reporting(partial(run_prompts, events=mode == "json"), options, messages,
+                         protocol_fd)
+
+
+def run_reporting(main: Callable[..., Awaitable[int | None]], *args: Any) -> int:
+    """`trio.run(main, *args)`: its exit code (0 when it returns none), or 1 with the errors
+    on stderr when it failed on purpose (a bad --model, a locked session...)."""
     try:
-        if mode == "rpc":
-            trio.run(run_stdio, options, 0, protocol_fd)
-        else:
-            return trio.run(partial(run_prompts, events=mode == "json"), options, messages,
-                            protocol_fd)
+        return trio.run(main, *args) or 0
     except (ForgedError, BaseExceptionGroup) as exc:
         problems = _startup_errors(exc)
         if not problems:
@@ -220,7 +226,6 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print(f"forged: {problem}", file=sys.stderr)
         return 1
-    return 0
 
 
 def _startup_errors(exc: BaseException) -> list[ForgedError]:
