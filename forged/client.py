@@ -18,6 +18,7 @@ process, for stdio); leaving the block closes it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -105,38 +106,41 @@ class Client:
             async def send(line: bytes) -> None:
                 await socket.send_message(line.decode())
 
-            client = cls(send)
-
-            async def receive() -> None:
-                try:
+            async def messages() -> AsyncIterator[bytes]:
+                with contextlib.suppress(ConnectionClosed):
                     while True:
                         message = await socket.get_message()
-                        client._arrived(message.encode() if isinstance(message, str)
-                                        else message)
-                except ConnectionClosed:
-                    pass
-                finally:
-                    client._ended()
+                        yield message.encode() if isinstance(message, str) else message
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(receive)
+            async with cls._serving(send, messages()) as client:
                 yield client
-                nursery.cancel_scope.cancel()
 
     @classmethod
     @asynccontextmanager
     async def _over_stream(cls, stream: trio.abc.Stream) -> AsyncIterator[Client]:
-        client = cls(stream.send_all)
-
-        async def receive() -> None:
+        async def lines() -> AsyncIterator[bytes]:
             splitter = LineSplitter()
-            try:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 while data := await stream.receive_some(1 << 20):
                     for line in splitter.feed(bytes(data)):
                         if not isinstance(line, LineTooLong):
-                            client._arrived(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
+                            yield line
+
+        async with cls._serving(stream.send_all, lines()) as client:
+            yield client
+
+    @classmethod
+    @asynccontextmanager
+    async def _serving(cls, send: Callable[[bytes], Awaitable[None]],
+                       lines: AsyncIterator[bytes]) -> AsyncIterator[Client]:
+        """A client sending with `send` and fed each line of `lines` (which ends when the
+        connection does), read in a task of its own."""
+        client = cls(send)
+
+        async def receive() -> None:
+            try:
+                async for line in lines:
+                    client._arrived(line)
             finally:
                 client._ended()
 
