@@ -81,10 +81,6 @@ class Peer:
         self.scope.cancel()
 
 
-def _stamp(session_id: str, seq: int, line: bytes) -> bytes:
-    return b'{"sessionId":%s,"seq":%d,%s' % (orjson.dumps(session_id), seq, line[1:])
-
-
 class LiveSession:
     """A session in the daemon, and its clients."""
 
@@ -93,6 +89,7 @@ class LiveSession:
         self.seq = 0
         self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self._replay_bytes = 0
+        self._stamped_id, self._id_json = "", b'""'
         self.session: Session | None = None
         self.session = Session(config, self.broadcast)
         self.session.ui.announce_resolved = True
@@ -107,7 +104,10 @@ class LiveSession:
 
     def broadcast(self, line: bytes) -> None:
         self.seq += 1
-        stamped = _stamp(self.id if self.session is not None else "", self.seq, line)
+        session_id = self.id if self.session is not None else ""
+        if session_id != self._stamped_id:  # the id changes only with new_session in place
+            self._stamped_id, self._id_json = session_id, orjson.dumps(session_id)
+        stamped = b'{"sessionId":%s,"seq":%d,%s' % (self._id_json, self.seq, line[1:])
         self._replay.append((self.seq, stamped))
         self._replay_bytes += len(stamped)
         while len(self._replay) > REPLAY_EVENTS or self._replay_bytes > REPLAY_BYTES:

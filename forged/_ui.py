@@ -43,10 +43,6 @@ class Dialogs:
         client saw the request; this tells the ones that did not answer)."""
         self._pending: dict[str, _Pending] = {}
 
-    @property
-    def open_count(self) -> int:
-        return len(self._pending)
-
     async def _ask(self, method: str, timeout_s: float | None, **fields: Any
                    ) -> w.ExtensionUiResponse | None:
         """Write the request and wait for its answer; None when it timed out or was

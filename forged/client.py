@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -337,8 +336,3 @@ class Client:
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
-
-
-def environment_with(**values: str) -> dict[str, str]:
-    """The current environment with `values` set (for `Client.open_stdio`)."""
-    return {**os.environ, **values}

@@ -54,13 +54,23 @@ def confirm_dangerous() -> PluginSource:
     return source
 
 
-async def test_the_example_plugin_runs_rm_rf_once_the_client_confirms(tmp_path: Path) -> None:
+def doomed_folder(tmp_path: Path) -> Path:
     doomed = tmp_path / "project" / "doomed"
     doomed.mkdir(parents=True)
+    return doomed
+
+
+async def ask_to_clean_up(client: Client) -> dict[str, Any]:
+    """Prompt, and return the dialog request the plugin's gate opens."""
+    await client.send({"type": "prompt", "message": "clean up"})
+    return await client.wait_for(lambda e: e.get("type") == "extension_ui_request")
+
+
+async def test_the_example_plugin_runs_rm_rf_once_the_client_confirms(tmp_path: Path) -> None:
+    doomed = doomed_folder(tmp_path)
     async with open_client(tmp_path, [bash_call("rm -rf doomed"), DONE],
                            plugins=[confirm_dangerous()]) as client:
-        await client.send({"type": "prompt", "message": "clean up"})
-        request = await client.wait_for(lambda e: e.get("type") == "extension_ui_request")
+        request = await ask_to_clean_up(client)
         assert (request["method"], request["title"], request["message"], request["timeout"]) == (
             "confirm", "Allow dangerous command?", "rm -rf doomed", 60000)
         assert doomed.exists()  # not before the answer
@@ -74,12 +84,10 @@ async def test_the_example_plugin_runs_rm_rf_once_the_client_confirms(tmp_path: 
 
 
 async def test_the_example_plugin_blocks_rm_rf_when_the_client_declines(tmp_path: Path) -> None:
-    doomed = tmp_path / "project" / "doomed"
-    doomed.mkdir(parents=True)
+    doomed = doomed_folder(tmp_path)
     async with open_client(tmp_path, [bash_call("rm -fr doomed"), DONE],
                            plugins=[confirm_dangerous()]) as client:
-        await client.send({"type": "prompt", "message": "clean up"})
-        request = await client.wait_for(lambda e: e.get("type") == "extension_ui_request")
+        request = await ask_to_clean_up(client)
         await client.send({"type": "extension_ui_response", "id": request["id"],
                            "confirmed": False})
         await client.settled()
@@ -96,15 +104,13 @@ async def test_the_example_plugin_blocks_rm_rf_when_the_client_declines(tmp_path
 
 async def test_the_example_plugin_blocks_rm_rf_when_nobody_answers(
         tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
-    doomed = tmp_path / "project" / "doomed"
-    doomed.mkdir(parents=True)
+    doomed = doomed_folder(tmp_path)
     (tmp_path / "agent").mkdir()
     (tmp_path / "agent" / "settings.json").write_text(json.dumps(
         {"confirmDangerous": {"timeoutSeconds": 30}}))
     async with open_client(tmp_path, [bash_call("rm -rf doomed"), DONE],
                            plugins=[confirm_dangerous()]) as client:
-        await client.send({"type": "prompt", "message": "clean up"})
-        request = await client.wait_for(lambda e: e.get("type") == "extension_ui_request")
+        request = await ask_to_clean_up(client)
         assert request["timeout"] == 30000
         await trio.testing.wait_all_tasks_blocked()
         mock_clock.jump(29)
@@ -125,12 +131,10 @@ async def test_the_example_plugin_lets_other_commands_through(tmp_path: Path) ->
 
 
 async def test_abort_while_a_gate_asks_aborts_the_call(tmp_path: Path) -> None:
-    doomed = tmp_path / "project" / "doomed"
-    doomed.mkdir(parents=True)
+    doomed = doomed_folder(tmp_path)
     async with open_client(tmp_path, [bash_call("rm -rf doomed"), DONE],
                            plugins=[confirm_dangerous()]) as client:
-        await client.send({"type": "prompt", "message": "clean up"})
-        request = await client.wait_for(lambda e: e.get("type") == "extension_ui_request")
+        request = await ask_to_clean_up(client)
         await client.request({"type": "abort"})
         await client.settled()
         await client.send({"type": "extension_ui_response", "id": request["id"],

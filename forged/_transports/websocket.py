@@ -133,7 +133,3 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], to
     server = WebSocketServer(handle, listeners, handler_nursery=handler_nursery,
                              max_message_size=MAX_MESSAGE_BYTES)
     await server.run(task_status=task_status)
-
-
-async def open_ws_listeners(host: str, port: int) -> list[trio.SocketListener]:
-    return await trio.open_tcp_listeners(port, host=host)
