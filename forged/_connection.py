@@ -31,9 +31,15 @@ class Outbox:
     no per-line object stays alive while the peer is slow. `put` never blocks (closing events
     must be written even while cancelled); producers that can wait call `wait_for_room`, so
     memory stays bounded when the peer reads slowly.
+
+    With `write_now` (a non-blocking write to the peer's descriptor, see `write_now_to`), a
+    line put while nothing is pending or being written goes straight to the kernel: the
+    writer task wakes only when the peer's buffer is full. Order holds, since a line is
+    written directly only when no earlier byte waits.
     """
 
-    def __init__(self, high_water_bytes: int = OUTBOX_HIGH_WATER_BYTES) -> None:
+    def __init__(self, high_water_bytes: int = OUTBOX_HIGH_WATER_BYTES,
+                 write_now: Callable[[bytes], int] | None = None) -> None:
         self._pending = bytearray()
         self._high_water = high_water_bytes
         self._wakeup = trio.Event()
@@ -41,10 +47,22 @@ class Outbox:
         self._room.set()
         self._closed = False
         self._broken = False
+        self._write_now = write_now
+        self._writing = False
 
     def put(self, line: bytes) -> None:
         if self._closed or self._broken:
             return  # closed, or the peer is gone: nobody will read it
+        if self._write_now is not None and not self._pending and not self._writing:
+            try:
+                written = self._write_now(line)
+            except OSError:  # the peer is gone; the writer reports it
+                self._broken = True
+                self._wakeup.set()
+                return
+            if written == len(line):
+                return
+            line = line[written:]
         self._pending += line
         self._wakeup.set()
         if len(self._pending) > self._high_water and self._room.is_set():
@@ -72,21 +90,48 @@ class Outbox:
 
     async def serve(self, write: Callable[[bytearray], Awaitable[None]]) -> bool:
         """`serve_writer` with `write` taking each batch of whole lines."""
-        while True:
-            if not self._pending:
-                if self._closed:
-                    return True
-                self._wakeup = trio.Event()
-                await self._wakeup.wait()
-                continue
-            data, self._pending = self._pending, bytearray()
+        try:
+            while not self._broken:
+                if not self._pending:
+                    if self._closed:
+                        return True
+                    self._wakeup = trio.Event()
+                    await self._wakeup.wait()
+                    continue
+                data, self._pending = self._pending, bytearray()
+                self._room.set()
+                self._writing = True
+                try:
+                    await write(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._broken = True
+                finally:
+                    self._writing = False
+            self._pending.clear()
             self._room.set()
-            try:
-                await write(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._broken = True
-                self._pending.clear()
-                return False
+            return False
+        finally:
+            # Once the writer is gone the descriptor may be closed, and its number reused.
+            self._write_now = None
+
+
+def write_now_to(stream: object) -> Callable[[bytes], int] | None:
+    """For `Outbox`: a write of what the kernel takes now of a line, if `stream` is a pipe
+    or a socket (trio made its descriptor non-blocking)."""
+    if isinstance(stream, trio.lowlevel.FdStream):
+        fd = stream.fileno()
+    elif isinstance(stream, trio.SocketStream):
+        fd = stream.socket.fileno()
+    else:
+        return None
+
+    def write(line: bytes) -> int:
+        try:
+            return os.write(fd, line)
+        except BlockingIOError:
+            return 0
+
+    return write
 
 
 # --- reading commands --------------------------------------------------------------------------

@@ -39,7 +39,14 @@ import trio
 
 from . import _systemd as systemd
 from . import _wire as w
-from ._connection import Incoming, Outbox, open_fd_stream, serve_dispatcher, serve_reader
+from ._connection import (
+    Incoming,
+    Outbox,
+    open_fd_stream,
+    serve_dispatcher,
+    serve_reader,
+    write_now_to,
+)
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._hub import COMMAND_QUEUE_SIZE, PEER_QUEUE_BYTES, Hub, SessionRequest, log
@@ -227,7 +234,7 @@ def _print_last_reply(session: Session, outbox: Outbox) -> int:
 async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
                            daemon_nursery: trio.Nursery, *, watch_signals: bool) -> None:
     """One session on one pair of streams: returns once input ended and output is flushed."""
-    outbox = Outbox()
+    outbox = Outbox(write_now=write_now_to(stdout))
     session = Session(config, outbox.put, outbox.wait_for_room)
     await daemon_nursery.start(session.serve)
     dispatcher = Dispatcher(session, outbox.put)

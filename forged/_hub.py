@@ -52,9 +52,10 @@ class Peer:
     """One client connection: its outbox, the session it is attached to, and the scope that
     cutting it off cancels."""
 
-    def __init__(self, name: str, queue_limit_bytes: int) -> None:
+    def __init__(self, name: str, queue_limit_bytes: int,
+                 write_now: Callable[[bytes], int] | None = None) -> None:
         self.name = name
-        self.outbox = Outbox()
+        self.outbox = Outbox(write_now=write_now)
         self.queue_limit_bytes = queue_limit_bytes
         self.live: LiveSession | None = None
         self.scope = trio.CancelScope()
@@ -205,8 +206,8 @@ class Hub:
         self.peers: list[Peer] = []
         self.default_cwd = Path.cwd()
 
-    def new_peer(self, name: str) -> Peer:
-        peer = Peer(name, self.queue_limit_bytes)
+    def new_peer(self, name: str, write_now: Callable[[bytes], int] | None = None) -> Peer:
+        peer = Peer(name, self.queue_limit_bytes, write_now)
         self.peers.append(peer)
         return peer
 
@@ -219,15 +220,17 @@ class Hub:
     async def serve_connection(
             self, name: str, write: Callable[[bytearray], Awaitable[None]],
             read: Callable[[trio.MemorySendChannel[Incoming]], Awaitable[None]],
-            close: Callable[[], Awaitable[None]]) -> None:
+            close: Callable[[], Awaitable[None]],
+            write_now: Callable[[bytes], int] | None = None) -> None:
         """One connection, whatever its transport, until its input ends and its session
         settled, or it is cut off; what was written to it is flushed first.
 
         `write` sends a batch of whole lines (raising `trio.BrokenResourceError` when the
         connection is gone); `read` sends the connection's commands into its channel and
-        closes it at the end of input; `close` closes the connection.
+        closes it at the end of input; `close` closes the connection. `write_now`, if the
+        transport has one, is `Outbox`'s.
         """
-        peer = self.new_peer(name)
+        peer = self.new_peer(name, write_now)
         log(f"{name} connected")
 
         async def serve_writer() -> None:

@@ -39,7 +39,7 @@ class AgentHost(Protocol):
     def tools(self) -> Mapping[str, Tool]: ...
 
     def emit(self, event: w.Event) -> None: ...
-    def append(self, message: w.AgentMessage) -> None: ...
+    def end_message(self, message: w.AgentMessage) -> None: ...
     def take_steering(self) -> list[w.AgentMessage]: ...
     def take_follow_ups(self) -> list[w.AgentMessage]: ...
     def model_request(self) -> tuple[Provider, ProviderRequest]: ...
@@ -82,8 +82,7 @@ async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
     def deliver(messages: list[w.AgentMessage]) -> None:
         for message in messages:
             host.emit(w.MessageStart(message=message))
-            host.emit(w.MessageEnd(message=message))
-            host.append(message)
+            host.end_message(message)
             new.append(message)
 
     host.emit(w.AgentStart())
@@ -125,8 +124,7 @@ async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
     host.emit(w.MessageStart(message=message))
 
     def finish() -> w.AssistantMessage:
-        host.emit(w.MessageEnd(message=message))
-        host.append(message)
+        host.end_message(message)
         new.append(message)
         turn.assistant = message
         return message
@@ -199,8 +197,7 @@ def _finish_tool(host: AgentHost, call: w.ToolCall, result: w.ToolResult, is_err
                                   content=result.content, details=result.details,
                                   is_error=is_error, timestamp=now_ms())
     host.emit(w.MessageStart(message=message))
-    host.emit(w.MessageEnd(message=message))
-    host.append(message)
+    host.end_message(message)
     new.append(message)
     turn.results.append(message)
 

@@ -395,8 +395,16 @@ class Session:
     def take_follow_ups(self) -> list[w.AgentMessage]:
         return self._take(self.follow_ups, self.follow_up_mode)
 
-    def append(self, message: w.AgentMessage) -> None:
-        """A finished message: into the context and the session file."""
+    def remember(self, message: w.AgentMessage) -> None:
+        """A message into the context and the session file."""
+        self.messages.append(message)
+        self.store.append("message", message=_codec.unstructure(message))
+
+    def end_message(self, message: w.AgentMessage) -> None:
+        """A finished message: into the context and the session file, and only then
+        announced with `message_end` (its line may reach the client at once)."""
+        self.remember(message)
+        self.emit(w.MessageEnd(message=message))
         if (isinstance(message, w.AssistantMessage) and message.stop_reason != "error"
                 and self._retry_attempt):
             self.emit(w.AutoRetryEnd(success=True, attempt=self._retry_attempt))
@@ -404,8 +412,6 @@ class Session:
         if isinstance(message, w.UserMessage) or (
                 isinstance(message, w.AssistantMessage) and message.stop_reason != "error"):
             self._overflow_tried = False
-        self.messages.append(message)
-        self.store.append("message", message=_codec.unstructure(message))
 
     def model_request(self) -> tuple[Provider, ProviderRequest]:
         tools = list(self.tools.values())
@@ -497,7 +503,7 @@ class Session:
             self._retry_next = None
             self._overflow_next = False
             for message in self._bash_results:
-                self.append(message)
+                self.remember(message)
             self._bash_results.clear()
             if ran:
                 self.emit(w.AgentSettled())
@@ -723,7 +729,7 @@ class Session:
             if self._busy:
                 self._bash_results.append(message)
             else:
-                self.append(message)
+                self.remember(message)
             return w.BashResult(output=message.output, exit_code=message.exit_code,
                                 cancelled=message.cancelled, truncated=message.truncated,
                                 full_output_path=message.full_output_path)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forged import _wire as w
-from forged._connection import parse_line
+from forged._connection import Outbox, parse_line, write_now_to
 from forged._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
 from forged._providers.base import SseDecoder
 
@@ -106,3 +106,38 @@ async def test_one_response_per_line_whatever_the_input(tmp_path: Path,
         await client.settled(client.count("agent_start") and 1)
     assert client.count("response") == expected
     assert probe["success"] is True
+
+
+async def test_lines_written_straight_to_a_socket_keep_their_order_when_it_fills() -> None:
+    """The outbox writes lines to the socket at once while it takes them; once the reader
+    lags (full buffer, partial writes), later lines wait for the writer, in order, even when
+    the socket has room again before the writer ran."""
+    ours, theirs = trio.socket.socketpair()
+    ours.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_SNDBUF, 4096)
+    sending, receiving = trio.SocketStream(ours), trio.SocketStream(theirs)
+    outbox = Outbox(write_now=write_now_to(sending))
+    lines = [encode_line({"n": n, "pad": "x" * (n % 700)}) for n in range(3000)]
+    for line in lines[:1500]:
+        outbox.put(line)  # nobody reads yet: the socket fills, the rest is pending
+    assert outbox.pending_bytes > 0
+    received = bytearray(await receiving.receive_some())  # room again, the writer not yet run
+    for line in lines[1500:]:
+        outbox.put(line)
+    outbox.close()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(outbox.serve_writer, sending)
+        while len(received) < sum(map(len, lines)):
+            received += await receiving.receive_some()
+    assert bytes(received) == b"".join(lines)
+
+
+async def test_a_closed_peer_ends_the_writer_and_drops_what_is_left() -> None:
+    ours, theirs = trio.socket.socketpair()
+    sending = trio.SocketStream(ours)
+    outbox = Outbox(write_now=write_now_to(sending))
+    theirs.close()
+    outbox.put(b'{"n":1}\n')
+    outbox.put(b'{"n":2}\n')
+    with trio.fail_after(5):
+        assert await outbox.serve_writer(sending) is False
+    assert outbox.pending_bytes == 0

@@ -17,7 +17,7 @@ import trio
 
 from .. import _codec
 from .. import _wire as w
-from .._connection import Incoming, serve_reader
+from .._connection import Incoming, serve_reader, write_now_to
 from .._errors import ConfigError
 from .._hub import Hub, log
 from .._jsonl import encode_line
@@ -71,7 +71,8 @@ def peer_uid(stream: trio.SocketStream) -> int:
 
 
 async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:
-    """One JSON-lines connection (`Hub.serve_connection`)."""
+    """One JSON-lines connection (`Hub.serve_connection`); on a socket, lines are written
+    straight to it while it takes them."""
     async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await serve_reader(stream, commands, w.DAEMON_COMMAND_CLASSES)
@@ -80,7 +81,7 @@ async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             await stream.aclose()
 
-    await hub.serve_connection(name, stream.send_all, read, close)
+    await hub.serve_connection(name, stream.send_all, read, close, write_now_to(stream))
 
 
 def _refusal(error: str) -> bytes:
