@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from forged.client import Client, Event
@@ -110,3 +112,21 @@ async def test_a_drain_aborts_what_outlasts_the_grace_period(tmp_path: Path) -> 
     assert process.stderr is not None
     log = (await process.stderr.receive_some(1 << 16)).decode()
     assert "SIGTERM: draining" in log and "aborting session" in log
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                    reason="systemd-analyze is not installed")
+def test_the_contrib_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    """The user units as a user would install them: ExecStart's ``~/.local/bin/forged``
+    exists; systemd reports nothing (a bad key or value is reported on stderr)."""
+    home, runtime = tmp_path / "home", tmp_path / "run"
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / ".local" / "bin" / "forged").symlink_to(BIN / "forged")
+    runtime.mkdir(mode=0o700)
+    units = Path(__file__).parents[1] / "contrib" / "systemd"
+    result = subprocess.run(
+        ["systemd-analyze", "--user", "--man=no", "verify",
+         str(units / "forged.socket"), str(units / "forged.service")],
+        env={**os.environ, "HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)},
+        capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stderr) == (0, "")
