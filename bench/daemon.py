@@ -2,19 +2,23 @@
 clients attached to each. Run by hand:
 
     .venv/bin/python bench/daemon.py [--sessions 50] [--deltas 200] [--interval-ms 20]
+                                     [--spread-ms 0]
 
 The scripted server runs in this process and records when it wrote each delta; every reply
 carries its own marker, so each delta a client receives is matched to the moment it left the
 server, on one clock. Reports events per second over all clients, the added latency per delta
-(p50, p99), the daemon's memory per idle session, and whether any client lost or reordered an
-event (by ``seq``, and by comparing the two clients of each session).
+(p50 and p99 over all clients, and the p99 of the worst client), the daemon's memory per idle
+session, and whether any client lost or reordered an event (by ``seq``, and by comparing the
+two clients of each session).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -101,7 +105,8 @@ class Peer:
             self.received += [(at, orjson.loads(line)) for line in lines]
 
 
-async def run(sessions: int, deltas: int, interval_ms: float) -> dict[str, Any]:
+async def run(sessions: int, deltas: int, interval_ms: float, spread_ms: float
+              ) -> dict[str, Any]:
     replies = [Reply(content=[ScriptText(text="warm")])] + [
         Reply(content=[ScriptText(text=f"<{index:03d}>" * deltas, chunks=deltas,
                                   delay_ms=interval_ms)])
@@ -123,7 +128,7 @@ async def run(sessions: int, deltas: int, interval_ms: float) -> dict[str, Any]:
                  "--no-session", "--cwd", str(root)], env=env, stdin=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL)
             try:
-                return await _measure(daemon, socket_path, server, sessions)
+                return await _measure(daemon, socket_path, server, sessions, spread_ms)
             finally:
                 daemon.terminate()
                 await daemon.wait()
@@ -132,7 +137,7 @@ async def run(sessions: int, deltas: int, interval_ms: float) -> dict[str, Any]:
 
 
 async def _measure(daemon: trio.Process, socket_path: Path, server: ScriptedServer,
-                   sessions: int) -> dict[str, Any]:
+                   sessions: int, spread_ms: float) -> dict[str, Any]:
     with trio.fail_after(20):
         while not socket_path.exists():  # noqa: ASYNC110 (another process makes it)
             await trio.sleep(0.05)
@@ -154,11 +159,17 @@ async def _measure(daemon: trio.Process, socket_path: Path, server: ScriptedServ
     per_idle_kb = (rss_kb(daemon.pid) - before) / sessions
     server.sends.clear()
     calibration = calibration_ms()
+    starts = random.Random(6)
     started, daemon_cpu, own_cpu = time.perf_counter(), cpu_s(daemon.pid), time.process_time()
+    # A collection here would pause the clients' clocks (tens of ms with this process's
+    # heap) and count as the daemon's latency; the run is short, so none is made.
+    gc.freeze()
+    gc.disable()
     async with trio.open_nursery() as nursery:
         for index, (first, second) in enumerate(pairs):
             async def drive(first: Peer = first, second: Peer = second, index: int = index
                             ) -> None:
+                await trio.sleep(starts.uniform(0, spread_ms) / 1000)
                 await first.send({"id": f"p{index}", "type": "prompt", "message": "stream"})
                 async with trio.open_nursery() as both:
                     both.start_soon(first.record_until_settled)
@@ -166,11 +177,16 @@ async def _measure(daemon: trio.Process, socket_path: Path, server: ScriptedServ
 
             nursery.start_soon(drive)
     elapsed = time.perf_counter() - started
+    gc.enable()
     result = _report(pairs, server, elapsed, per_idle_kb)
     result["daemon_cpu_s"] = cpu_s(daemon.pid) - daemon_cpu
     result["bench_cpu_s"] = time.process_time() - own_cpu
     result["calibration_ms"] = calibration
     return result
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
 def _report(pairs: list[tuple[Peer, Peer]], server: ScriptedServer, elapsed: float,
@@ -180,6 +196,7 @@ def _report(pairs: list[tuple[Peer, Peer]], server: ScriptedServer, elapsed: flo
         for marker in data.split(b'"text":"<')[1:]:  # one per delta written
             sent.setdefault(marker[:3].decode(), []).append(at)
     added: list[float] = []
+    per_client_p99: list[float] = []
     lost_or_reordered = 0
     events = 0
     for first, second in pairs:
@@ -195,8 +212,10 @@ def _report(pairs: list[tuple[Peer, Peer]], server: ScriptedServer, elapsed: flo
                       and e["assistantMessageEvent"]["type"] == "text_delta"]
             if deltas:
                 marker = deltas[0][1][1:4]
-                added += [(received - left) * 1000 for (received, _), left
-                          in zip(deltas, sent.get(marker, []), strict=False)]
+                mine = sorted((received - left) * 1000 for (received, _), left
+                              in zip(deltas, sent.get(marker, []), strict=False))
+                added += mine
+                per_client_p99.append(percentile(mine, 0.99))
         first_seqs = {e["seq"] for e in streams[0]}
         lost_or_reordered += [e for e in streams[1] if e["seq"] in first_seqs] != [
             e for e in streams[0] if e["seq"] in {x["seq"] for x in streams[1]}]
@@ -204,7 +223,8 @@ def _report(pairs: list[tuple[Peer, Peer]], server: ScriptedServer, elapsed: flo
     return {"sessions": len(pairs), "clients": 2 * len(pairs), "events": events,
             "seconds": elapsed, "events_per_s": events / elapsed,
             "p50_ms": statistics.median(added),
-            "p99_ms": added[min(len(added) - 1, int(len(added) * 0.99))],
+            "p99_ms": percentile(added, 0.99),
+            "worst_client_p99_ms": max(per_client_p99),
             "deltas_matched": len(added), "idle_session_kb": per_idle_kb,
             "lost_or_reordered": lost_or_reordered}
 
@@ -215,15 +235,22 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=200)
     parser.add_argument("--interval-ms", type=float, default=20.0,
                         help="between one session's deltas (20: a fast provider's pace)")
+    parser.add_argument("--spread-ms", type=float, default=0.0,
+                        help="send each session's prompt at a random moment within this "
+                             "long of the first (default 0: all at once, so every "
+                             "session's deltas leave the server in the same instant, the "
+                             "hardest case)")
     args = parser.parse_args()
-    result = trio.run(run, args.sessions, args.deltas, args.interval_ms)
+    result = trio.run(run, args.sessions, args.deltas, args.interval_ms, args.spread_ms)
     rows = [
         (f"{result['sessions']} sessions x 2 clients, {args.deltas} deltas "
-         f"{args.interval_ms:g} ms apart each", "", ""),
+         f"{args.interval_ms:g} ms apart each, started within {args.spread_ms:g} ms", "", ""),
         ("  events delivered, all clients", f"{result['events']:,}", ""),
         ("  events per second, all clients", f"{result['events_per_s']:,.0f}", ""),
         ("  added latency per delta p50", f"{result['p50_ms']:.2f} ms", ""),
-        ("  added latency per delta p99", f"{result['p99_ms']:.2f} ms", "< 20 ms"),
+        ("  added latency per delta p99, all clients", f"{result['p99_ms']:.2f} ms", "< 20 ms"),
+        ("  added latency p99 of the worst client", f"{result['worst_client_p99_ms']:.2f} ms",
+         "< 20 ms"),
         ("  events lost or reordered", str(result["lost_or_reordered"]), "0"),
         ("  CPU seconds: the daemon / this process (server and clients)",
          f"{result['daemon_cpu_s']:.2f} / {result['bench_cpu_s']:.2f}",
