@@ -28,6 +28,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import math
+import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -134,10 +135,20 @@ def is_trusted(cwd: Path, settings: Settings) -> bool:
     return any(folder in trusted for folder in (cwd, *cwd.parents))
 
 
-def discover_plugins(cwd: Path, agent_dir: Path, settings: Settings, *,
-                     extra: Sequence[Path] = (), trust_project: bool = False
-                     ) -> list[PluginSource]:
-    """Every plugin to load for a session in `cwd` (see the module docstring)."""
+_installed: tuple[tuple[tuple[str, int], ...], list[PluginSource]] | None = None
+
+
+def _package_plugins() -> list[PluginSource]:
+    """The plugins installed as packages (the ``forged.plugins`` entry points).
+
+    Reading every installed distribution's metadata takes milliseconds, which a daemon
+    opening sessions would spend each time while other sessions stream; the answer is kept
+    until a folder of ``sys.path`` changes (installing a package changes its folder)."""
+    global _installed
+    key = tuple((folder, os.stat(folder).st_mtime_ns) for folder in sys.path
+                if os.path.isdir(folder))
+    if _installed is not None and _installed[0] == key:
+        return _installed[1]
     found: list[PluginSource] = []
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
@@ -147,6 +158,15 @@ def discover_plugins(cwd: Path, agent_dir: Path, settings: Settings, *,
             continue
         found.append(PluginSource(id=entry_point.name, register=register, scope="user",
                                   origin="package"))
+    _installed = key, found
+    return found
+
+
+def discover_plugins(cwd: Path, agent_dir: Path, settings: Settings, *,
+                     extra: Sequence[Path] = (), trust_project: bool = False
+                     ) -> list[PluginSource]:
+    """Every plugin to load for a session in `cwd` (see the module docstring)."""
+    found = list(_package_plugins())
     candidates: list[tuple[Path, Scope]] = [
         (path, "user") for path in _plugin_files(agent_dir / "plugins")]
     project_plugins = _plugin_files(cwd / PROJECT_DIR / "agent" / "plugins")

@@ -358,6 +358,16 @@ def test_discovery_and_trust(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     (agent_dir / "settings.json").write_text(json.dumps({"trustedProjects": [str(tmp_path)]}))
     assert ("ours", "project", "top-level") in found()  # a trusted parent folder counts
 
+    # A package installed while forged runs (a daemon) is found by the next session.
+    (site / "later-1.0.dist-info").mkdir()
+    (site / "later-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: later\nVersion: 1.0\n")
+    (site / "later-1.0.dist-info" / "entry_points.txt").write_text(
+        "[forged.plugins]\nlater = later_plugin\n")
+    (site / "later_plugin.py").write_text(PLUGIN_FILE.format(name="later"))
+    assert [p for p in found() if p[2] == "package"] == [("fancy", "user", "package"),
+                                                         ("later", "user", "package")]
+
 
 def test_a_plugin_that_cannot_be_imported_is_reported(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
