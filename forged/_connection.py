@@ -1,7 +1,8 @@
 """One peer: a reader that turns lines into commands, and one writer that owns the output.
 
 Everything a peer sees (responses, events) goes through its `Outbox` as encoded lines, in the
-order it was produced; the writer task is the only code that writes to the peer's stream.
+order it was produced; only the outbox writes to the peer's stream (straight away while the
+peer keeps up, else from its writer task).
 """
 
 from __future__ import annotations

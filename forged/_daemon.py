@@ -11,7 +11,8 @@
         │       └── run_agent             each run inside the session's run_scope (abort);
         │           └── tool processes    bash and rg, each in its own process group
         └── connection_nursery
-            ├── Outbox.serve_writer       the only writer of the protocol stream (fd 1)
+            ├── Outbox.serve_writer       fd 1 is written only through the one Outbox, in
+            │                             order: at once while the pipe takes it, else here
             └── input_nursery             cancelled by a signal
                 ├── serve_reader          stdin -> lines -> commands, in order
                 └── serve_dispatcher      commands -> handlers, which never wait
