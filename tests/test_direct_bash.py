@@ -40,6 +40,19 @@ async def test_bash_streams_then_answers_and_enters_the_context(tmp_path: Path) 
     assert first.endswith("Command exited with code 3")
 
 
+async def test_an_escape_sequence_split_across_chunks_never_shows(tmp_path: Path) -> None:
+    """The streamed deltas are plain text even when a colour code arrives in two reads (and
+    one never finished is dropped)."""
+    script = ("printf 'a\\033[3'; sleep 0.3; printf '1mred\\033]0;title'; sleep 0.3; "
+              "printf '\\007 b\\n\\033['")
+    async with open_client(tmp_path) as client:
+        response = await client.request({"id": "b", "type": "bash", "command": script})
+        updates = [e["delta"] for e in client.events("bash_execution_update")]
+    assert len(updates) >= 2  # it did arrive in pieces
+    assert "".join(updates) == "ared b\n"
+    assert response["data"]["output"] == "ared b\n"
+
+
 async def test_abort_bash_kills_the_command(tmp_path: Path) -> None:
     async with open_client(tmp_path) as client:
         bash_id = await client.send({"type": "bash", "command": "echo $$; sleep 60"})

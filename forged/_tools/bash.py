@@ -306,10 +306,33 @@ _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufff9-\ufffb]")
 
 
+_UNFINISHED_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")
+HELD_ANSI_MAX_CHARS = 4096
+"""An escape sequence still open after this much output is not one a terminal would wait for."""
+
+
 def sanitize(text: str) -> str:
     """Terminal output as plain text: ANSI sequences, carriage returns and control characters
     other than tab and newline removed (reference-behaviour.md §4.5)."""
     return _CONTROL.sub("", _ANSI.sub("", text))
+
+
+class StreamSanitizer:
+    """`sanitize` for output arriving in chunks: an escape sequence cut by a chunk's end is
+    held until the next chunk completes it, so no piece of it shows as text (one never
+    finished is dropped, as a terminal shows nothing of it)."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        text = self._held + text
+        unfinished = _UNFINISHED_ANSI.search(text)
+        if unfinished is not None and len(text) - unfinished.start() <= HELD_ANSI_MAX_CHARS:
+            text, self._held = text[:unfinished.start()], text[unfinished.start():]
+        else:
+            self._held = ""
+        return sanitize(text)
 
 
 async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
@@ -322,10 +345,12 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
     spool = OutputSpool()
     cancelled = False
     exit_code: int | None = None
+    sanitizer = StreamSanitizer()
 
     def stream(text: str) -> None:
-        if text:
-            on_output(sanitize(text))
+        clean = sanitizer.feed(text)
+        if clean:
+            on_output(clean)
 
     try:
         with scope:
@@ -335,7 +360,7 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
                 wait_for_room=wait_for_room)
             exit_code = execution.exit_code
         cancelled = scope.cancelled_caught
-        text, truncation = truncate_tail(sanitize(spool.tail_text()))
+        text, truncation = truncate_tail(StreamSanitizer().feed(spool.tail_text()))
         truncated = truncation.truncated or spool.total_bytes > MAX_BYTES
         path = spool.full_output_path() if truncated else None
     finally:
