@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 import trio
+from run import calibration_ms  # this folder is the script's, so first on sys.path
 
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText
 
@@ -38,14 +39,6 @@ FORGED = str(Path(sys.executable).parent / "forged")
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def calibration_ms() -> float:
-    """How long this machine takes for a fixed piece of pure Python, right now: on a
-    shared virtual machine the same run's CPU seconds vary by half from hour to hour."""
-    started = time.perf_counter()
-    sum(range(5_000_000))
-    return (time.perf_counter() - started) * 1000
 
 
 def rss_kb(pid: int) -> int:

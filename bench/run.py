@@ -38,6 +38,14 @@ from forged._tools.bash import live_group_members
 FORGED = str(Path(sys.executable).parent / "forged")
 
 
+def calibration_ms() -> float:
+    """How long this machine takes for a fixed piece of pure Python, right now: on a
+    shared virtual machine the same run's CPU seconds vary by half from hour to hour."""
+    started = time.perf_counter()
+    sum(range(5_000_000))
+    return (time.perf_counter() - started) * 1000
+
+
 def memory_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -332,6 +340,7 @@ async def main(repeat: int) -> None:
     # As `pip install` does: forged's modules compiled, so no run pays for compiling them.
     compileall.compile_dir(str(Path(forged.__file__).parent), quiet=1)
     rows: list[tuple[str, str, str]] = []
+    speeds = [calibration_ms()]
     with tempfile.TemporaryDirectory() as directory:
         runs: dict[str, list[dict[str, float]]] = {}
         for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash",
@@ -340,6 +349,7 @@ async def main(repeat: int) -> None:
                 root = Path(directory) / f"{name}-{index}"
                 root.mkdir()
                 runs.setdefault(name, []).append(await getattr(Bench(root), name)())
+        speeds.append(calibration_ms())
     cold, thr, lat = runs["cold_start"], runs["throughput"], runs["latency"]
     median = statistics.median
     rows += [
@@ -392,6 +402,8 @@ async def main(repeat: int) -> None:
          f"{median(r['switch_back_s'] for r in runs['session_open']):.2f} s", "< 2 s"),
         ("  export_html of it",
          f"{median(r['export_s'] for r in runs['session_open']):.1f} s", ""),
+        ("this machine's speed: sum(range(5_000_000)) took, before / after",
+         f"{speeds[0]:.0f} / {speeds[-1]:.0f} ms", ""),
     ]
     width = max(len(row[0]) for row in rows)
     print(f"{'measure':<{width}}  {'forged':>12}  target   (median of {repeat})")
