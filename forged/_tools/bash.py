@@ -360,6 +360,7 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
                 wait_for_room=wait_for_room)
             exit_code = execution.exit_code
         cancelled = scope.cancelled_caught
+        # As the deltas were: a sequence left unfinished at the end is dropped.
         text, truncation = truncate_tail(StreamSanitizer().feed(spool.tail_text()))
         truncated = truncation.truncated or spool.total_bytes > MAX_BYTES
         path = spool.full_output_path() if truncated else None
