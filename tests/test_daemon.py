@@ -268,3 +268,22 @@ async def test_forged_status_reports_the_daemon_its_sessions_and_clients(
     assert lines[0] == f"forged daemon on {tmp_path / 'run' / 'f.sock'}: 1 live session(s)"
     assert lines[1].split() == [session_id, "'review'", "idle", "1", "client(s)",
                                 str(tmp_path / "project")]
+
+
+async def test_a_provider_slow_to_answer_one_session_holds_up_no_other(
+        tmp_path: Path) -> None:
+    """Requests are built one at a time, but a request waiting for the provider's answer
+    does not keep the next session's request from going out."""
+    async with (open_daemon(tmp_path, [Reply(silent=True), DONE]) as daemon,
+            daemon.client() as first, daemon.client() as second):
+        await first.new_session()
+        await first.prompt("nobody answers this one")
+        with trio.fail_after(10):
+            await daemon.server.wait_for_requests(1)
+            await second.new_session()
+            events = await second.prompt_and_wait("this one is answered")
+        await first.abort()
+    assert events[-1]["type"] == "agent_settled"
+    end = next(e for e in events if e["type"] == "message_end"
+               and e["message"]["role"] == "assistant")
+    assert end["message"]["content"] == [{"type": "text", "text": "done"}]

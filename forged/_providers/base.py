@@ -301,14 +301,47 @@ def _silent(seconds: float) -> ProviderStreamError:
     return ProviderStreamError(f"The provider sent nothing for {seconds:g} seconds")
 
 
+_request_gate: trio.lowlevel.RunVar[trio.Lock] = trio.lowlevel.RunVar("forged_request_gate")
+
+
+def _gate() -> trio.Lock:
+    try:
+        return _request_gate.get()
+    except LookupError:
+        gate = trio.Lock()
+        _request_gate.set(gate)
+        return gate
+
+
+def _open_gate() -> None:
+    gate = _gate()
+    if gate.statistics().owner is trio.lowlevel.current_task():
+        gate.release()
+
+
+async def _request_built(_: object) -> None:
+    """httpx's request hook: the SDK has built the request, the next may start building."""
+    _open_gate()
+
+
 @asynccontextmanager
 async def answered(request: ProviderRequest,
                    opening: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
     """The SDK's streaming response, once the provider answers; one that sends nothing for
-    `request.idle_timeout_s` fails as a silent stream does."""
+    `request.idle_timeout_s` fails as a silent stream does.
+
+    The SDK builds a request (copies and encodes its whole body) in one step of the event
+    loop, milliseconds long; requests are built one at a time, so when many sessions start
+    at once the deltas of those already streaming are handled between the builds instead of
+    after all of them. The gate opens as the request is handed to httpx (`_request_built`),
+    before connecting and sending."""
     async with AsyncExitStack() as stack:
         with trio.move_on_after(request.idle_timeout_s) as waiting:
-            response = await stack.enter_async_context(opening)
+            await _gate().acquire()
+            try:
+                response = await stack.enter_async_context(opening)
+            finally:
+                _open_gate()
         if waiting.cancelled_caught:
             raise _silent(request.idle_timeout_s)
         yield response
@@ -384,7 +417,9 @@ async def sdk_client(sdk: str, request: ProviderRequest) -> Any:
         client = clients[key] = factory(
             api_key=request.api_key, base_url=request.model.base_url, max_retries=0,
             timeout=module.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-            default_headers=request.headers or None)
+            default_headers=request.headers or None,
+            http_client=module.DefaultAsyncHttpxClient(
+                event_hooks={"request": [_request_built]}))
     return client
 
 
