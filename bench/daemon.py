@@ -4,9 +4,11 @@ clients attached to each. Run by hand:
     .venv/bin/python bench/daemon.py [--sessions 50] [--deltas 200] [--interval-ms 20]
                                      [--spread-ms 0]
 
-The scripted server runs in this process and records when it wrote each delta; every reply
-carries its own marker, so each delta a client receives is matched to the moment it left the
-server, on one clock. Reports events per second over all clients, the added latency per delta
+The scripted server runs in this process and records when it wrote each delta; during the
+run the clients read in a process of their own (`_clients.py`), so their clocks do not wait
+for the server's work. Every reply carries its own marker, so each delta a client receives
+is matched to the moment it left the server, on one clock (the monotonic clock is the
+machine's). Reports events per second over all clients, the added latency per delta
 (p50 and p99 over all clients, and the p99 of the worst client), the daemon's memory per idle
 session, and whether any client lost or reordered an event (by ``seq``, and by comparing the
 two clients of each session).
@@ -17,8 +19,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import marshal
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -80,18 +82,8 @@ class Peer:
         await self.send(command)
         return await self.until("response", id=command["id"])
 
-    async def record_until_settled(self) -> None:
-        """Keep each chunk and its arrival time, parsing nothing until the run is over: the
-        clients share this process with the scripted server, and their own work would show
-        as latency."""
-        chunks: list[tuple[float, bytes]] = []
-        tail = b""
-        while b'"type":"agent_settled"' not in tail:
-            data = await self.stream.receive_some(1 << 20)
-            if not data:
-                raise ConnectionError("the daemon closed the connection")
-            chunks.append((time.perf_counter(), data))
-            tail = tail[-32:] + data
+    def take(self, chunks: list[tuple[float, bytes]]) -> None:
+        """Chunks read for this peer elsewhere, each with the moment it arrived."""
         for at, data in chunks:
             self.buffer += data
             *lines, self.buffer = self.buffer.split(b"\n")
@@ -152,28 +144,27 @@ async def _measure(daemon: trio.Process, socket_path: Path, server: ScriptedServ
     per_idle_kb = (rss_kb(daemon.pid) - before) / sessions
     server.sends.clear()
     calibration = calibration_ms()
-    starts = random.Random(6)
     started, daemon_cpu, own_cpu = time.perf_counter(), cpu_s(daemon.pid), time.process_time()
-    # A collection here would pause the clients' clocks (tens of ms with this process's
-    # heap) and count as the daemon's latency; the run is short, so none is made.
+    # A collection here would pause the scripted server (tens of ms with this process's
+    # heap); the run is short, so none is made.
     gc.freeze()
     gc.disable()
-    async with trio.open_nursery() as nursery:
-        for index, (first, second) in enumerate(pairs):
-            async def drive(first: Peer = first, second: Peer = second, index: int = index
-                            ) -> None:
-                await trio.sleep(starts.uniform(0, spread_ms) / 1000)
-                await first.send({"id": f"p{index}", "type": "prompt", "message": "stream"})
-                async with trio.open_nursery() as both:
-                    both.start_soon(first.record_until_settled)
-                    both.start_soon(second.record_until_settled)
-
-            nursery.start_soon(drive)
+    fds = [(first.stream.socket.fileno(), second.stream.socket.fileno())
+           for first, second in pairs]
+    clients = await trio.run_process(
+        [sys.executable, str(Path(__file__).with_name("_clients.py")), str(spread_ms),
+         *(f"{a},{b}" for a, b in fds)], pass_fds=[fd for pair in fds for fd in pair],
+        capture_stdout=True)
     elapsed = time.perf_counter() - started
     gc.enable()
+    chunks, clients_cpu_s = marshal.loads(clients.stdout)
+    for (first, second), (a, b) in zip(pairs, fds, strict=True):
+        first.take(chunks[a])
+        second.take(chunks[b])
     result = _report(pairs, server, elapsed, per_idle_kb)
     result["daemon_cpu_s"] = cpu_s(daemon.pid) - daemon_cpu
-    result["bench_cpu_s"] = time.process_time() - own_cpu
+    result["server_cpu_s"] = time.process_time() - own_cpu
+    result["clients_cpu_s"] = clients_cpu_s
     result["calibration_ms"] = calibration
     return result
 
@@ -245,9 +236,9 @@ def main() -> None:
         ("  added latency p99 of the worst client", f"{result['worst_client_p99_ms']:.2f} ms",
          "< 20 ms"),
         ("  events lost or reordered", str(result["lost_or_reordered"]), "0"),
-        ("  CPU seconds: the daemon / this process (server and clients)",
-         f"{result['daemon_cpu_s']:.2f} / {result['bench_cpu_s']:.2f}",
-         f"of {result['seconds']:.2f} s"),
+        ("  CPU seconds: the daemon / the scripted server / the clients",
+         f"{result['daemon_cpu_s']:.2f} / {result['server_cpu_s']:.2f} / "
+         f"{result['clients_cpu_s']:.2f}", f"of {result['seconds']:.2f} s"),
         ("  this machine's speed: sum(range(5_000_000)) took",
          f"{result['calibration_ms']:.0f} ms", ""),
         ("memory per idle session", f"{result['idle_session_kb'] / 1024:.2f} MB", "< 2 MB"),
