@@ -346,8 +346,9 @@ class Session:
         """Run a plugin's ``/command`` at once, whatever else runs. It manages its own
         execution (rpc.md): ``abort`` resolves its open dialogs as cancelled and lets it
         finish."""
+        if not self._commands_running:  # a waiter keeps the Event it waits on
+            self._commands_done = trio.Event()
         self._commands_running += 1
-        self._commands_done = trio.Event()
         try:
             await self.plugins.run_command(command, args)
         except Exception as exc:

@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 import trio.testing
@@ -287,3 +288,37 @@ async def test_a_provider_slow_to_answer_one_session_holds_up_no_other(
     end = next(e for e in events if e["type"] == "message_end"
                and e["message"]["role"] == "assistant")
     assert end["message"]["content"] == [{"type": "text", "text": "done"}]
+
+
+SLOW_PLUGIN = '''
+import trio
+
+def register(api):
+    async def slow(args, ctx):
+        await trio.sleep(0.4)
+    api.register_command("slow", slow)
+'''
+
+
+async def test_a_client_leaving_while_commands_overlap_is_let_go(tmp_path: Path) -> None:
+    """A client whose input ended waits for its session's plugin commands, then closes:
+    also when another client starts one while it waits."""
+    (tmp_path / "slow.py").write_text(SLOW_PLUGIN)
+    async with (open_daemon(tmp_path, plugins=[tmp_path / "slow.py"]) as daemon,
+            daemon.client() as staying):
+        leaving = await trio.open_unix_socket(str(daemon.socket_path))
+        await leaving.send_all(b'{"id":"s","type":"get_state"}\n')
+        received = b""
+        while b'"id":"s"' not in received:
+            received += await leaving.receive_some()
+        session_id = orjson.loads(received.split(b"\n")[0])["data"]["sessionId"]
+        await leaving.send_all(b'{"id":"p","type":"prompt","message":"/slow"}\n')
+        await trio.sleep(0.1)
+        await leaving.send_eof()  # it now waits for its /slow
+        await trio.sleep(0.1)
+        await staying.attach(session_id)
+        with trio.fail_after(5):
+            assert await staying.prompt("/slow") == {"disposition": "handled"}
+            while data := await leaving.receive_some():
+                received += data
+    assert b'"id":"p"' in received
