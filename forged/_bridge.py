@@ -52,6 +52,7 @@ def _host_port(value: str) -> tuple[str, int]:
 
 def build_serve_parser() -> argparse.ArgumentParser:
     from ._cli import add_session_options
+    from ._hub import PEER_QUEUE_BYTES
 
     parser = argparse.ArgumentParser(
         prog="forged serve", description="Serve many sessions over a Unix socket (and a "
@@ -74,7 +75,7 @@ def build_serve_parser() -> argparse.ArgumentParser:
                         help="on SIGTERM, how long runs may finish before they are aborted "
                         "(default: setting daemon.drainSeconds, else 30)")
     parser.add_argument("--client-queue-bytes", type=int, metavar="BYTES",
-                        default=16 * 1024 * 1024,
+                        default=PEER_QUEUE_BYTES,
                         help="unread output after which a client is disconnected")
     add_session_options(parser)
     return parser

@@ -50,7 +50,7 @@ from ._connection import (
 )
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
-from ._hub import COMMAND_QUEUE_SIZE, PEER_QUEUE_BYTES, Hub, SessionRequest, log
+from ._hub import COMMAND_QUEUE_SIZE, IDLE_UNLOAD_S, PEER_QUEUE_BYTES, Hub, SessionRequest, log
 from ._jsonl import encode_line
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._plugins import discover_plugins
@@ -246,9 +246,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
         """Stop reading, drop what is queued and abort the run; its closing events follow."""
         settle_scope.deadline = min(settle_scope.deadline,
                                     trio.current_time() + SHUTDOWN_GRACE_S)
-        session.clear_queue()
-        session.abort(lambda: None)
-        session.abort_bash()
+        session.stop()
         input_scope.cancel()
 
     if watch_signals:
@@ -286,7 +284,6 @@ async def _watch_signals(stop: Callable[[], None]) -> None:
 
 # --- the daemon --------------------------------------------------------------------------------
 
-IDLE_UNLOAD_S = 30 * 60.0
 DRAIN_GRACE_S = 30.0
 FLUSH_S = 2.0
 
@@ -442,14 +439,11 @@ async def _drain(hub: Hub, grace_s: float) -> None:
     with trio.move_on_after(grace_s):
         for live in list(hub.live):
             await live.dispatcher.wait_idle()
-    busy = [live for live in hub.live if live.session and not live.idle and live.session.busy]
+    busy = [live for live in hub.live if live.session and live.session.busy]
     for live in busy:
         assert live.session is not None
         log(f"aborting session {live.id}")
-        live.session.clear_queue()
-        live.session.abort(lambda: None)
-        live.session.abort_bash()
-        live.session.ui.cancel_all()
+        live.session.stop()
     with trio.move_on_after(SHUTDOWN_GRACE_S):
         for live in busy:
             assert live.session is not None

@@ -741,6 +741,13 @@ class Session:
         if self.bash_scope is not None:
             self.bash_scope.cancel()
 
+    def stop(self) -> None:
+        """Shutting down: drop the queues, abort the run (its closing events follow), the
+        direct bash command and open dialogs."""
+        self.clear_queue()
+        self.abort(lambda: None)
+        self.abort_bash()
+
     # --- switching session files ---------------------------------------------------------------
 
     def start_task(self, task: Callable[[], Awaitable[None]]) -> None:
