@@ -147,7 +147,7 @@ async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
     with provider_errors():
         client = await sdk_client("anthropic", request)
         params = build_params(request)
-        async with answered(request, client.messages.with_streaming_response.create(
+        async with answered(request, lambda: client.messages.with_streaming_response.create(
                 **params)) as response:
             async for _, data in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if handle_event(data, out):

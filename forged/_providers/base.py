@@ -326,9 +326,11 @@ async def _request_built(_: object) -> None:
 
 @asynccontextmanager
 async def answered(request: ProviderRequest,
-                   opening: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
-    """The SDK's streaming response, once the provider answers; one that sends nothing for
-    `request.idle_timeout_s` fails as a silent stream does.
+                   opening: Callable[[], AbstractAsyncContextManager[Any]]
+                   ) -> AsyncIterator[Any]:
+    """The SDK's streaming response (`opening` makes its context manager), once the
+    provider answers; one that sends nothing for `request.idle_timeout_s` fails as a silent
+    stream does.
 
     The SDK builds a request (copies and encodes its whole body) in one step of the event
     loop, milliseconds long; requests are built one at a time, so when many sessions start
@@ -339,7 +341,8 @@ async def answered(request: ProviderRequest,
         with trio.move_on_after(request.idle_timeout_s) as waiting:
             await _gate().acquire()
             try:
-                response = await stack.enter_async_context(opening)
+                # Made only now: a request cancelled at the gate leaves no coroutine behind.
+                response = await stack.enter_async_context(opening())
             finally:
                 _open_gate()
         if waiting.cancelled_caught:

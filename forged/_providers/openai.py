@@ -120,7 +120,7 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
             current = (kind, key)
             return key
 
-        async with answered(request, client.chat.completions.with_streaming_response.create(
+        async with answered(request, lambda: client.chat.completions.with_streaming_response.create(
                 **params)) as response:
             async for _, chunk in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if chunk.get("error"):
@@ -246,7 +246,7 @@ async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> N
     with provider_errors():
         client = await sdk_client("openai", request)
         params = responses_params(request)
-        async with answered(request, client.responses.with_streaming_response.create(
+        async with answered(request, lambda: client.responses.with_streaming_response.create(
                 **params)) as response:
             async for _, event in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
                 if handle_responses_event(event, out):
