@@ -13,7 +13,6 @@ from typing import Any
 from . import _codec
 from . import _wire as w
 from ._errors import CommandError
-from ._export import content_text
 from ._store import SessionFile
 
 
@@ -29,6 +28,14 @@ def recorded_model_of(store: SessionFile, path: list[int]) -> tuple[str, str] | 
             if message.get("role") == "assistant":
                 return str(message.get("provider")), str(message.get("model"))
     return None
+
+
+def content_text(content: Any, separator: str = "\n") -> str:
+    """The text of stored content: a string, or the text blocks joined by `separator`."""
+    if isinstance(content, str):
+        return content
+    return separator.join(block.get("text", "") for block in content or []
+                          if isinstance(block, dict) and block.get("type") == "text")
 
 
 def user_text(message: dict[str, Any]) -> str:

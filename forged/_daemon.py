@@ -54,6 +54,7 @@ from ._hub import COMMAND_QUEUE_SIZE, IDLE_UNLOAD_S, PEER_QUEUE_BYTES, Hub, Sess
 from ._jsonl import encode_line
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._plugins import discover_plugins
+from ._providers import load_providers
 from ._resources import ExtraPaths
 from ._session import Session, SessionConfig
 from ._settings import Settings
@@ -93,7 +94,9 @@ class Models:
 
 
 async def open_models(options: Options, nursery: trio.Nursery) -> Models:
-    """Load models.json, and start the scripted provider's server in `nursery` if asked."""
+    """Load models.json, and start the scripted provider's server in `nursery` if asked; when
+    a model is available, the providers start loading in a worker thread (`load_providers`),
+    so the first prompt finds them ready."""
     registry = ModelRegistry()
     registry.load_models_json(agent_dir() / "models.json")
     models = Models(registry=registry, provider=options.provider, pattern=options.model)
@@ -108,6 +111,8 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
         register_scripted(registry, server.base_url)
         models.provider = models.provider or SCRIPTED_PROVIDER
         models.pattern = models.pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
+    if registry.available():
+        nursery.start_soon(load_providers)
     return models
 
 

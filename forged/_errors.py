@@ -10,8 +10,8 @@
         ├── ProviderStatusError  the provider answered with an HTTP error status
         └── ProviderStreamError  the connection broke or the stream was malformed
 
-Provider SDK and httpx errors are mapped to `ProviderError` in exactly one place,
-`forged._providers.base.provider_errors`.
+HTTP and network errors are mapped to `ProviderError` in exactly one place,
+`forged._providers.http.provider_errors`.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import orjson
 from markdown_it import MarkdownIt
 
 from . import _wire as w
+from ._context import content_text
 from ._stats import UsageTotals
 from ._store import Entry, SessionFile
 
@@ -47,14 +48,6 @@ def clock(timestamp: Any) -> str:
     except ValueError:
         return ""
     return moment.strftime("%Y-%m-%d %H:%M:%S")
-
-
-def content_text(content: Any, separator: str = "\n") -> str:
-    """The text of stored content: a string, or the text blocks joined by `separator`."""
-    if isinstance(content, str):
-        return content
-    return separator.join(block.get("text", "") for block in content or []
-                          if isinstance(block, dict) and block.get("type") == "text")
 
 
 def folded(text: str, css: str = "output") -> str:

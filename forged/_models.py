@@ -32,6 +32,8 @@ class ProviderConfig:
     base_url: str
     api_key: str | None  # an environment variable's name, or a literal key
     headers: dict[str, str] = attrs.field(factory=dict)
+    auth_header: bool = False
+    """Send the key as ``Authorization: Bearer`` (models.json ``authHeader``)."""
 
 
 def _model(provider: str, api: str, base_url: str, model_id: str, name: str, *, window: int,
@@ -114,6 +116,7 @@ class ProviderDefinition:
     api: str | None = None
     api_key: str | None = None
     headers: dict[str, str] | None = None
+    auth_header: bool | None = None
     models: list[ModelDefinition] | None = None
 
 
@@ -184,7 +187,9 @@ class ModelRegistry:
             staged_providers[name] = ProviderConfig(
                 name=name, base_url=base_url,
                 api_key=definition.api_key or (builtin.api_key if builtin else None),
-                headers={**(builtin.headers if builtin else {}), **(definition.headers or {})})
+                headers={**(builtin.headers if builtin else {}), **(definition.headers or {})},
+                auth_header=(definition.auth_header if definition.auth_header is not None
+                             else builtin is not None and builtin.auth_header))
             if definition.base_url and builtin is not None:
                 for model in self.models:
                     if model.provider == name:
@@ -215,10 +220,16 @@ class ModelRegistry:
         return resolve_value(config.api_key) if config else None
 
     def request_headers(self, model: w.Model) -> dict[str, str]:
+        """The provider's and the model's configured headers, values resolved, and the key
+        as ``Authorization: Bearer`` when the provider asks for it (``authHeader``)."""
         config = self.providers.get(model.provider)
         headers = dict(config.headers) if config else {}
         headers.update(self._headers.get((model.provider, model.id), {}))
-        return {key: resolve_value(value) or "" for key, value in headers.items()}
+        resolved = {key: resolve_value(value) or "" for key, value in headers.items()}
+        key = self.api_key(model.provider)
+        if config is not None and config.auth_header and key:
+            resolved["Authorization"] = f"Bearer {key}"
+        return resolved
 
     def has_auth(self, provider: str) -> bool:
         config = self.providers.get(provider)

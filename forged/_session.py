@@ -32,7 +32,6 @@ from ._compaction import (
 )
 from ._context import build_context, context_size, recorded_model_of, stored_name, user_text
 from ._errors import CommandError, ProviderError
-from ._export import render
 from ._jsonl import encode_line
 from ._loop import describe_failure, is_cancellation, run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
@@ -825,6 +824,8 @@ class Session:
         store, count, name, model = self.store, len(self.store), self.session_name, self.model
 
         def write() -> str:
+            from ._export import render  # markdown-it: loaded only to export
+
             if store.path is None:
                 raise CommandError("Cannot export in-memory session to HTML")
             if not store.path.exists():

@@ -22,6 +22,8 @@ from forged._providers.scripted import Reply, ScriptedServer
 from forged._session import SessionConfig
 from forged.client import Client as ForgedClient
 
+from .oracles import check_requests
+
 Event = dict[str, Any]
 
 
@@ -157,6 +159,7 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         nursery.start_soon(serve)
         yield client
         nursery.cancel_scope.cancel()
+    check_requests(server.requests)
 
 
 def stored_message(entry_id: str, parent: str | None, role: str, text: str, *,
@@ -220,3 +223,4 @@ async def open_daemon(tmp_path: Path, replies: list[Reply] | None = None, *,
                          runtime=runtime)
             stop.set()  # and the daemon drains
         nursery.cancel_scope.cancel()
+    check_requests(server.requests)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from forged import _wire as w
 from forged._connection import Outbox, parse_line, write_now_to
 from forged._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
-from forged._providers.base import SseDecoder
+from forged._providers.sse import SseDecoder
 
 from .harness import open_client
 

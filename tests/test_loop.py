@@ -131,9 +131,15 @@ async def test_coding_scenario(tmp_path: Path, api: str) -> None:
 
     requests = client.server.requests
     assert len(requests) == 4
-    assert requests[0].headers["authorization"] == "Bearer scripted-key" or api.startswith(
-        "anthropic")
-    assert "x-stainless-retry-count" in requests[0].headers  # the official SDK sent it
+    headers = requests[0].headers
+    if api.startswith("anthropic"):
+        assert headers["x-api-key"] == "scripted-key" and "authorization" not in headers
+        assert headers["anthropic-version"] == "2023-06-01"
+    else:
+        assert headers["authorization"] == "Bearer scripted-key"
+    assert requests[0].path == {"anthropic-messages": "/v1/messages",
+                                "openai-completions": "/v1/chat/completions",
+                                "openai-responses": "/v1/responses"}[api]
     final_body = requests[3].body
     assert [text for _, text in tool_results_sent(api, final_body)] == [
         APP, "Successfully replaced text in app.py.", "2\n"]

@@ -11,7 +11,7 @@ from forged import _wire as w
 from forged._errors import ConfigError
 from forged._models import ModelRegistry, clamp_level, supported_levels
 from forged._providers import ProviderRequest
-from forged._providers.anthropic import build_params
+from forged._providers.anthropic import build_body, build_headers
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client
@@ -115,14 +115,15 @@ def test_anthropic_thinking_parameters() -> None:
     sonnet45 = registry.find("anthropic", "claude-sonnet-4-5")
     opus46 = registry.find("anthropic", "claude-opus-4-6")
     assert sonnet45 is not None and opus46 is not None
-    budget = build_params(_request(sonnet45, "low"))
+    budget = build_body(_request(sonnet45, "low"))
     assert budget["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert budget["max_tokens"] == 32000 + 2048
-    assert "interleaved-thinking-2025-05-14" in budget["extra_headers"]["anthropic-beta"]
-    adaptive = build_params(_request(opus46, "xhigh"))
+    assert "interleaved-thinking-2025-05-14" in build_headers(
+        _request(sonnet45, "low"))["anthropic-beta"]
+    adaptive = build_body(_request(opus46, "xhigh"))
     assert adaptive["thinking"] == {"type": "adaptive"}
-    assert adaptive["extra_body"] == {"output_config": {"effort": "max"}}
-    assert "thinking" not in build_params(_request(opus46, "off"))
+    assert adaptive["output_config"] == {"effort": "max"}
+    assert "thinking" not in build_body(_request(opus46, "off"))
 
 
 async def test_model_and_thinking_commands(tmp_path: Path) -> None:

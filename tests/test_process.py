@@ -19,6 +19,8 @@ import trio
 import forged
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
 
+from .oracles import check_requests
+
 BIN = Path(sys.executable).parent
 EXAMPLE = Path(forged.__file__).parent / "examples" / "fix-greeting.json"
 
@@ -127,7 +129,8 @@ async def test_forged_over_pipes_against_a_custom_provider(tmp_path: Path,
     assert "Always answer in English." in system
     assert f"Current working directory: {project}" in system
     assert server.requests[0].body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
-    assert server.requests[0].headers["authorization"] == "Bearer LOCAL_KEY"
+    assert server.requests[0].headers["x-api-key"] == "LOCAL_KEY"
+    check_requests(server.requests)
 
 
 async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import re
 import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,8 +17,8 @@ import trio
 import forged
 import forged.client
 from forged import _wire as w
-from forged._errors import ProviderStatusError
-from forged._providers.base import AssistantBuilder, provider_errors
+from forged._providers.base import AssistantBuilder
+from forged._providers.http import status_error
 from forged._providers.openai import handle_responses_event
 from forged._providers.scripted import (
     Reply,
@@ -91,14 +93,39 @@ async def test_status_errors_carry_status_and_retry_after(tmp_path: Path) -> Non
     message = client.events("message_end")[1]["message"]
     assert message["errorMessage"] == (
         '529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
-    # The mapping reads the status and retry-after off the SDK's own exception.
-    anthropic, httpx2 = sys.modules["anthropic"], sys.modules["httpx2"]
-    response = httpx2.Response(429, headers={"retry-after": "3"}, text="limited",
-                               request=httpx2.Request("POST", "http://x"))
-    with pytest.raises(ProviderStatusError) as caught, provider_errors():
-        raise anthropic.RateLimitError("limited", response=response, body=None)
-    assert caught.value.status == 429 and caught.value.retry_after_s == 3.0
-    assert str(caught.value) == "429 limited"
+
+
+def openai_error(body: dict[str, Any]) -> str | None:
+    return str(body["error"]["message"])
+
+
+@pytest.mark.parametrize(("response", "error_text", "message", "retry_after_s"), [
+    (httpx.Response(429, headers={"retry-after": "3"}, text="limited"), None, "429 limited", 3.0),
+    (httpx.Response(503, headers={"retry-after-ms": "1500", "retry-after": "9"}), None,
+     "503 status code (no body)", 1.5),
+    (httpx.Response(400, json={"error": {"message": "Bad tool schema", "type": "invalid"}}),
+     openai_error, "400 Bad tool schema", None),
+    (httpx.Response(502, text="<html>bad gateway</html>"), openai_error,
+     "502 <html>bad gateway</html>", None),
+    (httpx.Response(429, headers={"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}), None,
+     "429 status code (no body)", 0.0),
+])
+async def test_an_error_status_becomes_a_status_error(
+        response: httpx.Response, error_text: Any, message: str, retry_after_s: float | None
+        ) -> None:
+    error = await status_error(response, error_text)
+    assert str(error) == message
+    assert error.status == response.status_code and error.retry_after_s == retry_after_s
+
+
+async def test_openai_errors_give_the_services_message(tmp_path: Path) -> None:
+    replies = [Reply(status=400, error_type="invalid_request_error",
+                     error_message="Invalid 'tools[0].name'")]
+    async with open_client(tmp_path, replies, api="openai-completions") as client:
+        await client.prompt_and_settle("hi")
+    message = client.events("message_end")[1]["message"]
+    assert message["stopReason"] == "error"
+    assert message["errorMessage"] == "400 Invalid 'tools[0].name'"
 
 
 async def test_a_hanging_provider_can_be_aborted(tmp_path: Path) -> None:
@@ -154,10 +181,19 @@ async def test_last_assistant_text_is_null_before_any_reply(tmp_path: Path) -> N
     assert response["data"] == {"text": None}
 
 
-def test_the_sdks_are_not_imported_at_startup() -> None:
+def test_startup_imports_only_what_it_needs() -> None:
+    """No SDK ever; markdown-it only to export, the scripted server only for its provider,
+    httpx (and h11 under it) only in the providers' worker thread."""
     code = ("import sys, forged._cli, forged._daemon\n"
-            "assert 'anthropic' not in sys.modules and 'openai' not in sys.modules\n")
-    subprocess.run([sys.executable, "-c", code], check=True)
+            "print(' '.join(sorted(m for m in ('anthropic', 'openai', 'markdown_it', 'h11',\n"
+            "    'httpx', 'forged._providers.scripted', 'forged._providers.http')\n"
+            "    if m in sys.modules)))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True).stdout.split()
+    assert loaded == []
+    sources = Path(forged.__file__).parent.rglob("*.py")
+    assert not [path for path in sources
+                if re.search(r"^\s*(import|from) (anthropic|openai)\b", path.read_text(), re.M)]
 
 
 def test_public_api() -> None:

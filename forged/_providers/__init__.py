@@ -1,6 +1,17 @@
-"""Model providers: each turns its SDK's stream into calls on one `AssistantBuilder`."""
+"""Model providers: each speaks one wire API over HTTP (`http.py`) and turns its streamed
+answer into calls on one `AssistantBuilder` (`base.py`).
+
+The wire API modules, httpx with its transport, and the TLS context take about 100 ms to load
+and build. They load once per process in a worker thread: a serving process starts
+`load_providers` as it starts, and a request made before that finished waits for it without
+holding up the event loop.
+"""
 
 from __future__ import annotations
+
+import threading
+
+import trio
 
 from .base import AssistantBuilder as AssistantBuilder
 from .base import Provider as Provider
@@ -9,19 +20,38 @@ from .base import ToolSpec as ToolSpec
 
 APIS = ("anthropic-messages", "openai-completions", "openai-responses")
 
+_loaded: dict[str, Provider] = {}
+"""Each api's stream function, once loaded: filled in one assignment, never in part."""
+_load_lock = threading.Lock()
+
+
+def _load() -> None:
+    global _loaded
+    with _load_lock:
+        if _loaded:
+            return
+        from . import anthropic, http, openai
+
+        http.prepare()
+        _loaded = {"anthropic-messages": anthropic.stream,
+                   "openai-completions": openai.stream_chat,
+                   "openai-responses": openai.stream_responses}
+
+
+async def load_providers() -> None:
+    """Load the wire API modules and build the TLS context in a worker thread, once per
+    process. Cancellation abandons the thread, which finishes the load for the next call."""
+    if not _loaded:
+        await trio.to_thread.run_sync(_load, abandon_on_cancel=True)
+
 
 def provider_for(api: str) -> Provider:
     """The stream function for a model's `api`; raises `KeyError` for an unknown api."""
-    if api == "anthropic-messages":
-        from .anthropic import stream
+    if api not in APIS:
+        raise KeyError(api)
 
-        return stream
-    if api == "openai-completions":
-        from .openai import stream_chat
+    async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
+        await load_providers()
+        await _loaded[api](request, out)
 
-        return stream_chat
-    if api == "openai-responses":
-        from .openai import stream_responses
-
-        return stream_responses
-    raise KeyError(api)
+    return stream

@@ -1,8 +1,4 @@
-"""Anthropic Messages through the official ``anthropic`` SDK.
-
-The SDK builds and sends the request (auth, headers, status errors); the streamed body is read
-raw and split on bytes, which is several times faster than the SDK's typed event stream.
-"""
+"""Anthropic Messages: ``POST {baseUrl}/v1/messages``, streamed as server-sent events."""
 
 from __future__ import annotations
 
@@ -15,13 +11,10 @@ from .base import (
     AssistantBuilder,
     LlmMessage,
     ProviderRequest,
-    answered,
     llm_messages,
     max_output_tokens,
-    provider_errors,
-    sdk_client,
-    sse_events,
 )
+from .http import merge_headers, open_events
 
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
@@ -32,6 +25,9 @@ _STOP_REASONS: dict[str, w.StopReason] = {
     "pause_turn": "stop", "stop_sequence": "stop", "model_context_window_exceeded": "length",
 }
 EPHEMERAL = {"type": "ephemeral"}
+API_VERSION = "2023-06-01"
+CLAUDE_CODE_IDENTITY = "You are Claude Code, Anthropic's official CLI for Claude."
+"""What the Messages API expects first in the system prompt of a request with an OAuth token."""
 
 
 def is_adaptive(model_id: str) -> bool:
@@ -105,54 +101,73 @@ def convert_messages(messages: list[LlmMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def build_params(request: ProviderRequest) -> dict[str, Any]:
+def build_body(request: ProviderRequest) -> dict[str, Any]:
     model = request.model
-    params: dict[str, Any] = {
+    body: dict[str, Any] = {
         "model": model.id,
         "max_tokens": max_output_tokens(request),
         "messages": convert_messages(llm_messages(request.messages, model)),
         "stream": True,
     }
+    system: list[dict[str, Any]] = []
+    if is_oauth_token(request.api_key):
+        system.append({"type": "text", "text": CLAUDE_CODE_IDENTITY})
     if request.system_prompt:
-        params["system"] = [{"type": "text", "text": request.system_prompt,
-                             "cache_control": EPHEMERAL}]
+        system.append({"type": "text", "text": request.system_prompt,
+                       "cache_control": EPHEMERAL})
+    if system:
+        body["system"] = system
     if request.tools:
-        params["tools"] = [{"name": tool.name, "description": tool.description,
-                            "input_schema": tool.parameters} for tool in request.tools]
+        body["tools"] = [{"name": tool.name, "description": tool.description,
+                          "input_schema": tool.parameters} for tool in request.tools]
     level = request.thinking_level
-    beta = ["fine-grained-tool-streaming-2025-05-14"]
-    extra_body: dict[str, Any] = {}
     if model.reasoning and level != "off":
         if is_adaptive(model.id):
-            params["thinking"] = {"type": "adaptive"}
+            body["thinking"] = {"type": "adaptive"}
             effort = ADAPTIVE_EFFORT.get(level, "high")
             if effort == "max" and "opus" not in model.id:
                 effort = "high"
-            extra_body["output_config"] = {"effort": effort}
+            body["output_config"] = {"effort": effort}
         else:
             budget = THINKING_BUDGETS.get(level, THINKING_BUDGETS["high"])
-            params["max_tokens"] = min(params["max_tokens"] + budget, model.max_tokens)
-            if params["max_tokens"] <= budget:
-                budget = max(0, params["max_tokens"] - 1024)
-            params["thinking"] = {"type": "enabled", "budget_tokens": budget}
-    if not is_adaptive(model.id):
+            body["max_tokens"] = min(body["max_tokens"] + budget, model.max_tokens)
+            if body["max_tokens"] <= budget:
+                budget = max(0, body["max_tokens"] - 1024)
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
+    return body
+
+
+def is_oauth_token(api_key: str) -> bool:
+    return "sk-ant-oat" in api_key
+
+
+def build_headers(request: ProviderRequest) -> dict[str, str]:
+    """The Messages API's headers: the key as ``x-api-key``, or as a bearer token when it is
+    an OAuth token or models.json's ``authHeader`` put it in ``authorization``; configured
+    headers win, an ``anthropic-beta`` among them replacing forged's list."""
+    beta = ["fine-grained-tool-streaming-2025-05-14"]
+    if not is_adaptive(request.model.id):
         beta.append("interleaved-thinking-2025-05-14")
-    params["extra_headers"] = {"anthropic-beta": ",".join(beta)}
-    if extra_body:
-        params["extra_body"] = extra_body
-    return params
+    headers = {"anthropic-version": API_VERSION, "accept": "application/json"}
+    if is_oauth_token(request.api_key):
+        beta[:0] = ["claude-code-20250219", "oauth-2025-04-20"]
+        headers["authorization"] = f"Bearer {request.api_key}"
+    elif not any(name.lower() == "authorization" for name in request.headers):
+        headers["x-api-key"] = request.api_key
+    headers["anthropic-beta"] = ",".join(beta)
+    return merge_headers(headers, request.headers)
 
 
 async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
-    with provider_errors():
-        client = await sdk_client("anthropic", request)
-        params = build_params(request)
-        async with answered(request, lambda: client.messages.with_streaming_response.create(
-                **params)) as response:
-            async for _, data in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
-                if handle_event(data, out):
-                    return
-        raise ProviderStreamError("terminated: the stream ended before the message was complete")
+    url = f"{request.model.base_url.rstrip('/')}/v1/messages"
+    # An error status's message is the whole body, as Anthropic's SDKs report it: the error's
+    # type (``overloaded_error``) is in it.
+    async with open_events(request, url, build_headers(request), build_body(request),
+                           out) as events:
+        async for _, data in events:
+            if handle_event(data, out):
+                return
+    raise ProviderStreamError("terminated: the stream ended before the message was complete")
 
 
 def handle_event(data: dict[str, Any], out: AssistantBuilder) -> bool:

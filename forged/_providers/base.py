@@ -1,36 +1,26 @@
-"""The neutral stream every provider writes to, and the one place provider errors are mapped.
+"""The neutral stream every provider writes to, and the context as a model sees it.
 
-A provider is an async function ``stream(request, out)``: it sends `request` through its official
-SDK and turns the provider's streaming format into calls on `out`, an `AssistantBuilder`. The
-builder assembles the `AssistantMessage` and emits one ``message_update`` per call, so the agent
-loop never knows which provider it talks to.
+A provider is an async function ``stream(request, out)``: it sends `request` over HTTP in its
+wire API's format (`forged._providers.http`) and turns the streamed answer into calls on `out`,
+an `AssistantBuilder`. The builder assembles the `AssistantMessage` and emits one
+``message_update`` per call, so the agent loop never knows which provider it talks to.
 
-Error handling: a provider raises `ProviderError` (mapped from SDK and httpx errors by
-`provider_errors`) or lets `trio.Cancelled` through on abort; either way the builder keeps the
-partial content, and the loop finishes the message with ``stopReason`` ``error`` or ``aborted``.
+Error handling: a provider raises `ProviderError` (HTTP and network errors are mapped in
+`forged._providers.http.provider_errors`) or lets `trio.Cancelled` through on abort; either way
+the builder keeps the partial content, and the loop finishes the message with ``stopReason``
+``error`` or ``aborted``.
 """
 
 from __future__ import annotations
 
-import gc
-import importlib
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import (
-    AbstractAsyncContextManager,
-    AsyncExitStack,
-    asynccontextmanager,
-    contextmanager,
-)
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import orjson
-import trio
 
 from .. import _wire as w
-from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
 
 Emit = Callable[[w.Event], None]
 
@@ -264,225 +254,6 @@ class AssistantBuilder:
 
     def has_tool_calls(self) -> bool:
         return any(isinstance(block, w.ToolCall) for block in self.message.content)
-
-
-# --- SSE on bytes ------------------------------------------------------------------------------
-
-class SseDecoder:
-    """Server-sent events split on bytes: only LF (or CRLF) ends a line, never U+2028."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._event = b""
-        self._data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
-        """The events completed by `chunk`, as (event name, data) pairs."""
-        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
-        self._buffer = lines.pop()
-        events: list[tuple[bytes, bytes]] = []
-        data = self._data
-        for line in lines:
-            if line.endswith(b"\r"):
-                line = line[:-1]
-            if not line:
-                if data:
-                    events.append((self._event, data[0] if len(data) == 1 else b"\n".join(data)))
-                    data = self._data = []
-                self._event = b""
-            elif line.startswith(b"data:"):
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif line.startswith(b"event:"):
-                self._event = line[6:].strip()
-        return events
-
-
-def _silent(seconds: float) -> ProviderStreamError:
-    return ProviderStreamError(f"The provider sent nothing for {seconds:g} seconds")
-
-
-_request_gate: trio.lowlevel.RunVar[trio.Lock] = trio.lowlevel.RunVar("forged_request_gate")
-
-
-def _gate() -> trio.Lock:
-    try:
-        return _request_gate.get()
-    except LookupError:
-        gate = trio.Lock()
-        _request_gate.set(gate)
-        return gate
-
-
-def _open_gate() -> None:
-    gate = _gate()
-    if gate.statistics().owner is trio.lowlevel.current_task():
-        gate.release()
-
-
-async def _request_built(_: object) -> None:
-    """httpx's request hook: the SDK has built the request, the next may start building."""
-    _open_gate()
-
-
-@asynccontextmanager
-async def answered(request: ProviderRequest,
-                   opening: Callable[[], AbstractAsyncContextManager[Any]]
-                   ) -> AsyncIterator[Any]:
-    """The SDK's streaming response (`opening` makes its context manager), once the
-    provider answers; one that sends nothing for `request.idle_timeout_s` fails as a silent
-    stream does.
-
-    The SDK builds a request (copies and encodes its whole body) in one step of the event
-    loop, milliseconds long; requests are built one at a time, so when many sessions start
-    at once the deltas of those already streaming are handled between the builds instead of
-    after all of them. The gate opens as the request is handed to httpx (`_request_built`),
-    before connecting and sending."""
-    async with AsyncExitStack() as stack:
-        with trio.move_on_after(request.idle_timeout_s) as waiting:
-            await _gate().acquire()
-            try:
-                # Made only now: a request cancelled at the gate leaves no coroutine behind.
-                response = await stack.enter_async_context(opening())
-            finally:
-                _open_gate()
-        if waiting.cancelled_caught:
-            raise _silent(request.idle_timeout_s)
-        yield response
-
-
-async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
-                     idle_timeout_s: float) -> AsyncIterator[tuple[bytes, Any]]:
-    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
-    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
-    decoder = SseDecoder()
-    received = aiter(chunks)
-    while True:
-        with trio.move_on_after(idle_timeout_s) as idle:
-            chunk = await anext(received, None)
-        if idle.cancelled_caught:
-            raise _silent(idle_timeout_s)
-        if chunk is None:
-            return
-        await out.wait_for_room()
-        for event, data in decoder.feed(chunk):
-            if data == b"[DONE]":
-                return
-            try:
-                yield event, orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                raise ProviderStreamError(f"Malformed stream event: {exc}") from exc
-
-
-# --- SDK loading and error mapping -------------------------------------------------------------
-
-_sdk_lock = trio.Lock()
-_loaded_sdks: dict[str, Any] = {}
-"""SDK modules whose import has finished (``sys.modules`` holds one from its start: a
-second session must not use it half-made)."""
-
-
-async def load_sdk(name: str) -> Any:
-    """Import an SDK module in a worker thread (it takes seconds), once per process."""
-    if name in _loaded_sdks:
-        return _loaded_sdks[name]
-    async with _sdk_lock:
-        if name in _loaded_sdks:
-            return _loaded_sdks[name]
-        # Abandoned on abort: the import finishes in its thread and the module stays cached.
-        module = await trio.to_thread.run_sync(importlib.import_module, name,
-                                               abandon_on_cancel=True)
-        _loaded_sdks[name] = module
-    # The SDK's thousands of long-lived objects leave the collector's view, so collections
-    # while streaming stay short.
-    gc.freeze()
-    return module
-
-
-_clients: trio.lowlevel.RunVar[dict[tuple[Any, ...], Any]] = trio.lowlevel.RunVar("forged_clients")
-CONNECT_TIMEOUT_S = 30.0
-READ_TIMEOUT_S = 600.0
-
-
-async def sdk_client(sdk: str, request: ProviderRequest) -> Any:
-    """The SDK client for a request's provider, one per base URL, key and headers in a trio
-    run: connections and the TLS context (about 100 ms to build) are reused across turns.
-    The SDK's own retries are off; forged decides what to retry."""
-    module = await load_sdk(sdk)
-    try:
-        clients = _clients.get()
-    except LookupError:
-        clients = {}
-        _clients.set(clients)
-    key = (sdk, request.model.base_url, request.api_key, tuple(sorted(request.headers.items())))
-    client = clients.get(key)
-    if client is None:
-        factory = module.AsyncAnthropic if sdk == "anthropic" else module.AsyncOpenAI
-        client = clients[key] = factory(
-            api_key=request.api_key, base_url=request.model.base_url, max_retries=0,
-            timeout=module.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-            default_headers=request.headers or None,
-            http_client=module.DefaultAsyncHttpxClient(
-                event_hooks={"request": [_request_built]}))
-    return client
-
-
-def _retry_after_s(headers: Any) -> float | None:
-    if headers is None:
-        return None
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds:
-        try:
-            return float(milliseconds) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        import email.utils  # rare, and slow to import at startup
-
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
-
-
-def _status_error(exc: Any) -> ProviderStatusError:
-    response = exc.response
-    try:
-        body = response.text
-    except Exception:
-        body = ""
-    status = int(exc.status_code)
-    message = f"{status} {body}".strip() if body else f"{status} {exc.message}"
-    return ProviderStatusError(message, status=status,
-                               retry_after_s=_retry_after_s(response.headers))
-
-
-@contextmanager
-def provider_errors() -> Iterator[None]:
-    """Map SDK and HTTP client errors to `ProviderError`. The only place that knows them."""
-    try:
-        yield
-    except ProviderError:
-        raise
-    except Exception as exc:
-        for sdk in ("anthropic", "openai"):
-            module = _loaded_sdks.get(sdk)
-            if module is None:
-                continue
-            if isinstance(exc, module.APIStatusError):
-                raise _status_error(exc) from exc
-            if isinstance(exc, module.APIError):
-                cause = exc.__cause__
-                detail = f": {cause}" if cause is not None and str(cause) else ""
-                raise ProviderStreamError(f"{exc.message}{detail}") from exc
-        httpx2 = sys.modules.get("httpx2")
-        if httpx2 is not None and isinstance(exc, httpx2.HTTPError):
-            raise ProviderStreamError(str(exc) or type(exc).__name__) from exc
-        if isinstance(exc, OSError | trio.BrokenResourceError):
-            raise ProviderStreamError(f"Connection error: {exc}") from exc
-        raise
 
 
 # --- the context as a model sees it ------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""OpenAI Chat Completions and Responses through the official ``openai`` SDK.
-
-As with Anthropic, the SDK sends the request and the streamed body is read raw, split on bytes.
-"""
+"""OpenAI Chat Completions (``POST {baseUrl}/chat/completions``) and Responses
+(``POST {baseUrl}/responses``), streamed as server-sent events."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -15,13 +16,10 @@ from .base import (
     AssistantBuilder,
     LlmMessage,
     ProviderRequest,
-    answered,
     llm_messages,
     max_output_tokens,
-    provider_errors,
-    sdk_client,
-    sse_events,
 )
+from .http import Events, merge_headers, open_events
 
 _CHAT_STOP: dict[str, w.StopReason] = {
     "stop": "stop", "end": "stop", "length": "length", "tool_calls": "toolUse",
@@ -41,6 +39,33 @@ def _text_of(content: list[w.UserContent]) -> str:
 
 def _uses_developer_role(model: w.Model) -> bool:
     return model.reasoning and "api.openai.com" in model.base_url
+
+
+def build_headers(request: ProviderRequest) -> dict[str, str]:
+    """The key as a bearer token, the organization and project from ``OPENAI_ORG_ID`` and
+    ``OPENAI_PROJECT_ID`` when set (as OpenAI's SDKs send them); configured headers win."""
+    headers = {"authorization": f"Bearer {request.api_key}", "accept": "application/json"}
+    for name, variable in (("openai-organization", "OPENAI_ORG_ID"),
+                           ("openai-project", "OPENAI_PROJECT_ID")):
+        if value := os.environ.get(variable):
+            headers[name] = value
+    return merge_headers(headers, request.headers)
+
+
+def _error_text(body: Any) -> str | None:
+    """``error.message`` of an OpenAI error body."""
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) and message else None
+
+
+@asynccontextmanager
+async def _open(request: ProviderRequest, path: str, body: dict[str, Any],
+                out: AssistantBuilder) -> AsyncIterator[Events]:
+    url = f"{request.model.base_url.rstrip('/')}{path}"
+    async with open_events(request, url, build_headers(request), body, out,
+                           error_text=_error_text) as events:
+        yield events
 
 
 # --- Chat Completions --------------------------------------------------------------------------
@@ -105,68 +130,64 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
 
 
 async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
-    with provider_errors():
-        client = await sdk_client("openai", request)
-        params = chat_params(request)
-        finished = False
-        # Chat Completions has one open block at a time: a change of kind ends the previous one.
-        current: tuple[str, object] | None = None  # (kind, key) of the open block
-        tool_keys: dict[int, object] = {}
+    finished = False
+    # Chat Completions has one open block at a time: a change of kind ends the previous one.
+    current: tuple[str, object] | None = None  # (kind, key) of the open block
+    tool_keys: dict[int, object] = {}
 
-        def switch(kind: str, key: object) -> object:
-            nonlocal current
-            if current is not None and current != (kind, key):
-                out.end(current[1])
-            current = (kind, key)
-            return key
+    def switch(kind: str, key: object) -> object:
+        nonlocal current
+        if current is not None and current != (kind, key):
+            out.end(current[1])
+        current = (kind, key)
+        return key
 
-        async with answered(request, lambda: client.chat.completions.with_streaming_response.create(
-                **params)) as response:
-            async for _, chunk in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
-                if chunk.get("error"):
-                    error = chunk["error"]
-                    raise ProviderError(str(error.get("message") or error))
-                usage = chunk.get("usage")
-                if usage:
-                    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-                    out.set_usage(input=(usage.get("prompt_tokens") or 0) - cached,
-                                  output=usage.get("completion_tokens") or 0,
-                                  cache_read=cached, cache_write=0)
-                for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    reasoning = (delta.get("reasoning_content") or delta.get("reasoning")
-                                 or delta.get("reasoning_text"))
-                    if reasoning:
-                        if current is None or current[0] != "thinking":
-                            out.start_thinking(switch("thinking", len(out.message.content)))
-                        assert current is not None
-                        out.thinking_delta(current[1], reasoning)
-                    if delta.get("content"):
-                        if current is None or current[0] != "text":
-                            out.start_text(switch("text", len(out.message.content)))
-                        assert current is not None
-                        out.text_delta(current[1], delta["content"])
-                    for call in delta.get("tool_calls") or ():
-                        index = call.get("index", 0)
-                        function = call.get("function") or {}
-                        if call.get("id") and tool_keys.get(index) != call["id"]:
-                            tool_keys[index] = call["id"]
-                            out.start_tool_call(switch("tool", call["id"]), call["id"],
-                                                function.get("name", ""))
-                        if function.get("arguments") and index in tool_keys:
-                            out.tool_call_delta(tool_keys[index], function["arguments"])
-                    reason = choice.get("finish_reason")
-                    if reason:
-                        if reason == "content_filter":
-                            raise ProviderError("The response was blocked by the content filter")
-                        out.set_stop_reason(_CHAT_STOP.get(reason, "stop"))
-                        finished = True
-        if not finished:
-            raise ProviderStreamError(
-                "terminated: the stream ended before the message was complete")
-        out.end_all()
-        if out.has_tool_calls() and out.message.stop_reason == "stop":
-            out.set_stop_reason("toolUse")
+    async with _open(request, "/chat/completions", chat_params(request), out) as events:
+        async for _, chunk in events:
+            if chunk.get("error"):
+                error = chunk["error"]
+                raise ProviderError(str(error.get("message") or error))
+            usage = chunk.get("usage")
+            if usage:
+                cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                out.set_usage(input=(usage.get("prompt_tokens") or 0) - cached,
+                              output=usage.get("completion_tokens") or 0,
+                              cache_read=cached, cache_write=0)
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                reasoning = (delta.get("reasoning_content") or delta.get("reasoning")
+                             or delta.get("reasoning_text"))
+                if reasoning:
+                    if current is None or current[0] != "thinking":
+                        out.start_thinking(switch("thinking", len(out.message.content)))
+                    assert current is not None
+                    out.thinking_delta(current[1], reasoning)
+                if delta.get("content"):
+                    if current is None or current[0] != "text":
+                        out.start_text(switch("text", len(out.message.content)))
+                    assert current is not None
+                    out.text_delta(current[1], delta["content"])
+                for call in delta.get("tool_calls") or ():
+                    index = call.get("index", 0)
+                    function = call.get("function") or {}
+                    if call.get("id") and tool_keys.get(index) != call["id"]:
+                        tool_keys[index] = call["id"]
+                        out.start_tool_call(switch("tool", call["id"]), call["id"],
+                                            function.get("name", ""))
+                    if function.get("arguments") and index in tool_keys:
+                        out.tool_call_delta(tool_keys[index], function["arguments"])
+                reason = choice.get("finish_reason")
+                if reason:
+                    if reason == "content_filter":
+                        raise ProviderError("The response was blocked by the content filter")
+                    out.set_stop_reason(_CHAT_STOP.get(reason, "stop"))
+                    finished = True
+    if not finished:
+        raise ProviderStreamError(
+            "terminated: the stream ended before the message was complete")
+    out.end_all()
+    if out.has_tool_calls() and out.message.stop_reason == "stop":
+        out.set_stop_reason("toolUse")
 
 
 # --- Responses ---------------------------------------------------------------------------------
@@ -243,15 +264,11 @@ def responses_params(request: ProviderRequest) -> dict[str, Any]:
 
 
 async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> None:
-    with provider_errors():
-        client = await sdk_client("openai", request)
-        params = responses_params(request)
-        async with answered(request, lambda: client.responses.with_streaming_response.create(
-                **params)) as response:
-            async for _, event in sse_events(response.iter_bytes(), out, request.idle_timeout_s):
-                if handle_responses_event(event, out):
-                    return
-        raise ProviderStreamError("terminated: the stream ended before the message was complete")
+    async with _open(request, "/responses", responses_params(request), out) as events:
+        async for _, event in events:
+            if handle_responses_event(event, out):
+                return
+    raise ProviderStreamError("terminated: the stream ended before the message was complete")
 
 
 def handle_responses_event(event: dict[str, Any], out: AssistantBuilder) -> bool:

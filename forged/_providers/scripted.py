@@ -2,8 +2,9 @@
 
 It speaks the Anthropic Messages (``POST /v1/messages``), OpenAI Chat Completions
 (``POST /v1/chat/completions``) and OpenAI Responses (``POST /v1/responses``) streaming formats,
-so one script drives any of the three providers through the official SDKs. Each request takes
-the next reply of the script and is recorded (method, path, headers, JSON body).
+so one script drives any of the three wire APIs (the tests check with the official SDKs that it
+streams as the real services do). Each request takes the next reply of the script and is
+recorded (method, path, headers, JSON body).
 
 A script file::
 
@@ -20,8 +21,8 @@ A script file::
      ]}
 
 Resource handling: `serve` runs until cancelled; each connection is handled in its own task
-and closed after one response (``connection: close``). A hanging or silent reply holds its
-connection until the client goes away.
+and kept alive for the client's next request, as the real services do, except after a reply
+that is cut short. A hanging or silent reply holds its connection until the client goes away.
 """
 
 from __future__ import annotations
@@ -366,6 +367,8 @@ class ScriptedServer:
         self.sends: list[tuple[float, bytes]] = []
         """With `record_sends`: (time.perf_counter() after the write, bytes) of each write."""
         self.port = 0
+        self.connections = 0
+        """How many connections clients opened."""
         self._ids = _Ids()
         self._request_arrived = trio.Condition()
 
@@ -390,14 +393,17 @@ class ScriptedServer:
     async def _handle(self, stream: trio.SocketStream) -> None:
         import h11  # only a server needs it: kept out of forged's startup
 
+        self.connections += 1
         async with stream:
+            connection = h11.Connection(h11.SERVER)
             try:
-                await self._handle_one(stream, h11)
+                while await self._handle_one(stream, connection, h11):
+                    connection.start_next_cycle()
             except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
                 pass
 
-    async def _handle_one(self, stream: trio.SocketStream, h11: Any) -> None:
-        connection = h11.Connection(h11.SERVER)
+    async def _handle_one(self, stream: trio.SocketStream, connection: Any, h11: Any) -> bool:
+        """Answer one request; whether the connection may carry another."""
         request: Any = None
         body = bytearray()
         while True:
@@ -405,7 +411,7 @@ class ScriptedServer:
             if event is h11.NEED_DATA:
                 data = await stream.receive_some(65536)
                 if not data:
-                    return
+                    return False
                 connection.receive_data(data)
             elif isinstance(event, h11.Request):
                 request = event
@@ -413,6 +419,8 @@ class ScriptedServer:
                 body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 break
+            elif isinstance(event, h11.ConnectionClosed):
+                return False
         assert request is not None
         path = request.target.decode().split("?", 1)[0]
         headers = {k.decode().lower(): v.decode() for k, v in request.headers}
@@ -440,24 +448,24 @@ class ScriptedServer:
         if reply.silent:
             while await stream.receive_some(65536):
                 pass
-            return
+            return False
         if reply.status is not None:
             payload = _error_body(path, reply)
             response_headers = [("content-type", "application/json"),
-                                ("content-length", str(len(payload))), ("connection", "close")]
+                                ("content-length", str(len(payload)))]
             if reply.retry_after is not None:
                 response_headers.append(("retry-after", f"{reply.retry_after:g}"))
             await send(h11.Response(status_code=reply.status, headers=response_headers))
             await send(h11.Data(data=payload))
             await send(h11.EndOfMessage())
-            return
+            return connection.our_state is h11.DONE and connection.their_state is h11.DONE
         await send(h11.Response(status_code=200, headers=[
             ("content-type", "text/event-stream"), ("cache-control", "no-cache"),
-            ("connection", "close"), ("transfer-encoding", "chunked")]))
+            ("transfer-encoding", "chunked")]))
         if reply.hang:
             while await stream.receive_some(65536):
                 pass
-            return
+            return False
         model = parsed.get("model", "scripted") if isinstance(parsed, dict) else "scripted"
         pending: list[bytes] = []
         pending_bytes = 0
@@ -482,5 +490,6 @@ class ScriptedServer:
             await flush()
         if reply.cut:
             # Close without the terminating chunk: the client sees a broken stream.
-            return
+            return False
         await send(h11.EndOfMessage())
+        return connection.our_state is h11.DONE and connection.their_state is h11.DONE

@@ -1,0 +1,190 @@
+"""The HTTP skeleton the wire APIs share, on httpx.
+
+A wire API module builds a request body and its headers; `open_events` encodes the body with
+orjson, POSTs it, checks the status and hands the streamed bytes to the SSE decoder. A cloud
+provider that signs its requests would add its headers here the same way.
+
+Resource handling: one `httpx.AsyncClient` per base URL and key in each trio run (its pooled
+connections belong to that run's event loop), kept alive across turns. The TLS context is
+built once per process by `prepare`, which start-up runs in a worker thread together with
+the imports of this module; nothing on a prompt's path builds one.
+
+Error handling: everything HTTP that can go wrong becomes a `ProviderError` in
+`provider_errors`, the one place that knows httpx's exceptions. An error status is a
+`ProviderStatusError` carrying the service's ``retry-after``; a refused, reset or cut
+connection and a silent one are `ProviderStreamError` s, which the retry policy retries.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager, contextmanager, suppress
+from typing import Any
+
+import httpx
+import orjson
+import trio
+
+from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
+from .base import AssistantBuilder, ProviderRequest
+from .sse import silent, sse_events
+
+CONNECT_TIMEOUT_S = 30.0
+READ_TIMEOUT_S = 600.0
+"""httpx's own limit between two reads; `ProviderRequest.idle_timeout_s` is the real one."""
+ERROR_BODY_MAX_BYTES = 64 * 1024
+DRAIN_TIMEOUT_S = 1.0
+"""How long a finished stream may take to end its body, so its connection is kept alive."""
+USER_AGENT = "forged"
+
+Events = AsyncIterator[tuple[bytes, Any]]
+ErrorText = Callable[[Any], str | None]
+"""The message of a parsed JSON error body, or None for the whole body."""
+
+_BROKEN = (httpx.TransportError, OSError, trio.BrokenResourceError)
+
+_tls_context: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+
+
+def tls_context() -> ssl.SSLContext:
+    """The process's TLS context, built on first use (httpx's defaults: certifi's CA bundle
+    unless ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` name another); safe from any thread."""
+    global _tls_context
+    with _tls_lock:
+        if _tls_context is None:
+            _tls_context = httpx.create_ssl_context()
+        return _tls_context
+
+
+def prepare() -> None:
+    """Everything a first request would otherwise pay for: the TLS context, and httpx's
+    transport modules (httpcore, h11), which httpx imports when a client is made."""
+    tls_context()
+    httpx.AsyncClient(verify=tls_context())
+
+
+_clients: trio.lowlevel.RunVar[dict[tuple[str, str], httpx.AsyncClient]] = (
+    trio.lowlevel.RunVar("forged_http_clients"))
+
+
+def client_for(base_url: str, api_key: str) -> httpx.AsyncClient:
+    """The run's client for `base_url` and `api_key`: connections are reused across turns."""
+    try:
+        clients = _clients.get()
+    except LookupError:
+        clients = {}
+        _clients.set(clients)
+    client = clients.get((base_url, api_key))
+    if client is None:
+        client = clients[(base_url, api_key)] = httpx.AsyncClient(
+            verify=tls_context(), timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            # Every stream holds a connection: a cap would hold a daemon's later sessions back.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=20))
+    return client
+
+
+def merge_headers(defaults: dict[str, str], configured: dict[str, str]) -> dict[str, str]:
+    """`defaults` (lowercase names) overridden by the configured headers, whatever their case."""
+    merged = {"user-agent": USER_AGENT, **defaults}
+    merged.update((name.lower(), value) for name, value in configured.items())
+    return merged
+
+
+@asynccontextmanager
+async def open_events(request: ProviderRequest, url: str, headers: dict[str, str],
+                      body: dict[str, Any], out: AssistantBuilder, *,
+                      error_text: ErrorText | None = None) -> AsyncIterator[Events]:
+    """POST `body` to `url` and yield the answer's server-sent events, as (event name, parsed
+    data) pairs. An answer that does not start within `request.idle_timeout_s`, or a stream
+    silent that long, fails as a retryable `ProviderStreamError`; an error status fails as
+    a `ProviderStatusError` whose message `error_text` picks from a JSON body (by default
+    the whole body is the message).
+
+    Cancellation closes the connection. On a normal exit the rest of the body is read
+    (briefly), so the connection goes back to the pool."""
+    client = client_for(request.model.base_url, request.api_key)
+    content = orjson.dumps(body)
+    with provider_errors():
+        async with AsyncExitStack() as stack:
+            with trio.move_on_after(request.idle_timeout_s) as waiting:
+                response = await stack.enter_async_context(client.stream(
+                    "POST", url, content=content,
+                    headers={"content-type": "application/json", **headers}))
+            if waiting.cancelled_caught:
+                raise silent(request.idle_timeout_s)
+            if response.is_error:
+                raise await status_error(response, error_text)
+            chunks = response.aiter_bytes()
+            async with aclosing(sse_events(chunks, out, request.idle_timeout_s)) as events:
+                yield events
+            # Best effort: a body that does not end in time only costs its connection.
+            with trio.move_on_after(DRAIN_TIMEOUT_S), suppress(*_BROKEN):
+                async for _ in chunks:
+                    pass
+
+
+async def status_error(response: httpx.Response, error_text: ErrorText | None
+                       ) -> ProviderStatusError:
+    """The error for an error status: ``<status> <message>``, the message being the service's
+    own (`error_text` of a JSON body), the body's text, or ``status code (no body)``."""
+    body = bytearray()
+    with suppress(*_BROKEN):  # a body cut short still has its status
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) >= ERROR_BODY_MAX_BYTES:
+                break
+    text = body[:ERROR_BODY_MAX_BYTES].decode(errors="replace").strip()
+    message: str | None = None
+    if text and error_text is not None:
+        try:
+            message = error_text(orjson.loads(text))
+        except orjson.JSONDecodeError:
+            pass
+    status = response.status_code
+    return ProviderStatusError(f"{status} {message or text or 'status code (no body)'}",
+                               status=status, retry_after_s=retry_after_s(response.headers))
+
+
+def retry_after_s(headers: httpx.Headers) -> float | None:
+    """The wait a service asks for: ``retry-after-ms``, else ``retry-after`` in seconds or as
+    an HTTP date."""
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds:
+        try:
+            return float(milliseconds) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        import email.utils  # rare, and slow to import
+
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+@contextmanager
+def provider_errors() -> Iterator[None]:
+    """Map httpx's and the network's errors to `ProviderError`. The only place that knows them."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except httpx.TimeoutException as exc:
+        raise ProviderStreamError(f"Request timed out: {exc or type(exc).__name__}") from exc
+    except httpx.TransportError as exc:
+        raise ProviderStreamError(f"Connection error: {exc or type(exc).__name__}") from exc
+    except (OSError, trio.BrokenResourceError) as exc:
+        raise ProviderStreamError(f"Connection error: {exc}") from exc
+    except httpx.HTTPError as exc:
+        raise ProviderError(str(exc) or type(exc).__name__) from exc

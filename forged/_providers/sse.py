@@ -1,0 +1,68 @@
+"""Server-sent events on bytes: the decoder every wire API's stream goes through."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import orjson
+import trio
+
+from .._errors import ProviderStreamError
+from .base import AssistantBuilder
+
+
+class SseDecoder:
+    """Server-sent events split on bytes: only LF (or CRLF) ends a line, never U+2028."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._event = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+        """The events completed by `chunk`, as (event name, data) pairs."""
+        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
+        self._buffer = lines.pop()
+        events: list[tuple[bytes, bytes]] = []
+        data = self._data
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if data:
+                    events.append((self._event, data[0] if len(data) == 1 else b"\n".join(data)))
+                    data = self._data = []
+                self._event = b""
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip()
+        return events
+
+
+def silent(seconds: float) -> ProviderStreamError:
+    return ProviderStreamError(f"The provider sent nothing for {seconds:g} seconds")
+
+
+async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
+                     idle_timeout_s: float) -> AsyncGenerator[tuple[bytes, Any], None]:
+    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
+    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
+    decoder = SseDecoder()
+    received = aiter(chunks)
+    while True:
+        with trio.move_on_after(idle_timeout_s) as idle:
+            chunk = await anext(received, None)
+        if idle.cancelled_caught:
+            raise silent(idle_timeout_s)
+        if chunk is None:
+            return
+        await out.wait_for_room()
+        for event, data in decoder.feed(chunk):
+            if data == b"[DONE]":
+                return
+            try:
+                yield event, orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise ProviderStreamError(f"Malformed stream event: {exc}") from exc

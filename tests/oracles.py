@@ -1,0 +1,82 @@
+"""The official SDKs as oracles: what forged sends is what the real services accept, and what
+the scripted server streams is what they send.
+
+forged never imports the SDKs (they cost seconds of start-up); the tests do. Every request
+the harness's scripted servers record is checked with `check_request`: its body validates
+against the SDK's own parameter type for a streaming request of its API, and validating it
+drops or changes nothing, so no field is unknown to the SDK; its headers carry the API's auth.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
+from pydantic import BaseModel, TypeAdapter
+
+from forged._providers.scripted import RecordedRequest
+
+PARAMS: dict[str, Any] = {
+    "/v1/messages": MessageCreateParamsStreaming,
+    "/v1/chat/completions": CompletionCreateParamsStreaming,
+    "/v1/responses": ResponseCreateParamsStreaming,
+}
+
+
+@functools.cache
+def adapter(path: str) -> TypeAdapter[Any]:
+    return TypeAdapter(PARAMS[path])
+
+
+def materialized(value: Any) -> Any:
+    """`value` as plain JSON data. pydantic validates the SDK's ``Iterable[...]`` fields
+    lazily, as iterators: consuming them here is what validates their items."""
+    if isinstance(value, BaseModel):
+        return materialized(value.model_dump(mode="json", by_alias=True, exclude_unset=True))
+    if isinstance(value, dict):
+        return {key: materialized(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | Iterator):
+        return [materialized(item) for item in value]
+    return value
+
+
+def differences(sent: Any, validated: Any, path: str = "body") -> Iterable[str]:
+    """Where the validated body differs from the one sent: a field the SDK does not know was
+    dropped, or a value was coerced."""
+    if isinstance(sent, dict) and isinstance(validated, dict):
+        for key in sent.keys() | validated.keys():
+            if key not in validated:
+                yield f"{path}.{key}: not a field of the SDK's type"
+            elif key not in sent:
+                yield f"{path}.{key}: added by validation"
+            else:
+                yield from differences(sent[key], validated[key], f"{path}.{key}")
+    elif isinstance(sent, list) and isinstance(validated, list) and len(sent) == len(validated):
+        for index, (a, b) in enumerate(zip(sent, validated, strict=True)):
+            yield from differences(a, b, f"{path}[{index}]")
+    elif sent != validated or type(sent) is not type(validated):
+        yield f"{path}: sent {sent!r}, validated as {validated!r}"
+
+
+def check_request(request: RecordedRequest) -> None:
+    params = PARAMS.get(request.path)
+    assert params is not None, f"no wire API at {request.path}"
+    assert request.method == "POST"
+    assert request.headers["content-type"] == "application/json"
+    if request.path == "/v1/messages":
+        assert request.headers["anthropic-version"] == "2023-06-01"
+        assert request.headers.get("x-api-key") or request.headers.get("authorization")
+    else:
+        assert request.headers["authorization"].startswith("Bearer ")
+    validated = materialized(adapter(request.path).validate_python(request.body))
+    found = list(differences(request.body, validated))
+    assert not found, f"{request.path}: {found}"
+
+
+def check_requests(requests: Iterable[RecordedRequest]) -> None:
+    for request in requests:
+        check_request(request)
