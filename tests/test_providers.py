@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime
+import json
 import re
+import socket
 import subprocess
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -17,6 +20,8 @@ import trio
 import forged
 import forged.client
 from forged import _wire as w
+from forged._models import ProviderConfig
+from forged._providers.anthropic import CLAUDE_CODE_IDENTITY
 from forged._providers.base import AssistantBuilder
 from forged._providers.http import status_error
 from forged._providers.openai import handle_responses_event
@@ -25,12 +30,13 @@ from forged._providers.scripted import (
     ScriptedServer,
     ScriptRedactedThinking,
     ScriptText,
+    ScriptToolCall,
     ScriptUsage,
 )
 from forged._resources import build_system_prompt, find_context_files
 from forged._tools import BUILTIN_TOOLS
 
-from .harness import open_client
+from .harness import Client, open_client
 
 
 async def test_redacted_thinking_is_kept_and_sent_back(tmp_path: Path) -> None:
@@ -202,3 +208,71 @@ def test_public_api() -> None:
     assert public == ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
                       "SessionConfig"]
     assert forged.client.__all__ == ["Client", "CommandFailed", "Event"]
+
+
+async def test_turns_share_one_kept_alive_connection(tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptToolCall(name="ls", arguments={})]),
+               Reply(content=[ScriptText(text="listed")]), Reply(content=[ScriptText(text="2")])]
+    async with open_client(tmp_path, replies) as client:
+        await client.prompt_and_settle("one")
+        await client.prompt_and_settle("two")
+    assert len(client.server.requests) == 3
+    assert client.server.connections == 1
+
+
+async def use_custom_provider(client: Client, tmp_path: Path, provider: dict[str, Any]) -> None:
+    """models.json's provider `custom` (model `m`) on the client's scripted server, chosen."""
+    path = tmp_path / "custom-models.json"
+    path.write_text(json.dumps({"providers": {"custom": {
+        "baseUrl": client.server.base_url, "api": "anthropic-messages",
+        "models": [{"id": "m", "reasoning": True}], **provider}}}))
+    client.config.registry.load_models_json(path)
+    assert client.config.registry.error is None
+    chosen = await client.request({"type": "set_model", "provider": "custom", "modelId": "m"})
+    assert chosen["success"], chosen
+
+
+@pytest.mark.parametrize(("provider", "expected", "absent"), [
+    ({"apiKey": "sk-ant-api03-plain"}, {"x-api-key": "sk-ant-api03-plain"}, ["authorization"]),
+    ({"apiKey": "sk-ant-oat01-token"},
+     {"authorization": "Bearer sk-ant-oat01-token",
+      "anthropic-beta": "claude-code-20250219,oauth-2025-04-20,"
+                        "fine-grained-tool-streaming-2025-05-14,interleaved-thinking-2025-05-14"},
+     ["x-api-key"]),
+    ({"apiKey": "gateway-key", "authHeader": True},
+     {"authorization": "Bearer gateway-key"}, ["x-api-key"]),
+    ({"apiKey": "k", "headers": {"X-Team": "forge", "Anthropic-Beta": "only-this"}},
+     {"x-api-key": "k", "x-team": "forge", "anthropic-beta": "only-this"}, []),
+])
+async def test_anthropic_keys_and_configured_headers(tmp_path: Path, provider: dict[str, Any],
+                                                     expected: dict[str, str],
+                                                     absent: list[str]) -> None:
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
+        await use_custom_provider(client, tmp_path, provider)
+        await client.prompt_and_settle("hi")
+    (request,) = client.server.requests
+    assert request.path == "/v1/messages"
+    assert {name: request.headers.get(name) for name in expected} == expected
+    assert [name for name in absent if name in request.headers] == []
+    system = [block["text"] for block in request.body["system"]]
+    oauth = provider["apiKey"].startswith("sk-ant-oat")
+    assert (system[0] == CLAUDE_CODE_IDENTITY) is oauth and len(system) == 1 + oauth
+
+
+async def test_a_refused_connection_is_a_retryable_error(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+    async with open_client(tmp_path) as client:
+        model = client.config.model
+        assert model is not None
+        client.config.registry.add_provider(
+            ProviderConfig(name="gone", base_url=f"http://127.0.0.1:{closed_port}",
+                           api_key="k"), [attrs.evolve(model, provider="gone",
+                                                       base_url=f"http://127.0.0.1:{closed_port}")])
+        await client.request({"type": "set_model", "provider": "gone", "modelId": model.id})
+        await client.request({"type": "prompt", "message": "hi"})
+        started = await client.wait_for(lambda e: e.get("type") == "auto_retry_start")
+        await client.request({"type": "abort"})
+        await client.settled()
+    assert started["errorMessage"].startswith("Connection error: ")
