@@ -56,8 +56,9 @@ def memory_kb(pid: int, field: str) -> int:
 class Child:
     """A forged child; `lines` holds (receive time, parsed line) for everything it wrote."""
 
-    def __init__(self, process: trio.Process) -> None:
+    def __init__(self, process: trio.Process, spawned: float) -> None:
         self.process = process
+        self.spawned = spawned
         self.lines: list[tuple[float, dict[str, Any]]] = []
         self.stdout_bytes = 0
         self._buffer = b""
@@ -96,10 +97,11 @@ class Child:
 
 
 async def spawn(args: list[str], env: dict[str, str], cwd: Path) -> Child:
+    spawned = time.perf_counter()
     process = await trio.lowlevel.open_process(
         [FORGED, "--mode", "rpc", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL, env=env, cwd=cwd)
-    return Child(process)
+    return Child(process, spawned)
 
 
 def is_type(kind: str) -> Callable[[dict[str, Any]], bool]:
@@ -145,26 +147,49 @@ class Bench:
         await child.close()
         return {"cold_ms": (answered - started) * 1000, "idle_mb": rss / 1024}
 
+    async def first_token(self) -> dict[str, float]:
+        """A fresh process: once it answers get_state, a prompt to its first text_delta; and,
+        in another, a prompt sent as it starts, to its first text_delta."""
+        reply = Reply(content=[ScriptText(text="hello there", chunks=2)])
+
+        async def after_get_state(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "s", "type": "get_state"})
+            await child.until(is_type("response"))
+            sent = await child.send({"id": "p", "type": "prompt", "message": "hi"})
+            first = await child.until(is_delta)
+            await child.until(is_type("agent_settled"))
+            return {"first_token_ms": (first - sent) * 1000}
+
+        async def at_once(child: Child, server: ScriptedServer) -> dict[str, float]:
+            sent = await child.send({"id": "p", "type": "prompt", "message": "hi"})
+            first = await child.until(is_delta)
+            await child.until(is_type("agent_settled"))
+            return {"spawn_to_first_token_ms": (first - child.spawned) * 1000,
+                    "at_once_first_token_ms": (first - sent) * 1000}
+
+        result: dict[str, float] = await self.with_server([reply], after_get_state)
+        result |= await self.with_server([reply], at_once)
+        return result
+
     async def throughput(self) -> dict[str, float]:
-        warm_up = Reply(content=[ScriptText(text="warm")])
-        reply = Reply(content=[ScriptText(text="abcdefgh" * 20_000, chunks=20_000)])
+        """A fresh process's first prompt: 20,000 deltas of 1 byte each."""
+        reply = Reply(content=[ScriptText(text="x" * 20_000, chunks=20_000)])
 
         async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
-            # The first prompt imports the SDK (seconds, once per process): timed apart.
-            sent = await child.send({"id": "w", "type": "prompt", "message": "warm up"})
-            first_prompt = await child.until(is_type("agent_settled")) - sent
-            lines_before, bytes_before = len(child.lines), child.stdout_bytes
+            await child.send({"id": "s", "type": "get_state"})
+            await child.until(is_type("response"))
             sent = await child.send({"id": "p", "type": "prompt", "message": "go"})
-            settled = await child.until(is_type("agent_settled"))
+            ended = await child.until(is_type("agent_end"))
+            await child.until(is_type("agent_settled"))
             peak = memory_kb(child.process.pid, "VmHWM")
-            deltas = sum(1 for _, e in child.lines[lines_before:] if is_delta(e))
-            seconds = settled - sent
-            return {"deltas": deltas, "seconds": seconds, "first_prompt_s": first_prompt,
-                    "events_per_s": (len(child.lines) - lines_before) / seconds,
-                    "bytes_per_delta": (child.stdout_bytes - bytes_before) / deltas,
-                    "peak_mb": peak / 1024}
+            lines = [event for _, event in child.lines]
+            deltas = sum(1 for event in lines if is_delta(event))
+            seconds = ended - sent
+            return {"deltas": deltas, "seconds": seconds,
+                    "events_per_s": len(lines) / seconds,
+                    "bytes_per_delta": child.stdout_bytes / deltas, "peak_mb": peak / 1024}
 
-        result: dict[str, float] = await self.with_server([warm_up, reply], body)
+        result: dict[str, float] = await self.with_server([reply], body)
         return result
 
     async def latency(self) -> dict[str, float]:
@@ -191,9 +216,11 @@ class Bench:
             await child.send({"id": "p", "type": "prompt", "message": "go"})
             await child.until(is_delta)
             sent = await child.send({"id": "a", "type": "abort"})
+            ended = await child.until(is_type("agent_end"))
             answered = await child.until(lambda e: e.get("id") == "a")
             await child.until(is_type("agent_settled"))
-            return {"abort_stream_ms": (answered - sent) * 1000}
+            return {"abort_stream_ms": (answered - sent) * 1000,
+                    "abort_stream_end_ms": (ended - sent) * 1000}
 
         result: dict[str, float] = await self.with_server([reply], body)
         return result
@@ -208,10 +235,12 @@ class Bench:
             update = next(e for _, e in child.lines if e["type"] == "tool_execution_update")
             pgid = int(update["partialResult"]["content"][0]["text"].split()[0])
             sent = await child.send({"id": "a", "type": "abort"})
-            answered = await child.until(lambda e: e.get("id") == "a")
+            ended = await child.until(is_type("agent_end"))
             survivors = len(live_group_members(pgid))
+            answered = await child.until(lambda e: e.get("id") == "a")
             await child.until(is_type("agent_settled"))
-            return {"abort_bash_ms": (answered - sent) * 1000, "survivors": survivors}
+            return {"abort_bash_ms": (answered - sent) * 1000,
+                    "abort_bash_end_ms": (ended - sent) * 1000, "survivors": survivors}
 
         result: dict[str, float] = await self.with_server([reply], body)
         return result
@@ -336,82 +365,104 @@ def best(runs: list[dict[str, float]], key: str, *, highest: bool = False) -> fl
     return max(values) if highest else min(values)
 
 
-async def main(repeat: int) -> None:
+BENCHES = ("cold_start", "first_token", "throughput", "latency", "abort_stream", "abort_bash",
+           "abort_retry_wait", "abort_compaction", "direct_bash", "session_open")
+
+
+async def main(repeat: int, only: list[str]) -> None:
     # As `pip install` does: forged's modules compiled, so no run pays for compiling them.
     compileall.compile_dir(str(Path(forged.__file__).parent), quiet=1)
-    rows: list[tuple[str, str, str]] = []
     speeds = [calibration_ms()]
     with tempfile.TemporaryDirectory() as directory:
         runs: dict[str, list[dict[str, float]]] = {}
-        for name in ("cold_start", "throughput", "latency", "abort_stream", "abort_bash",
-                     "abort_retry_wait", "abort_compaction", "direct_bash", "session_open"):
+        for name in only or BENCHES:
             for index in range(repeat):
                 root = Path(directory) / f"{name}-{index}"
                 root.mkdir()
                 runs.setdefault(name, []).append(await getattr(Bench(root), name)())
         speeds.append(calibration_ms())
-    cold, thr, lat = runs["cold_start"], runs["throughput"], runs["latency"]
     median = statistics.median
-    rows += [
-        ("cold start to first get_state", f"{median(r['cold_ms'] for r in cold):.0f} ms",
-         "< 300 ms"),
-        ("idle memory (RSS)", f"{median(r['idle_mb'] for r in cold):.1f} MB", "< 60 MB"),
-        ("first prompt (imports the SDK)", f"{median(r['first_prompt_s'] for r in thr):.2f} s",
-         ""),
-        ("20,000 x 8 B deltas: prompt to settled",
-         f"{median(r['seconds'] for r in thr):.2f} s", ""),
-        ("  events per second", f"{median(r['events_per_s'] for r in thr):,.0f}", ">= 20,000"),
-        ("  stdout bytes per delta", f"{median(r['bytes_per_delta'] for r in thr):.0f}",
-         "< 400"),
-        ("  peak memory (VmHWM)", f"{median(r['peak_mb'] for r in thr):.1f} MB", "< 150 MB"),
-        ("200 deltas 5 ms apart: added latency p50",
-         f"{median(r['p50_ms'] for r in lat):.2f} ms", ""),
-        ("  added latency p99", f"{median(r['p99_ms'] for r in lat):.2f} ms", "< 1.5 ms"),
-        ("abort mid-stream", f"{median(r['abort_stream_ms'] for r in runs['abort_stream']):.1f}"
-         " ms", "< 20 ms"),
-        ("abort mid-bash (sleep 60)",
-         f"{median(r['abort_bash_ms'] for r in runs['abort_bash']):.1f} ms", "< 50 ms"),
-        ("  processes left after abort",
-         f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0"),
-        ("abort during a retry wait",
-         f"{median(r['abort_retry_ms'] for r in runs['abort_retry_wait']):.1f} ms", "< 50 ms"),
-        *[(label, f"{median(r[key] for r in runs['abort_compaction']):.1f} ms", "< 50 ms")
+
+    def figure(bench: str, key: str, unit: str, scale: float = 1, digits: int = 1) -> str:
+        return f"{median(r[key] for r in runs[bench]) * scale:,.{digits}f} {unit}".strip()
+
+    # (bench, label, how to show it, target, the ancestor's figure: pi 1.6.0, same harness)
+    table: list[tuple[str, str, Callable[[], str], str, str]] = [
+        ("cold_start", "cold start to first get_state",
+         lambda: figure("cold_start", "cold_ms", "ms", digits=0), "< 300 ms", ""),
+        ("cold_start", "idle memory (RSS)", lambda: figure("cold_start", "idle_mb", "MB"),
+         "< 40 MB", ""),
+        ("first_token", "fresh process: prompt to first text_delta",
+         lambda: figure("first_token", "first_token_ms", "ms"), "< 150 ms", "110 ms"),
+        ("first_token", "  prompt sent as it starts: to first text_delta",
+         lambda: figure("first_token", "at_once_first_token_ms", "ms"), "", ""),
+        ("first_token", "  spawn to first text_delta",
+         lambda: figure("first_token", "spawn_to_first_token_ms", "ms"), "", ""),
+        ("throughput", "20,000 x 1 B deltas (first prompt): prompt to agent_end",
+         lambda: figure("throughput", "seconds", "ms", 1000, 0), "< 800 ms", "1,306 ms"),
+        ("throughput", "  events per second",
+         lambda: figure("throughput", "events_per_s", "", digits=0), "", ""),
+        ("throughput", "  stdout bytes per delta",
+         lambda: figure("throughput", "bytes_per_delta", "", digits=0), "< 400", ""),
+        ("throughput", "  peak memory (VmHWM)", lambda: figure("throughput", "peak_mb", "MB"),
+         "< 60 MB", "160 MB"),
+        ("latency", "200 deltas 5 ms apart: added latency p50",
+         lambda: figure("latency", "p50_ms", "ms", digits=2), "", ""),
+        ("latency", "  added latency p99", lambda: figure("latency", "p99_ms", "ms", digits=2),
+         "< 1.5 ms", ""),
+        ("abort_stream", "abort mid-stream: to agent_end",
+         lambda: figure("abort_stream", "abort_stream_end_ms", "ms"), "< 3 ms", "15 ms"),
+        ("abort_stream", "  to the abort response",
+         lambda: figure("abort_stream", "abort_stream_ms", "ms"), "", ""),
+        ("abort_bash", "abort mid-bash (sleep 60): to agent_end",
+         lambda: figure("abort_bash", "abort_bash_end_ms", "ms"), "< 8 ms", "16 ms"),
+        ("abort_bash", "  to the abort response",
+         lambda: figure("abort_bash", "abort_bash_ms", "ms"), "", ""),
+        ("abort_bash", "  processes left after abort",
+         lambda: f"{max(r['survivors'] for r in runs['abort_bash']):.0f}", "0", ""),
+        ("abort_retry_wait", "abort during a retry wait",
+         lambda: figure("abort_retry_wait", "abort_retry_ms", "ms"), "< 50 ms", ""),
+        *[("abort_compaction", label, lambda key=key: figure("abort_compaction", key, "ms"),
+           "< 50 ms", "")
           for label, key in (("abort during a manual compaction", "abort_manual_compaction_ms"),
                              ("abort during an automatic compaction",
                               "abort_auto_compaction_ms"),
                              ("abort during a summarization retry wait",
                               "abort_summary_retry_ms"))],
-        ("direct bash seq 1 2000000: to the response",
-         f"{median(r['bash_s'] for r in runs['direct_bash']):.2f} s", "< 1 s"),
-        ("  peak memory (VmHWM)",
-         f"{median(r['bash_peak_mb'] for r in runs['direct_bash']):.1f} MB", "< 80 MB"),
-        ("abort_bash (sleep 60) to the bash response",
-         f"{median(r['abort_direct_bash_ms'] for r in runs['direct_bash']):.1f} ms", "< 50 ms"),
-        (f"open a 100,000-entry session ({runs['session_open'][0]['size_mb']:.0f} MB): "
-         "start to get_state", f"{median(r['open_s'] for r in runs['session_open']):.2f} s",
-         "< 2 s"),
-        ("  memory after opening",
-         f"{median(r['open_rss_mb'] for r in runs['session_open']):.1f} MB", ""),
-        ("  get_entries since the last entry",
-         f"{median(r['since_last_ms'] for r in runs['session_open']):.2f} ms", ""),
-        ("  get_entries since 100 from the end",
-         f"{median(r['since_100_ms'] for r in runs['session_open']):.2f} ms", ""),
-        ("  switch_session to a 10-entry session",
-         f"{median(r['switch_away_ms'] for r in runs['session_open']):.1f} ms", ""),
-        ("  switch_session back to it",
-         f"{median(r['switch_back_s'] for r in runs['session_open']):.2f} s", "< 2 s"),
-        ("  export_html of it",
-         f"{median(r['export_s'] for r in runs['session_open']):.1f} s", ""),
-        ("this machine's speed: sum(range(5_000_000)) took, before / after",
-         f"{speeds[0]:.0f} / {speeds[-1]:.0f} ms", ""),
+        ("direct_bash", "direct bash seq 1 2000000: to the response",
+         lambda: figure("direct_bash", "bash_s", "s", digits=2), "< 1 s", ""),
+        ("direct_bash", "  peak memory (VmHWM)", lambda: figure("direct_bash", "bash_peak_mb",
+                                                                 "MB"), "< 80 MB", ""),
+        ("direct_bash", "abort_bash (sleep 60) to the bash response",
+         lambda: figure("direct_bash", "abort_direct_bash_ms", "ms"), "< 50 ms", ""),
+        ("session_open", "open a 100,000-entry session (110 MB): start to get_state",
+         lambda: figure("session_open", "open_s", "s", digits=2), "< 2 s", ""),
+        ("session_open", "  memory after opening",
+         lambda: figure("session_open", "open_rss_mb", "MB"), "", ""),
+        ("session_open", "  get_entries since the last entry",
+         lambda: figure("session_open", "since_last_ms", "ms", digits=2), "", ""),
+        ("session_open", "  get_entries since 100 from the end",
+         lambda: figure("session_open", "since_100_ms", "ms", digits=2), "", ""),
+        ("session_open", "  switch_session to a 10-entry session",
+         lambda: figure("session_open", "switch_away_ms", "ms"), "", ""),
+        ("session_open", "  switch_session back to it",
+         lambda: figure("session_open", "switch_back_s", "s", digits=2), "< 2 s", ""),
+        ("session_open", "  export_html of it",
+         lambda: figure("session_open", "export_s", "s"), "", ""),
     ]
+    rows = [(label, show(), target, ancestor)
+            for bench, label, show, target, ancestor in table if bench in runs]
+    rows.append(("this machine's speed: sum(range(5_000_000)) took, before / after",
+                 f"{speeds[0]:.0f} / {speeds[-1]:.0f} ms", "", ""))
     width = max(len(row[0]) for row in rows)
-    print(f"{'measure':<{width}}  {'forged':>12}  target   (median of {repeat})")
-    for name, value, target in rows:
-        print(f"{name:<{width}}  {value:>12}  {target}")
+    print(f"{'measure':<{width}}  {'forged':>12}  {'target':<9}  pi 1.6.0   (median of {repeat})")
+    for label, value, target, ancestor in rows:
+        print(f"{label:<{width}}  {value:>12}  {target:<9}  {ancestor}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    trio.run(main, parser.parse_args().repeat)
+    parser.add_argument("--only", default="", help=f"comma-separated, of: {', '.join(BENCHES)}")
+    arguments = parser.parse_args()
+    trio.run(main, arguments.repeat, [name for name in arguments.only.split(",") if name])

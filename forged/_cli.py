@@ -178,6 +178,10 @@ SUBCOMMANDS = ("serve", "connect", "status")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if not argv[:1] or argv[0] not in ("config", "connect", "status"):
+        from . import _preload  # before the session's modules: it overlaps their import
+
+        _preload.start()
     if argv[:2] == ["config", "show"]:
         return config_show(argv[2:])
     if argv[:1] and argv[0] in SUBCOMMANDS:

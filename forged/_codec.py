@@ -174,6 +174,21 @@ def unstructure(value: Any) -> Any:
     return hook(value)
 
 
+def prepare(cls: type[Any]) -> None:
+    """Build `cls`'s hooks now. cattrs builds a class's hooks when it is first used, a
+    millisecond or more for a class with nested unions: prepared while the process waits
+    for input, no command, event or abort pays for that later."""
+    if cls not in _hooks:
+        _hooks[cls] = converter.get_unstructure_hook(cls)
+    if cls in _COMMANDS:
+        converter.get_structure_hook(cls)
+
+
+WIRE_CLASSES: list[type[Any]] = [value for value in vars(w).values()
+                                 if isinstance(value, type) and attrs.has(value)]
+_COMMANDS = frozenset(w.COMMAND_CLASSES.values())
+
+
 def structure(value: Any, cls: type[T]) -> T:
     """Convert a JSON value to `cls`, or raise `WireError` naming the bad field."""
     try:

@@ -38,6 +38,7 @@ import attrs
 import orjson
 import trio
 
+from . import _codec
 from . import _systemd as systemd
 from . import _wire as w
 from ._connection import (
@@ -94,9 +95,8 @@ class Models:
 
 
 async def open_models(options: Options, nursery: trio.Nursery) -> Models:
-    """Load models.json, and start the scripted provider's server in `nursery` if asked; when
-    a model is available, the providers start loading in a worker thread (`load_providers`),
-    so the first prompt finds them ready."""
+    """Load models.json, and start the scripted provider's server in `nursery` if asked, and
+    the `warm_up` of what the first prompt needs."""
     registry = ModelRegistry()
     registry.load_models_json(agent_dir() / "models.json")
     models = Models(registry=registry, provider=options.provider, pattern=options.model)
@@ -111,9 +111,19 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
         register_scripted(registry, server.base_url)
         models.provider = models.provider or SCRIPTED_PROVIDER
         models.pattern = models.pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
-    if registry.available():
-        nursery.start_soon(load_providers)
+    nursery.start_soon(warm_up, bool(registry.available()))
     return models
+
+
+async def warm_up(providers: bool) -> None:
+    """What a first prompt or abort would otherwise pay for, done while the process waits
+    for input: the providers load in a worker thread (when a model could use them), then
+    the converter builds every wire class's hooks, one class per step of the event loop."""
+    if providers:
+        await load_providers()
+    for cls in _codec.WIRE_CLASSES:
+        _codec.prepare(cls)
+        await trio.lowlevel.checkpoint()
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:

@@ -203,8 +203,9 @@ def test_startup_imports_only_what_it_needs() -> None:
 
 
 def test_public_api() -> None:
-    public = sorted(name for name, value in vars(forged).items()
-                    if not name.startswith("_") and not isinstance(value, types.ModuleType))
+    public = sorted(name for name in dir(forged)
+                    if not name.startswith("_")
+                    and not isinstance(getattr(forged, name), types.ModuleType))
     assert public == ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
                       "SessionConfig"]
     assert forged.client.__all__ == ["Client", "CommandFailed", "Event"]

@@ -5,9 +5,8 @@ orjson, POSTs it, checks the status and hands the streamed bytes to the SSE deco
 provider that signs its requests would add its headers here the same way.
 
 Resource handling: one `httpx.AsyncClient` per base URL and key in each trio run (its pooled
-connections belong to that run's event loop), kept alive across turns. The TLS context is
-built once per process by `prepare`, which start-up runs in a worker thread together with
-the imports of this module; nothing on a prompt's path builds one.
+connections belong to that run's event loop), kept alive across turns. They share the
+process's one TLS context (`forged._preload`), which start-up builds in a thread.
 
 Error handling: everything HTTP that can go wrong becomes a `ProviderError` in
 `provider_errors`, the one place that knows httpx's exceptions. An error status is a
@@ -17,8 +16,6 @@ connection and a silent one are `ProviderStreamError` s, which the retry policy 
 
 from __future__ import annotations
 
-import ssl
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager, contextmanager, suppress
@@ -29,6 +26,7 @@ import orjson
 import trio
 
 from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
+from .._preload import tls_context
 from .base import AssistantBuilder, ProviderRequest
 from .sse import silent, sse_events
 
@@ -45,26 +43,6 @@ ErrorText = Callable[[Any], str | None]
 """The message of a parsed JSON error body, or None for the whole body."""
 
 _BROKEN = (httpx.TransportError, OSError, trio.BrokenResourceError)
-
-_tls_context: ssl.SSLContext | None = None
-_tls_lock = threading.Lock()
-
-
-def tls_context() -> ssl.SSLContext:
-    """The process's TLS context, built on first use (httpx's defaults: certifi's CA bundle
-    unless ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` name another); safe from any thread."""
-    global _tls_context
-    with _tls_lock:
-        if _tls_context is None:
-            _tls_context = httpx.create_ssl_context()
-        return _tls_context
-
-
-def prepare() -> None:
-    """Everything a first request would otherwise pay for: the TLS context, and httpx's
-    transport modules (httpcore, h11), which httpx imports when a client is made."""
-    tls_context()
-    httpx.AsyncClient(verify=tls_context())
 
 
 _clients: trio.lowlevel.RunVar[dict[tuple[str, str], httpx.AsyncClient]] = (

@@ -108,29 +108,36 @@ def live_group_members(pgid: int) -> list[int]:
     """Processes of group `pgid` that still run (zombies excluded: an init that never reaps
     leaves them in the group forever, and they hold nothing)."""
     try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return []  # the common case, answered by one system call
+    try:
         entries = os.listdir("/proc")
     except OSError:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return []
         return [pgid]
     members = []
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
+            if os.getpgid(int(entry)) != pgid:  # one system call, not a file read
+                continue
             with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                fields = stat_file.read().rsplit(b")", 1)[1].split()
+                state = stat_file.read().rsplit(b")", 1)[1].split()[0]
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != b"Z":
+        if state != b"Z":
             members.append(int(entry))
     return members
 
 
 def _group_alive(pgid: int) -> bool:
     return bool(live_group_members(pgid))
+
+
+GROUP_POLL_S = (0.001, 0.05)
+"""How often a killed group is checked for members still running: from the first value,
+doubling up to the second (no event tells when the leader's children are gone)."""
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -148,9 +155,10 @@ async def kill_process_group(process: trio.Process, *, force: bool = False) -> N
         _signal_group(pgid, signal.SIGKILL if force else signal.SIGTERM)
         with trio.move_on_after(KILL_GRACE_S):
             await process.wait()
-            # Other members of the group are reaped by their own parents; no event tells.
-            while _group_alive(pgid):  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            poll_s, longest_s = GROUP_POLL_S
+            while _group_alive(pgid):
+                await trio.sleep(poll_s)
+                poll_s = min(poll_s * 2, longest_s)
         if _group_alive(pgid) or process.returncode is None:
             _signal_group(pgid, signal.SIGKILL)
             await process.wait()
@@ -171,8 +179,9 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
     instead of filling memory).
 
-    Cancellation: the process group is killed (SIGTERM, then SIGKILL) before `Cancelled`
-    propagates; nothing of it survives.
+    Cancellation: the process group is killed with SIGKILL, as an abort asks, before
+    `Cancelled` propagates; nothing of it survives. Background processes left running by a
+    command that ended get SIGTERM first.
     """
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
@@ -206,7 +215,9 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
             timed_out = True
             await kill_process_group(process, force=True)
     finally:
-        if process.returncode is None or _group_alive(process.pid):
+        if process.returncode is None:  # cancelled (or failed) while the command ran
+            await kill_process_group(process, force=True)
+        elif _group_alive(process.pid):
             await kill_process_group(process)
         await process.stdout.aclose()
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
