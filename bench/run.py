@@ -210,11 +210,15 @@ class Bench:
         return result
 
     async def abort_stream(self) -> dict[str, float]:
+        """Once the process answered get_state, a prompt; abort at its tenth delta."""
         reply = Reply(content=[ScriptText(text="x" * 4000, chunks=4000, delay_ms=5)])
 
         async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "s", "type": "get_state"})
+            await child.until(is_type("response"))
             await child.send({"id": "p", "type": "prompt", "message": "go"})
-            await child.until(is_delta)
+            for _ in range(10):
+                await child.until(is_delta)
             sent = await child.send({"id": "a", "type": "abort"})
             ended = await child.until(is_type("agent_end"))
             answered = await child.until(lambda e: e.get("id") == "a")
@@ -226,10 +230,14 @@ class Bench:
         return result
 
     async def abort_bash(self) -> dict[str, float]:
+        """Once the process answered get_state, a prompt whose bash tool call sleeps; abort
+        once the command printed."""
         reply = Reply(content=[ScriptToolCall(name="bash",
                                               arguments={"command": "echo $$; sleep 60"})])
 
         async def body(child: Child, server: ScriptedServer) -> dict[str, float]:
+            await child.send({"id": "s", "type": "get_state"})
+            await child.until(is_type("response"))
             await child.send({"id": "p", "type": "prompt", "message": "go"})
             await child.until(is_type("tool_execution_update"))
             update = next(e for _, e in child.lines if e["type"] == "tool_execution_update")

@@ -177,9 +177,11 @@ def unstructure(value: Any) -> Any:
 def prepare(cls: type[Any]) -> None:
     """Build `cls`'s hooks now. cattrs builds a class's hooks when it is first used, a
     millisecond or more for a class with nested unions: prepared while the process waits
-    for input, no command, event or abort pays for that later."""
-    if cls not in _hooks:
-        _hooks[cls] = converter.get_unstructure_hook(cls)
+    for input, no command, event or abort pays for that later.
+
+    Prepare every class twice: cattrs forgets the hooks it cached whenever it builds one for
+    a list type it has not seen, which the first pass does (and the second never)."""
+    _hooks[cls] = converter.get_unstructure_hook(cls)
     if cls in _COMMANDS:
         converter.get_structure_hook(cls)
 

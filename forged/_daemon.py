@@ -25,6 +25,7 @@ and allows `SHUTDOWN_GRACE_S` for the closing events.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -121,9 +122,10 @@ async def warm_up(providers: bool) -> None:
     the converter builds every wire class's hooks, one class per step of the event loop."""
     if providers:
         await load_providers()
-    for cls in _codec.WIRE_CLASSES:
+    for cls in _codec.WIRE_CLASSES * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()
+    gc.freeze()
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
