@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from . import __version__
+from . import __version__, _tls
 from ._errors import ConfigError, ForgedError
 
 if TYPE_CHECKING:
@@ -178,17 +178,16 @@ SUBCOMMANDS = ("serve", "connect", "status")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv[:1] or argv[0] not in ("config", "connect", "status"):
-        from . import _preload  # before the session's modules: it overlaps their import
-
-        _preload.start()
     if argv[:2] == ["config", "show"]:
         return config_show(argv[2:])
     if argv[:1] and argv[0] in SUBCOMMANDS:
+        if argv[0] == "serve":
+            _tls.start()
         from . import _bridge
 
         return _bridge.main(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
+    _tls.start()  # before the session's modules are imported: it builds while they load
     from ._daemon import run_prompts, run_stdio
 
     try:

@@ -175,20 +175,21 @@ def unstructure(value: Any) -> Any:
 
 
 def prepare(cls: type[Any]) -> None:
-    """Build `cls`'s hooks now. cattrs builds a class's hooks when it is first used, a
-    millisecond or more for a class with nested unions: prepared while the process waits
-    for input, no command, event or abort pays for that later.
+    """Build `cls`'s unstructure hook now. cattrs builds a class's hook when it is first
+    used, a millisecond or more for a class with nested unions: prepared while the process
+    waits for input, no event or abort pays for that later. (Commands' structure hooks are
+    left to their first use: each is a fraction of a millisecond.)
 
     Prepare every class twice: cattrs forgets the hooks it cached whenever it builds one for
     a list type it has not seen, which the first pass does (and the second never)."""
     _hooks[cls] = converter.get_unstructure_hook(cls)
-    if cls in _COMMANDS:
-        converter.get_structure_hook(cls)
 
 
-WIRE_CLASSES: list[type[Any]] = [value for value in vars(w).values()
-                                 if isinstance(value, type) and attrs.has(value)]
-_COMMANDS = frozenset(w.COMMAND_CLASSES.values())
+SENT_CLASSES: list[type[Any]] = [
+    value for value in vars(w).values()
+    if isinstance(value, type) and attrs.has(value)
+    and value not in w.COMMAND_CLASSES.values()]
+"""Every wire class forged writes: events, responses and what they hold."""
 
 
 def structure(value: Any, cls: type[T]) -> T:

@@ -119,10 +119,11 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
 async def warm_up(providers: bool) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits
     for input: the providers load in a worker thread (when a model could use them), then
-    the converter builds every wire class's hooks, one class per step of the event loop."""
+    the converter builds the hooks of every class forged writes, one class per step of the
+    event loop."""
     if providers:
         await load_providers()
-    for cls in _codec.WIRE_CLASSES * 2:  # twice: see `prepare`
+    for cls in _codec.SENT_CLASSES * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()
     gc.freeze()

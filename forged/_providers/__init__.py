@@ -1,10 +1,10 @@
 """Model providers: each speaks one wire API over HTTP (`http.py`) and turns its streamed
 answer into calls on one `AssistantBuilder` (`base.py`).
 
-The wire API modules, httpx with its transport, and the TLS context take about 60 ms to load
-and build. They load once per process in a worker thread (the HTTP stack from the first
-moment, `forged._preload`): a serving process starts `load_providers` as it starts, and a
-request made before that finished waits for it without holding up the event loop.
+The wire API modules and httpx with its transport take about 40 ms to import. They load once
+per process in a worker thread: a serving process starts `load_providers` as it starts (and
+the TLS context from its first moment, `forged._tls`), and a request made before that finished
+waits for it without holding up the event loop.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ def _load() -> None:
     with _load_lock:
         if _loaded:
             return
-        from .. import _preload
-        from . import anthropic, openai
+        from . import anthropic, http, openai
 
-        _preload.tls_context()
+        http.prepare()
         _loaded = {"anthropic-messages": anthropic.stream,
                    "openai-completions": openai.stream_chat,
                    "openai-responses": openai.stream_responses}

@@ -6,7 +6,7 @@ provider that signs its requests would add its headers here the same way.
 
 Resource handling: one `httpx.AsyncClient` per base URL and key in each trio run (its pooled
 connections belong to that run's event loop), kept alive across turns. They share the
-process's one TLS context (`forged._preload`), which start-up builds in a thread.
+process's one TLS context (`forged._tls`), which start-up builds in a thread.
 
 Error handling: everything HTTP that can go wrong becomes a `ProviderError` in
 `provider_errors`, the one place that knows httpx's exceptions. An error status is a
@@ -26,7 +26,7 @@ import orjson
 import trio
 
 from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
-from .._preload import tls_context
+from .._tls import tls_context
 from .base import AssistantBuilder, ProviderRequest
 from .sse import silent, sse_events
 
@@ -43,6 +43,11 @@ ErrorText = Callable[[Any], str | None]
 """The message of a parsed JSON error body, or None for the whole body."""
 
 _BROKEN = (httpx.TransportError, OSError, trio.BrokenResourceError)
+
+def prepare() -> None:
+    """What a first request would otherwise pay for: the TLS context, and httpx's transport
+    (httpcore, h11), which httpx imports when a client is first made."""
+    httpx.AsyncClient(verify=tls_context())
 
 
 _clients: trio.lowlevel.RunVar[dict[tuple[str, str], httpx.AsyncClient]] = (
@@ -95,7 +100,7 @@ async def open_events(request: ProviderRequest, url: str, headers: dict[str, str
             if waiting.cancelled_caught:
                 raise silent(request.idle_timeout_s)
             if response.is_error:
-                raise await status_error(response, error_text)
+                raise await status_error(response, error_text, request.idle_timeout_s)
             chunks = response.aiter_bytes()
             async with aclosing(sse_events(chunks, out, request.idle_timeout_s)) as events:
                 yield events
@@ -105,12 +110,13 @@ async def open_events(request: ProviderRequest, url: str, headers: dict[str, str
                     pass
 
 
-async def status_error(response: httpx.Response, error_text: ErrorText | None
-                       ) -> ProviderStatusError:
+async def status_error(response: httpx.Response, error_text: ErrorText | None,
+                       idle_timeout_s: float = READ_TIMEOUT_S) -> ProviderStatusError:
     """The error for an error status: ``<status> <message>``, the message being the service's
-    own (`error_text` of a JSON body), the body's text, or ``status code (no body)``."""
+    own (`error_text` of a JSON body), the body's text, or ``status code (no body)``. A body
+    cut short, or silent for `idle_timeout_s`, still gives its status."""
     body = bytearray()
-    with suppress(*_BROKEN):  # a body cut short still has its status
+    with trio.move_on_after(idle_timeout_s), suppress(*_BROKEN):
         async for chunk in response.aiter_bytes():
             body += chunk
             if len(body) >= ERROR_BODY_MAX_BYTES:
@@ -159,10 +165,14 @@ def provider_errors() -> Iterator[None]:
     except ProviderError:
         raise
     except httpx.TimeoutException as exc:
-        raise ProviderStreamError(f"Request timed out: {exc or type(exc).__name__}") from exc
+        raise ProviderStreamError(f"Request timed out: {_describe(exc)}") from exc
     except httpx.TransportError as exc:
-        raise ProviderStreamError(f"Connection error: {exc or type(exc).__name__}") from exc
+        raise ProviderStreamError(f"Connection error: {_describe(exc)}") from exc
     except (OSError, trio.BrokenResourceError) as exc:
         raise ProviderStreamError(f"Connection error: {exc}") from exc
     except httpx.HTTPError as exc:
-        raise ProviderError(str(exc) or type(exc).__name__) from exc
+        raise ProviderError(_describe(exc)) from exc
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
