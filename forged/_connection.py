@@ -158,7 +158,7 @@ def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
         return None
     try:
         raw = decode_json(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         return _refuse("parse", f"Failed to parse command: {exc}")
     if not isinstance(raw, dict):
         return _refuse("parse", "Failed to parse command: expected a JSON object")

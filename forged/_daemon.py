@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import glob
 import os
 import signal
 import socket
@@ -182,7 +183,7 @@ def find_session(options: Options, session_dir: Path) -> Path | None:
         arg = options.session
         if "/" in arg or arg.endswith(".jsonl"):
             return Path(arg).expanduser().resolve()
-        matches = sorted(session_dir.glob(f"*_{arg}*.jsonl"))
+        matches = sorted(session_dir.glob(f"*_{glob.escape(arg)}*.jsonl"))  # a literal prefix
         if not matches:
             raise ConfigError(f"No session found matching {arg!r} in {session_dir}")
         return matches[0]

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import collections
 import datetime
+import glob
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -290,8 +292,11 @@ class Hub:
         return found
 
     def find_stored(self, session_id: str) -> tuple[Path, Path] | None:
-        """The file of a stored session, and the cwd its header names."""
-        for path in (agent_dir() / "sessions").glob(f"*/*_{session_id}.jsonl"):
+        """The file of a stored session, and the cwd its header names. The id is literal:
+        never a pattern, never a path."""
+        if not session_id or "/" in session_id or "\0" in session_id:
+            return None
+        for path in (agent_dir() / "sessions").glob(f"*/*_{glob.escape(session_id)}.jsonl"):
             try:
                 with open(path, "rb") as file:
                     header = orjson.loads(file.readline())
@@ -330,7 +335,7 @@ class Hub:
 
         try:
             if isinstance(command, w.ListSessions):
-                cwd = _folder(command.cwd) if command.cwd else (
+                cwd = _folder(command.cwd, existing=False) if command.cwd else (
                     peer.live.session.cwd if peer.live and peer.live.session else
                     self.default_cwd)
                 reply(self.list_sessions(cwd))
@@ -354,6 +359,10 @@ class Hub:
                 peer.live.dispatcher.handle(command, command_id, peer.send)
         except CommandError as exc:
             reply(error=str(exc))
+        except Exception as exc:  # a bug or an unforeseen input: this command's, not the daemon's
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            log(f"{command.type} failed: {exc!r} ({frame.filename}:{frame.lineno})")
+            reply(error=f"{command.type} failed: {exc!r}")
 
     def _move(self, peer: Peer, live: LiveSession, since_seq: int | None = None
               ) -> w.AttachResult:
@@ -373,5 +382,16 @@ class Hub:
         return self._move(peer, live, since_seq)
 
 
-def _folder(text: str) -> Path:
-    return Path(text).expanduser().resolve()
+def _folder(text: str, *, existing: bool = True) -> Path:
+    """A command's ``cwd``: an absolute path (``~`` expanded) to a folder, which must exist
+    unless `existing` is false; `CommandError` saying why not."""
+    try:
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            raise CommandError(f"cwd must be an absolute path: {text}")
+        path = path.resolve()
+        if existing and not path.is_dir():
+            raise CommandError(f"cwd is not a directory: {text}")
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL, ~nosuchuser, a loop
+        raise CommandError(f"Invalid cwd {text!r}: {exc}") from None
+    return path

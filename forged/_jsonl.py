@@ -9,6 +9,7 @@ UTF-8.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,11 +106,26 @@ def encode_line(value: Any) -> bytes:
     return data
 
 
+MAX_DEPTH = 254
+"""The deepest nesting of arrays and objects read: as deep as orjson writes. Deeper input is
+refused before anything recurses over it (the standard library's JSON and cattrs recurse on
+the interpreter's stack)."""
+_LONG_INTEGER = re.compile(rb"\d{20}")
+
+
 def decode_json(data: bytes) -> Any:
-    """Parse one JSON document; raises `ValueError` with a readable reason."""
+    """Parse one JSON document, UTF-8 and nested at most `MAX_DEPTH` deep; raises
+    `ValueError` with the reason. Lone surrogate escapes are refused (no provider would take
+    the text); integers past 64 bits keep every digit."""
     try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        # The standard library also accepts lone surrogate escapes and huge integers, and its
-        # messages ("Expecting value: line 1 column 1 (char 0)") read better.
-        return json.loads(data)
+        value = orjson.loads(data)  # its own depth limit (1024) never recurses in Python
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH:
+        try:
+            orjson.dumps(value)  # how deep, measured in C: it refuses past MAX_DEPTH
+        except orjson.JSONEncodeError:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    if _LONG_INTEGER.search(data):
+        value = json.loads(data)  # orjson reads integers past 64 bits as floats
+    return value

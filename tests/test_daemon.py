@@ -322,3 +322,37 @@ async def test_a_client_leaving_while_commands_overlap_is_let_go(tmp_path: Path)
             while data := await leaving.receive_some():
                 received += data
     assert b'"id":"p"' in received
+
+
+async def test_no_command_of_one_client_takes_the_daemon_down(tmp_path: Path) -> None:
+    """Ids are never patterns, a cwd must be an absolute folder, and a command that fails in
+    any way is that command's error; the other client is served throughout."""
+    (tmp_path / "a-file").write_text("not a folder")
+    async with (open_daemon(tmp_path) as daemon, daemon.client() as hostile,
+                daemon.client() as bystander):
+        before = await bystander.get_state()
+        refused = [await hostile.request("attach", session_id="**"),
+                   await hostile.request("attach", session_id="../x"),
+                   await hostile.request("new_session", cwd="/tmp/a\0b"),
+                   await hostile.request("new_session", cwd="~nosuchuser-forged/x"),
+                   await hostile.request("new_session", cwd="relative/path"),
+                   await hostile.request("new_session", cwd=str(tmp_path / "missing")),
+                   await hostile.request("new_session", cwd=str(tmp_path / "a-file")),
+                   await hostile.request("list_sessions", cwd="/tmp/a\0b")]
+        stream = await trio.open_unix_socket(str(daemon.socket_path))
+        async with stream:
+            await stream.send_all(b"[" * 1000 + b"\n" + b"[" * 1025 + b"]" * 1025 + b"\n")
+            answers = b""
+            while answers.count(b"\n") < 2:
+                answers += await stream.receive_some()
+        after = await bystander.get_state()
+        still = await hostile.get_state()
+    assert [r["success"] for r in refused] == [False] * len(refused)
+    assert [r["error"] for r in refused[:2]] == ["No session **", "No session ../x"]
+    assert "Invalid cwd" in refused[2]["error"] and "Invalid cwd" in refused[3]["error"]
+    assert refused[4]["error"] == "cwd must be an absolute path: relative/path"
+    assert refused[5]["error"].startswith("cwd is not a directory")
+    assert refused[6]["error"].startswith("cwd is not a directory")
+    assert "Invalid cwd" in refused[7]["error"]
+    assert [orjson.loads(line)["command"] for line in answers.splitlines()] == ["parse"] * 2
+    assert after["sessionId"] == before["sessionId"] and still["sessionId"]

@@ -6,7 +6,10 @@ import itertools
 from pathlib import Path
 
 import orjson
+import pytest
 
+from forged._daemon import Options, find_session
+from forged._errors import ConfigError
 from forged._providers.scripted import Reply, ScriptText
 from forged._store import session_dir_for
 
@@ -101,3 +104,15 @@ async def test_a_session_continues_after_a_restart(tmp_path: Path) -> None:
     sent = again.server.requests[0].body["messages"]
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
     assert len(read_lines(path)) == 1 + 8
+
+
+@pytest.mark.parametrize("pattern", ["*", "?", "[0-9]*", "0a1b[*"])
+def test_a_session_id_prefix_is_literal_never_a_pattern(tmp_path: Path, pattern: str) -> None:
+    (tmp_path / "2026-01-01T00-00-00-000Z_0a1b2c.jsonl").write_text("{}\n")
+    literal = tmp_path / "2026-01-02T00-00-00-000Z_0a1b[*x.jsonl"
+    literal.write_text("{}\n")
+    if pattern == "0a1b[*":
+        assert find_session(Options(cwd=tmp_path, session=pattern), tmp_path) == literal
+    else:
+        with pytest.raises(ConfigError, match="No session found matching"):
+            find_session(Options(cwd=tmp_path, session=pattern), tmp_path)

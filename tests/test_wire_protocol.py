@@ -60,6 +60,18 @@ async def test_no_model_is_null_and_prompt_is_refused(tmp_path: Path) -> None:
          "Invalid prompt command: invalid field 'images[0].data': expected a string; "
          "missing required field 'images[0].mimeType'"),
         (b'\xff\xfe{"type": "get_state"}', "parse", "Failed to parse command: "),
+        ('{"type": "get_state"}'.encode("utf-16"), "parse", "Failed to parse command: "),
+        # Deep nesting, which recursed until the process died: unclosed, closed past orjson's
+        # limit, and inside a valid command's field and a prompt's images.
+        (b"[" * 1000, "parse", "Failed to parse command: "),
+        (b"[" * 1025 + b"]" * 1025, "parse", "Failed to parse command: "),
+        (b'{"type": "extension_ui_response", "id": "u", "value": ' + b"[" * 600 + b"]" * 600
+         + b"}", "parse", "Failed to parse command: nested deeper than 254 levels"),
+        (b'{"type": "prompt", "message": "x", "images": ' + b"[" * 990 + b"]" * 990 + b"}",
+         "parse", "Failed to parse command: nested deeper than 254 levels"),
+        # A lone surrogate (a JavaScript client slicing an emoji): no provider takes the text.
+        (b'{"type": "prompt", "message": "a\\udfffb"}', "parse",
+         "Failed to parse command: invalid high surrogate"),
     ],
 )
 async def test_bad_input_gets_one_error_response(tmp_path: Path, line: bytes, command: str,
@@ -85,6 +97,14 @@ async def test_ids_are_echoed_and_missing_ids_omitted(tmp_path: Path) -> None:
     assert second["id"] == 7
     assert unknown["id"] == "n" and unknown["command"] == "nope"
     assert parse["id"] == "p" and parse["command"] == "parse"
+
+
+async def test_ids_past_64_bits_come_back_exactly(tmp_path: Path) -> None:
+    async with open_client(tmp_path) as client:
+        await client.send_raw(b'{"type": "get_state", "id": 18446744073709551616}\n'
+                              b'{"type": "get_state", "id": "after"}\n')
+        await client.response("after")
+    assert client.lines[0].startswith(b'{"id":18446744073709551616,')
 
 
 async def test_framing_crlf_blank_lines_and_final_line_without_newline(tmp_path: Path) -> None:
