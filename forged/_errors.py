@@ -4,7 +4,8 @@
 
     ForgedError                  anything forged raises on purpose
     ├── CommandError             a command is refused; the message is the response's `error`
-    │   └── WireError            a line or a field could not be read (a `parse` or field error)
+    │   ├── WireError            a line or a field could not be read (a `parse` or field error)
+    │   └── PersistenceError     the session file could not be written (nothing was announced)
     ├── ConfigError              models.json, --model, a script file: bad configuration
     └── ProviderError            a model call failed; `message` becomes the turn's `errorMessage`
         ├── ProviderStatusError  the provider answered with an HTTP error status
@@ -27,6 +28,11 @@ class CommandError(ForgedError):
 
 class WireError(CommandError):
     """Input could not be read as a command."""
+
+
+class PersistenceError(CommandError):
+    """The session file could not be written (a full disk, a read-only folder): what was to
+    be stored was neither stored nor announced."""
 
 
 class ConfigError(ForgedError):

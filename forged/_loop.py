@@ -20,7 +20,7 @@ from typing import Protocol
 import trio
 
 from . import _wire as w
-from ._errors import ProviderError
+from ._errors import PersistenceError, ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
@@ -38,8 +38,10 @@ class AgentHost(Protocol):
     @property
     def tools(self) -> Mapping[str, Tool]: ...
 
+    model: w.Model | None
+
     def emit(self, event: w.Event) -> None: ...
-    def end_message(self, message: w.AgentMessage) -> None: ...
+    def end_message(self, message: w.AgentMessage, *, started: bool = True) -> None: ...
     def take_steering(self) -> list[w.AgentMessage]: ...
     def take_follow_ups(self) -> list[w.AgentMessage]: ...
     def model_request(self) -> tuple[Provider, ProviderRequest]: ...
@@ -81,8 +83,7 @@ async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
 
     def deliver(messages: list[w.AgentMessage]) -> None:
         for message in messages:
-            host.emit(w.MessageStart(message=message))
-            host.end_message(message)
+            host.end_message(message, started=False)
             new.append(message)
 
     host.emit(w.AgentStart())
@@ -108,12 +109,24 @@ async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
                 if not pending:
                     return new
             host.emit(w.TurnStart())
+    except PersistenceError as exc:
+        # What could not be stored is not announced: the run ends with an unstored failure,
+        # in agent_end only (as the ancestor ends a run that threw).
+        new.append(unstored_failure(host.model, str(exc)))
+        return new
     except BaseException as exc:
         if is_cancellation(exc) and turn.assistant is not None:
             host.emit(w.TurnEnd(message=turn.assistant, tool_results=turn.results))
         raise
     finally:
         host.emit(w.AgentEnd(messages=new, will_retry=will_retry))
+
+
+def unstored_failure(model: w.Model | None, reason: str) -> w.AssistantMessage:
+    return w.AssistantMessage(
+        content=[w.TextContent(text="")], api=model.api if model else "",
+        provider=model.provider if model else "", model=model.id if model else "",
+        stop_reason="error", error_message=reason, timestamp=now_ms())
 
 
 async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
@@ -196,8 +209,7 @@ def _finish_tool(host: AgentHost, call: w.ToolCall, result: w.ToolResult, is_err
     message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
                                   content=result.content, details=result.details,
                                   is_error=is_error, timestamp=now_ms())
-    host.emit(w.MessageStart(message=message))
-    host.end_message(message)
+    host.end_message(message, started=False)
     new.append(message)
     turn.results.append(message)
 

@@ -31,7 +31,7 @@ from ._compaction import (
     compact,
 )
 from ._context import build_context, context_size, recorded_model_of, stored_name, user_text
-from ._errors import CommandError, ProviderError
+from ._errors import CommandError, PersistenceError, ProviderError
 from ._jsonl import encode_line
 from ._loop import describe_failure, is_cancellation, run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
@@ -300,6 +300,7 @@ class Session:
             message_count=(len(self._messages) if self._messages is not None
                            else context_size(self.store)),
             pending_message_count=len(self.steering) + len(self.follow_ups),
+            session_file_error=self.store.write_error,
         )
 
     def last_assistant_text(self) -> str | None:
@@ -396,14 +397,18 @@ class Session:
         return self._take(self.follow_ups, self.follow_up_mode)
 
     def remember(self, message: w.AgentMessage) -> None:
-        """A message into the context and the session file."""
-        self.messages.append(message)
+        """A message into the session file, then the context; `PersistenceError` (and in
+        neither) when the file cannot be written."""
         self.store.append("message", message=_codec.unstructure(message))
+        self.messages.append(message)
 
-    def end_message(self, message: w.AgentMessage) -> None:
-        """A finished message: into the context and the session file, and only then
-        announced with `message_end` (its line may reach the client at once)."""
+    def end_message(self, message: w.AgentMessage, *, started: bool = True) -> None:
+        """A finished message: into the session file and the context, and only then
+        announced with `message_end` (its line may reach the client at once), after its
+        `message_start` unless it was `started`."""
         self.remember(message)
+        if not started:
+            self.emit(w.MessageStart(message=message))
         self.emit(w.MessageEnd(message=message))
         if (isinstance(message, w.AssistantMessage) and message.stop_reason != "error"
                 and self._retry_attempt):
@@ -503,7 +508,11 @@ class Session:
             self._retry_next = None
             self._overflow_next = False
             for message in self._bash_results:
-                self.remember(message)
+                try:
+                    self.remember(message)
+                except PersistenceError as exc:  # its command was answered: say it here
+                    print(f"forged: a bash command's output is not in the session: {exc}",
+                          file=sys.stderr)
             self._bash_results.clear()
             if ran:
                 self.emit(w.AgentSettled())
@@ -956,10 +965,12 @@ def open_store(config: SessionConfig, session_dir: Path | None) -> SessionFile:
 
 
 def open_or_create(path: Path, cwd: Path) -> SessionFile:
-    """The session file at `path`; a path that does not exist yet is a new session there."""
+    """The session file at `path`; a path that does not exist yet is a new session there,
+    locked at once (a second forged naming it is refused before either writes)."""
     path = path.expanduser().resolve()
     if path.exists():
         return SessionFile.open(path, cwd)
     store = SessionFile.create(path.parent, cwd)
     store.path = path
+    store.lock()
     return store

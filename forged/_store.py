@@ -8,11 +8,17 @@ ancestor round-trip unchanged.
 Durability: the file is created with the first ``message`` entry (entries before it wait in
 memory); each entry is one ``write`` of a whole line, and user and assistant messages are
 fsynced. A torn last line (no newline, or not JSON) is left out and cut off before the next
-append. One process writes a file at a time: an advisory lock on ``<file>.lock``, which also
-names the holder.
+append; a write that fails (a full disk) is cut back to the last whole line and raised as
+`PersistenceError`, the entry neither indexed nor stored. A line in the middle that is not an
+entry is skipped with a warning. One process writes a file at a time: an advisory lock on
+``<file>.lock``, which also names the holder, taken before the first write (at once for a
+path the user named).
 
-Resource handling: `SessionFile.close` releases the lock and the file; a process that dies
-releases both with it.
+Only a session file is ever opened for writing: a file that does not start like one (a
+project's ``main.py`` named by mistake), or is not a regular file, is refused, never rewritten.
+
+Resource handling: `SessionFile.close` releases the lock and the file and removes the lock
+file; a process that dies releases both with it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import datetime
 import fcntl
 import os
 import re
+import stat
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -29,7 +37,7 @@ from typing import Any
 import orjson
 
 from . import _wire as w
-from ._errors import CommandError
+from ._errors import CommandError, PersistenceError
 from ._jsonl import encode_line
 
 SESSION_VERSION = 3
@@ -95,6 +103,8 @@ class SessionFile:
         self._fd: int | None = None
         self._lock_fd: int | None = None
         self._size = 0
+        self.write_error: str | None = None
+        """Why the last write failed, until one succeeds."""
 
     # --- creating and opening ------------------------------------------------------------------
 
@@ -119,9 +129,19 @@ class SessionFile:
         for entry in entries:
             session._add(_Indexed(entry.get("id"), entry.get("parentId"), str(entry["type"]),
                                   -1, -1, entry))
-        if session.path is not None and any(e["type"] == "message" for e in entries):
-            session._create_file()
-            os.fsync(session._fd)  # type: ignore[arg-type]
+        if session.path is not None and session._entries and any(
+                e["type"] == "message" for e in entries):
+            last = session._entries.pop()
+            assert last.value is not None
+            try:
+                session._create_file(last, encode_line(last.value))
+                assert session._fd is not None
+                os.fsync(session._fd)
+            except OSError as exc:
+                session.close()
+                raise PersistenceError(
+                    f"Cannot write the session file {session.path}: {exc.strerror}") from exc
+            session._add(last)
         return session
 
     @classmethod
@@ -129,19 +149,20 @@ class SessionFile:
         """Open an existing file for writing: lock it, migrate or repair it, index it, cut a
         torn tail.
 
-        A file of an older version is migrated to version 3, and an empty file or one without
-        a valid header becomes a new session (in `cwd`) at the same path, the unreadable
+        A file of an older version is migrated to version 3, and an empty file or one whose
+        header line is torn becomes a new session (in `cwd`) at the same path, the unreadable
         content kept beside it as ``<name>.corrupt-<time>``. Both are rewritten
         through a temporary file, so a crash leaves the old file or the new one, never half of
-        each.
+        each. Anything else that is not a session file is refused with `CommandError`.
         """
         path = path.resolve()
+        _read_session_bytes(path, 4096)  # before anything is created beside it
         lock_fd = _lock(path)
         try:
-            data = path.read_bytes()
+            data = _read_session_bytes(path)  # again: what it holds now that it is ours
             header = _read_header(data)
             if header is None:
-                if data.strip():  # not ours to destroy: kept beside the new session
+                if data.strip():  # a torn header: not ours to destroy, kept beside
                     rewrite(path.with_name(f"{path.name}.corrupt-{int(time.time())}"), data)
                 header = cls.create(None, cwd or Path.cwd()).header
                 data = encode_line(header)
@@ -276,42 +297,55 @@ class SessionFile:
         self._entries.append(item)
 
     def append(self, entry_type: str, **fields: Any) -> Entry:
-        """Append an entry as a child of the current leaf and return it."""
+        """Append an entry as a child of the current leaf and return it; `PersistenceError`
+        (and nothing appended) when the file cannot be written."""
         entry: Entry = {"type": entry_type, "id": self.new_id(), "parentId": self.leaf_id,
                         "timestamp": iso_now(), **fields}
         line = encode_line(entry)
         item = _Indexed(entry["id"], entry["parentId"], entry_type, -1, len(line) - 1, entry)
+        if self.path is not None and (self._fd is not None or entry_type == "message"):
+            # Else a new file: written with the header and the first message.
+            synced = entry_type == "message" and entry["message"].get("role") in FSYNCED_ROLES
+            try:
+                if self._fd is None:
+                    self._create_file(item, line)
+                else:
+                    item.offset = self._size
+                    self._write(line)
+                if synced:
+                    assert self._fd is not None
+                    os.fsync(self._fd)
+            except OSError as exc:
+                self._cut_back(item.offset)
+                self.write_error = f"Cannot write the session file {self.path}: {exc.strerror}"
+                raise PersistenceError(self.write_error) from exc
+            self.write_error = None
         self._add(item)
-        if self.path is None:
-            return entry
-        if self._fd is None:
-            if entry_type != "message":
-                return entry  # a new file: written with the header and the first message
-            self._create_file()
-        else:
-            item.offset = self._size
-            self._write(line)
-        if entry_type == "message" and entry["message"].get("role") in FSYNCED_ROLES:
-            assert self._fd is not None
-            os.fsync(self._fd)
         return entry
 
-    def _create_file(self) -> None:
-        """The header and every entry so far, the first message last, in one write."""
+    def _create_file(self, first: _Indexed, first_line: bytes) -> None:
+        """The header, every entry so far and `first` (the first message, last), in one
+        write; the lock first, if it is not held yet. A failure leaves no file."""
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self._lock_fd is None:
             self._lock_fd = _lock(self.path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
         lines = [encode_line(self.header)]
         offset = len(lines[0])
-        for item in self._entries:
-            line = encode_line(item.value)
+        for item in [*self._entries, first]:
+            line = first_line if item is first else encode_line(item.value)
             item.offset, item.length = offset, len(line) - 1
             offset += len(line)
             lines.append(line)
-        self._write(b"".join(lines))
-        _fsync_directory(self.path.parent)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
+        try:
+            self._write(b"".join(lines))
+            _fsync_directory(self.path.parent)
+        except OSError:
+            os.close(self._fd)
+            self._fd, self._size = None, 0
+            self.path.unlink(missing_ok=True)
+            raise
 
     def _write(self, data: bytes) -> None:
         assert self._fd is not None
@@ -320,11 +354,33 @@ class SessionFile:
             view = view[os.write(self._fd, view):]
         self._size += len(data)
 
+    def _cut_back(self, offset: int) -> None:
+        """After a failed write: the file back to its whole lines (what `_size` counts)."""
+        if self._fd is not None and offset >= 0:
+            self._size = offset
+            try:
+                os.ftruncate(self._fd, offset)
+            except OSError:
+                pass  # the next write's failure says so; `_index` cuts a torn tail on open
+
     def close(self) -> None:
-        for fd in (self._fd, self._lock_fd):
-            if fd is not None:
-                os.close(fd)
+        if self._fd is not None:
+            os.close(self._fd)
+        if self._lock_fd is not None:
+            assert self.path is not None
+            _unlock(self.path, self._lock_fd)
         self._fd = self._lock_fd = None
+
+    def lock(self) -> None:
+        """Take the file's lock now, before anything is written (a path the user named):
+        `SessionLockedError` if another process holds it. A folder that cannot be written is
+        reported by `write_error`, and by the first write."""
+        if self.path is None or self._lock_fd is not None:
+            return
+        try:
+            self._lock_fd = _lock(self.path)
+        except OSError as exc:
+            self.write_error = f"Cannot write the session file {self.path}: {exc.strerror}"
 
 
 def _read_header(data: bytes) -> Entry | None:
@@ -358,19 +414,20 @@ def _index(data: bytes) -> tuple[list[_Indexed], int]:
         if end < 0:
             break  # torn: no newline
         match = _PREFIX.match(data, offset, end)
-        if match is not None:
+        if match is not None and _is_json(data[offset:end]):
             kind, entry_id, parent = (group.decode() if group is not None else None
                                       for group in match.groups())
-            if end == size - 1 and not _is_json(data[offset:end]):
-                break  # the last line is torn
             entries.append(_Indexed(entry_id, parent, kind or "", offset, end - offset, None))
         else:
             try:
                 value = orjson.loads(data[offset:end]) if data[offset:end].strip() else None
             except orjson.JSONDecodeError:
                 if end == size - 1:
-                    break
+                    break  # the last line is torn
                 value = None
+                number = data.count(b"\n", 0, offset) + 1
+                print(f"forged: skipping line {number} of a session file: not JSON",
+                      file=sys.stderr)
             if isinstance(value, dict):
                 entries.append(_Indexed(
                     value.get("id") if isinstance(value.get("id"), str) else None,
@@ -447,20 +504,69 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
+SESSION_START = b'{"type":"session"'
+"""How every session file starts (the header's first key), even one whose header is torn."""
+
+
+def _read_session_bytes(path: Path, limit: int = -1) -> bytes:
+    """The content of the session file at `path` (its first `limit` bytes, if given);
+    `CommandError` when it is not a regular file (a folder, a FIFO, a device: reading one
+    could block or never end) or, not being empty, does not start like a session file."""
+    try:  # non-blocking: a FIFO opens at once, and is then refused
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CommandError(f"Cannot open session file {path}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CommandError(f"{path} is not a regular file, not a session")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(limit)
+    finally:
+        os.close(fd)
+    spaces = _LEADING_SPACE.match(data)
+    start = spaces.end() if spaces else 0
+    if start < len(data) and not data.startswith(SESSION_START, start):
+        raise CommandError(f"{path} is not a session file (it does not start with a session "
+                           "header); it was left as it is")
+    return data
+
+
+_LEADING_SPACE = re.compile(rb"\s*")
+
+
 def _lock(path: Path) -> int:
+    """Hold ``<path>.lock`` (naming this pid) or raise `SessionLockedError`. A lock file
+    another process removed while we opened it is not ours: taken again."""
     lock_path = path.with_name(path.name + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise SessionLockedError(f"Session file {path} is in use by another forged "
+                                     f"process (pid {holder})") from None
+        try:
+            current = os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
         os.close(fd)
-        raise SessionLockedError(
-            f"Session file {path} is in use by another forged process (pid {holder})") from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     return fd
+
+
+def _unlock(path: Path, fd: int) -> None:
+    """Remove ``<path>.lock`` while holding it, then let it go."""
+    try:
+        path.with_name(path.name + ".lock").unlink(missing_ok=True)
+    except OSError:
+        pass
+    os.close(fd)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -755,6 +755,8 @@ class SessionState:
     auto_compaction_enabled: bool
     message_count: int
     pending_message_count: int
+    session_file_error: str | None = None
+    """Why the session file cannot be written, while it cannot (forged's addition)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -116,3 +116,23 @@ def test_a_session_id_prefix_is_literal_never_a_pattern(tmp_path: Path, pattern:
     else:
         with pytest.raises(ConfigError, match="No session found matching"):
             find_session(Options(cwd=tmp_path, session=pattern), tmp_path)
+
+
+async def test_a_session_that_cannot_be_written_fails_the_run_and_says_why(
+        tmp_path: Path) -> None:
+    """Nothing is announced that is not stored: the run ends with an unstored failure that
+    names the reason, and get_state says the file cannot be written."""
+    (tmp_path / "a-file").write_text("not a folder")
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="never sent")])],
+                           session_path=tmp_path / "a-file" / "s.jsonl") as client:
+        await client.prompt_and_settle("hi")
+        state = await client.request({"type": "get_state"})
+        messages = await client.request({"type": "get_messages"})
+    assert client.types()[1:5] == ["agent_start", "turn_start", "agent_end", "agent_settled"]
+    (failed,) = client.events("agent_end")[0]["messages"]
+    assert failed["stopReason"] == "error"
+    assert failed["errorMessage"].startswith(
+        f"Cannot write the session file {tmp_path / 'a-file' / 's.jsonl'}: ")
+    assert state["data"]["sessionFileError"] == failed["errorMessage"]
+    assert messages["data"]["messages"] == []
+    assert client.server.requests == []  # the model was never asked

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from forged._errors import CommandError
+from forged._errors import CommandError, PersistenceError
+from forged._session import open_or_create
 from forged._store import SessionFile, SessionLockedError, session_dir_for
 
 
@@ -87,15 +90,15 @@ def test_a_second_writer_is_refused_with_the_holder_named(tmp_path: Path) -> Non
     SessionFile.open(session.path).close()  # released with the first
 
 
-def test_an_unreadable_file_becomes_a_new_session_and_its_content_is_kept(
+def test_a_torn_header_becomes_a_new_session_and_its_content_is_kept(
         tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
-    path.write_text('{"type":"message"}\n')
+    path.write_text('{"type":"session","version":3,"id":"ab')
     session = SessionFile.open(path, Path("/work"))
     assert session.path == path and len(session) == 0
     assert lines(path) == [session.header] and session.header["cwd"] == "/work"
     (kept,) = tmp_path.glob("x.jsonl.corrupt-*")
-    assert kept.read_text() == '{"type":"message"}\n'
+    assert kept.read_text() == '{"type":"session","version":3,"id":"ab'
     session.append("message", message=user("again"))
     session.close()
     reopened = SessionFile.open(path)
@@ -138,3 +141,88 @@ def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
     session.close()
     SessionFile.open(path).close()
     assert lines(path) == migrated  # migrating again changes nothing
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, to fill up for real (mounting needs root)."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
+                              str(mount_point)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_a_full_disk_mid_line_is_cut_back_and_nothing_is_lost(tiny_filesystem: Path) -> None:
+    session = SessionFile.create(tiny_filesystem, Path("/work"))
+    assert session.path is not None
+    filler = tiny_filesystem / "filler"
+    filler.write_bytes(b"x" * 40_000)
+    stored = [session.append("message", message=user("first"))]
+    with pytest.raises(PersistenceError, match="No space left on device"):
+        while True:
+            stored.append(session.append("message", message=user("y" * 3000)))
+    assert session.write_error is not None and "No space left" in session.write_error
+    assert session.path.read_bytes().endswith(b"\n")  # no partial line left behind
+    assert len(session) == len(stored)
+    filler.unlink()  # space again: the next entry is whole, after the last stored one
+    stored.append(session.append("message", message=user("after")))
+    assert session.write_error is None
+    session.close()
+    reopened = SessionFile.open(session.path)
+    assert reopened.entries() == stored
+    assert stored[-1]["parentId"] == stored[-2]["id"]
+
+
+def test_a_corrupt_middle_line_is_skipped_with_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session = SessionFile.create(tmp_path, Path("/work"))
+    first = session.append("message", message=user("one"))
+    session.close()
+    assert session.path is not None
+    with open(session.path, "ab") as file:  # a partial entry with the next glued to it
+        file.write(b'{"type":"message","id":"0badline","parentId":null,"mess')
+        file.write(orjson.dumps({"type": "message", "id": "deadbeef",
+                                 "parentId": first["id"], "message": user("two")}) + b"\n")
+        file.write(orjson.dumps({"type": "message", "id": "cafe0001",
+                                 "parentId": first["id"], "message": user("three")}) + b"\n")
+    reopened = SessionFile.open(session.path)
+    assert [entry["id"] for entry in reopened.entries()] == [first["id"], "cafe0001"]
+    assert "skipping line 3 of a session file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["source file", "json file", "folder", "fifo"])
+def test_a_file_that_is_not_a_session_is_refused_and_left_as_it_is(tmp_path: Path,
+                                                                     kind: str) -> None:
+    path = tmp_path / {"source file": "main.py", "json file": "package.json",
+                       "folder": "folder", "fifo": "fifo"}[kind]
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text('print("hello")\n' if kind == "source file" else '{"name": "x"}\n')
+        path.chmod(0o755)
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(CommandError, match="not a"):
+        SessionFile.open(path, Path("/work"))
+    assert sorted(tmp_path.iterdir()) == before  # no .corrupt copy, no lock file
+    if path.is_file():
+        assert path.read_text().startswith(('print("hello")', '{"name": "x"}'))
+        assert path.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_new_session_path_is_locked_before_anything_is_written(tmp_path: Path) -> None:
+    path = tmp_path / "named.jsonl"
+    first = open_or_create(path, Path("/work"))
+    with pytest.raises(SessionLockedError, match=f"pid {os.getpid()}"):
+        open_or_create(path, Path("/work"))
+    assert not path.exists()
+    first.close()
+    assert not list(tmp_path.iterdir())  # its lock file went with it
+    open_or_create(path, Path("/work")).close()
