@@ -11,6 +11,8 @@ the prompt and then every queued continuation, each run inside `run_scope`, so a
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -48,7 +50,7 @@ from ._stats import (
     session_stats,
     usage_tokens,
 )
-from ._store import SessionFile, rewrite, session_dir_for
+from ._store import SESSION_START, SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
 from ._tools.base import Shell
 from ._tools.bash import run_direct
@@ -839,8 +841,8 @@ class Session:
                 raise CommandError("Cannot export in-memory session to HTML")
             if not store.path.exists():
                 raise CommandError("Nothing to export yet - start a conversation first")
-            target = (self.cwd / Path(output_path).expanduser() if output_path
-                      else self.cwd / f"forged-session-{store.path.stem}.html").resolve()
+            target = export_target(self.cwd, output_path or
+                                   f"forged-session-{store.path.stem}.html", store.path)
             totals = UsageTotals()
             totals.count(store)
             page = render(store, count, name=name, model=model, totals=totals)
@@ -956,6 +958,30 @@ def _cancel(scope: trio.CancelScope | None, callbacks: list[Callable[[], None]],
         return
     callbacks.append(done)
     scope.cancel()
+
+
+def export_target(cwd: Path, output_path: str, session_path: Path) -> Path:
+    """Where `export_html` may write: never a session file or its lock (the page would
+    replace the conversation), never a folder, device or symbolic link; relative to `cwd`.
+    `CommandError` naming the path otherwise."""
+    named = cwd / Path(output_path).expanduser()
+    try:
+        target = named.parent.resolve() / named.name
+        info = target.lstat() if target.exists() or target.is_symlink() else None
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise CommandError(f"Not exporting to {target}: it is a symbolic link (to "
+                               f"{os.readlink(target)}); name the file itself")
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise CommandError(f"Not exporting to {target}: it is not a regular file")
+        is_session = target == session_path.resolve() or target.name.endswith(".lock")
+        if info is not None and not is_session:
+            with target.open("rb") as existing:
+                is_session = existing.read(64).lstrip().startswith(SESSION_START)
+    except OSError as exc:
+        raise CommandError(f"Cannot export to {named}: {exc.strerror}") from None
+    if is_session:
+        raise CommandError(f"Not exporting to {target}: it is a session file")
+    return target
 
 
 def open_store(config: SessionConfig, session_dir: Path | None) -> SessionFile:

@@ -482,17 +482,22 @@ def migrate(data: bytes) -> bytes:
 
 def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Replace the file at `path` with `data`: a temporary file beside it, fsynced, renamed
-    over it, and the directory fsynced."""
+    over it, and the directory fsynced. A failure leaves `path` as it was and no temporary
+    file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a failed write leaves nothing behind
+        raise
     _fsync_directory(path.parent)
 
 

@@ -97,6 +97,31 @@ async def test_export_errors_and_an_explicit_path(tmp_path: Path) -> None:
     assert "hello" in (client.cwd / "out" / "page.html").read_text()
 
 
+async def test_export_never_writes_over_a_session_file_or_through_a_link(
+        tmp_path: Path) -> None:
+    outside = tmp_path / "outside.html"
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")]),
+                                      Reply(content=[ScriptText(text="again")])]) as client:
+        await client.prompt_and_settle("hello")
+        state = (await client.request({"type": "get_state"}))["data"]
+        session_file = Path(state["sessionFile"])
+        other = session_file.with_name("other.jsonl")
+        other.write_bytes(session_file.read_bytes())
+        (client.cwd / "folder").mkdir()
+        (client.cwd / "link.html").symlink_to(outside)
+        refused = [await client.request({"type": "export_html", "outputPath": path})
+                   for path in (str(session_file), str(other), f"{session_file}.lock",
+                                "folder", "link.html")]
+        await client.prompt_and_settle("still stored?")
+    assert [r["success"] for r in refused] == [False] * 5
+    assert [r["error"].rsplit(": ", 1)[-1] for r in refused[:3]] == ["it is a session file"] * 3
+    assert refused[3]["error"].endswith("it is not a regular file")
+    assert "it is a symbolic link" in refused[4]["error"] and not outside.exists()
+    lines = session_file.read_bytes().splitlines()
+    assert lines[0].startswith(b'{"type":"session"') and b"still stored?" in lines[-2]
+    assert not list(client.cwd.glob(".*.tmp"))
+
+
 VISIBLE = """(() => {
   const shown = (el) => !!el && el.getBoundingClientRect().height > 0
       && getComputedStyle(el).visibility !== 'hidden';
