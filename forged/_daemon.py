@@ -53,7 +53,15 @@ from ._connection import (
 )
 from ._dispatch import Dispatcher
 from ._errors import ConfigError
-from ._hub import COMMAND_QUEUE_SIZE, IDLE_UNLOAD_S, PEER_QUEUE_BYTES, Hub, SessionRequest, log
+from ._hub import (
+    COMMAND_QUEUE_SIZE,
+    IDLE_UNLOAD_S,
+    MAX_LIVE_SESSIONS,
+    PEER_QUEUE_BYTES,
+    Hub,
+    SessionRequest,
+    log,
+)
 from ._jsonl import encode_line
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
 from ._plugins import discover_plugins
@@ -319,6 +327,7 @@ class ServeOptions:
     idle_unload_s: float | None = None
     drain_grace_s: float | None = None
     queue_limit_bytes: int = PEER_QUEUE_BYTES
+    max_live_sessions: int | None = None
 
 
 def _daemon_setting(key: str, default: float) -> float:
@@ -340,6 +349,8 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
         _daemon_setting("idleUnloadSeconds", IDLE_UNLOAD_S))
     drain_grace_s = serve.drain_grace_s if serve.drain_grace_s is not None else (
         _daemon_setting("drainSeconds", DRAIN_GRACE_S))
+    max_live_sessions = serve.max_live_sessions or max(1, int(
+        _daemon_setting("maxSessions", MAX_LIVE_SESSIONS)))
     passed = systemd.listen_sockets()
     unix_sockets = [trio.socket.from_stdlib_socket(s) for s in passed
                     if s.family == socket.AF_UNIX]
@@ -369,7 +380,8 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
 
                 async with trio.open_nursery() as sessions_nursery:
                     hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,
-                              queue_limit_bytes=serve.queue_limit_bytes)
+                              queue_limit_bytes=serve.queue_limit_bytes,
+                              max_live_sessions=max_live_sessions)
                     hub.default_cwd = options.cwd
                     async with trio.open_nursery() as peers_nursery:
                         async with trio.open_nursery() as listen_nursery:

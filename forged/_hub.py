@@ -43,6 +43,11 @@ REPLAY_BYTES = 16 * 1024 * 1024
 PEER_QUEUE_BYTES = 16 * 1024 * 1024
 """A client with more than this unread is cut off."""
 IDLE_UNLOAD_S = 30 * 60.0
+EMPTY_IDLE_UNLOAD_S = 10.0
+"""How long a session that holds nothing yet stays loaded once its last client left: a
+dropped connection's fresh session is not worth keeping, and cheap to make again."""
+MAX_LIVE_SESSIONS = 64
+"""Live sessions at most; past it a new one first unloads an idle session no client holds."""
 COMMAND_QUEUE_SIZE = 256
 
 
@@ -166,6 +171,14 @@ class LiveSession:
         return (not self.clients and not session.busy and session.bash_scope is None
                 and not session.commands_running)
 
+    @property
+    def empty(self) -> bool:
+        """The session holds nothing yet (no entry: no message, name or model change)."""
+        return self.session is not None and len(self.session.store) == 0
+
+    def _idle_limit_s(self, idle_unload_s: float) -> float:
+        return min(idle_unload_s, EMPTY_IDLE_UNLOAD_S) if self.empty else idle_unload_s
+
     async def serve(self, idle_unload_s: float, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the session until it has been idle with no client for `idle_unload_s`, or
@@ -176,11 +189,11 @@ class LiveSession:
                 await live_nursery.start(self.session.serve)
                 task_status.started()
                 idle_for = 0.0
-                step = max(0.01, min(idle_unload_s / 10, 5.0))
-                while idle_for < idle_unload_s:
+                step = max(0.01, min(idle_unload_s / 10, EMPTY_IDLE_UNLOAD_S / 10, 5.0))
+                while idle_for < self._idle_limit_s(idle_unload_s):
                     await trio.sleep(step)
                     idle_for = idle_for + step if self.idle else 0.0
-                log(f"unloading session {self.id}: idle for {idle_unload_s:g} s")
+                log(f"unloading session {self.id}: idle for {idle_for:g} s")
                 live_nursery.cancel_scope.cancel()
 
 
@@ -199,10 +212,12 @@ class Hub:
 
     def __init__(self, make_config: Callable[[SessionRequest], SessionConfig],
                  nursery: trio.Nursery, *, idle_unload_s: float = IDLE_UNLOAD_S,
-                 queue_limit_bytes: int = PEER_QUEUE_BYTES) -> None:
+                 queue_limit_bytes: int = PEER_QUEUE_BYTES,
+                 max_live_sessions: int = MAX_LIVE_SESSIONS) -> None:
         self._make_config = make_config
         self._nursery = nursery
         self.idle_unload_s = idle_unload_s
+        self.max_live_sessions = max_live_sessions
         self.queue_limit_bytes = queue_limit_bytes
         self.live: list[LiveSession] = []
         self.peers: list[Peer] = []
@@ -258,6 +273,15 @@ class Hub:
     # --- sessions ------------------------------------------------------------------------------
 
     async def open_live(self, request: SessionRequest) -> LiveSession:
+        loaded = list(self.live)
+        if len(loaded) >= self.max_live_sessions:
+            idle = sorted((live for live in loaded if live.idle), key=lambda live: not live.empty)
+            if not idle:
+                raise CommandError(f"Too many live sessions ({len(loaded)}, all in use); "
+                                   "end one first")
+            log(f"unloading session {idle[0].id}: {len(loaded)} live sessions at most")
+            idle[0].unload_scope.cancel()
+            self.live.remove(idle[0])
         try:
             config = self._make_config(request)
         except ForgedError as exc:

@@ -16,6 +16,7 @@ import trio
 import trio.testing
 
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
+from forged._transports.websocket import MAX_UNAUTHENTICATED
 from forged.client import Client, Event
 
 from .harness import open_daemon
@@ -215,6 +216,29 @@ async def test_websocket_needs_the_token_and_refuses_foreign_origins(tmp_path: P
             assert await client.get_last_assistant_text() == "hi"
 
 
+async def test_idle_unauthenticated_connections_cannot_lock_the_owner_out(
+        tmp_path: Path) -> None:
+    """A crowd of TCP connections that never handshake holds at most MAX_UNAUTHENTICATED of
+    the daemon's descriptors; the Unix socket and a client with the token are served."""
+    port = free_port()
+    descriptors = Path("/proc/self/fd")
+    async with open_daemon(tmp_path, ws=("127.0.0.1", port)) as daemon:
+        token = (daemon.runtime / "forged" / "ws-token").read_text().strip()
+        before = len(list(descriptors.iterdir()))
+        crowd = [await trio.open_tcp_stream("127.0.0.1", port)
+                 for _ in range(MAX_UNAUTHENTICATED + 100)]
+        await trio.testing.wait_all_tasks_blocked()
+        held = len(list(descriptors.iterdir())) - before - len(crowd)  # the daemon's side
+        async with daemon.client() as owner:
+            state = await owner.get_state()
+        for stream in crowd:
+            await stream.aclose()
+        async with Client.open_websocket(f"ws://127.0.0.1:{port}/", token) as client:
+            remote = await client.get_state()
+    assert held <= MAX_UNAUTHENTICATED
+    assert state["sessionId"] and remote["sessionId"]
+
+
 async def test_websocket_refuses_a_remote_address_unless_allowed(tmp_path: Path) -> None:
     from .test_process import BIN, child_env
 
@@ -356,3 +380,22 @@ async def test_no_command_of_one_client_takes_the_daemon_down(tmp_path: Path) ->
     assert "Invalid cwd" in refused[7]["error"]
     assert [orjson.loads(line)["command"] for line in answers.splitlines()] == ["parse"] * 2
     assert after["sessionId"] == before["sessionId"] and still["sessionId"]
+
+
+async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Path) -> None:
+    async with open_daemon(tmp_path, [DONE], max_live_sessions=2) as daemon:
+        async with daemon.client() as first, daemon.client() as second:
+            await first.new_session()
+            await first.prompt_and_wait("keep me")
+            kept = (await first.get_state())["sessionId"]
+            await second.new_session()
+            async with daemon.client() as third:
+                refused = await third.request("new_session")
+        async with daemon.client() as fourth:  # the first two left: an idle one makes room
+            await fourth.new_session()
+            fresh = (await fourth.get_state())["sessionId"]
+            listed = await fourth.list_sessions()
+    assert refused["success"] is False
+    assert refused["error"] == "Too many live sessions (2, all in use); end one first"
+    live = [s["sessionId"] for s in listed["sessions"]]
+    assert fresh in live and kept in live and len(live) == 2  # the empty one went first

@@ -6,6 +6,11 @@ carries an ``Origin`` header (a browser page) is refused unless that origin was 
 (``--ws-allow-origin``), so no web page can drive the agent by itself. The listener binds to
 loopback unless ``--ws-allow-remote`` is given. Every refusal is logged and answered with its
 HTTP status (401 without a valid token, 403 for a foreign origin).
+
+Connections that have not shown the token yet are few and short-lived: at most
+`MAX_UNAUTHENTICATED` at once (further ones wait in the kernel's backlog, holding no file
+descriptor of the daemon), each given `HANDSHAKE_TIMEOUT_S` to complete its handshake. So no
+crowd of idle connections can exhaust the daemon's descriptors and lock the owner out.
 """
 
 from __future__ import annotations
@@ -20,7 +25,12 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, WebSocketRequest, WebSocketServer
+from trio_websocket import (
+    ConnectionClosed,
+    WebSocketConnection,
+    WebSocketRequest,
+    wrap_server_stream,
+)
 
 from .. import _wire as w
 from .._connection import Incoming, parse_line
@@ -31,6 +41,8 @@ from .unix import default_socket_path, runtime_dir
 
 MAX_MESSAGE_BYTES = MAX_LINE_BYTES
 TOKEN_FILE = "ws-token"
+MAX_UNAUTHENTICATED = 64
+HANDSHAKE_TIMEOUT_S = 5.0
 
 
 def token_path(folder: Path | None = None) -> Path:
@@ -111,25 +123,67 @@ async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str)
     await hub.serve_connection(name, write, read, close)
 
 
+class GatedListener(trio.abc.Listener[trio.SocketStream]):
+    """Accepts a connection only while a slot is free; whoever handles the connection
+    releases its slot (once it has authenticated, or when it ends)."""
+
+    def __init__(self, listener: trio.SocketListener, slots: trio.Semaphore) -> None:
+        self.listener = listener
+        self.slots = slots
+
+    async def accept(self) -> trio.SocketStream:
+        await self.slots.acquire()
+        try:
+            return await self.listener.accept()
+        except BaseException:
+            self.slots.release()
+            raise
+
+    async def aclose(self) -> None:
+        await self.listener.aclose()
+
+
 async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], token: str, *,
                           allowed_origins: Sequence[str] = (),
                           handler_nursery: trio.Nursery | None = None,
-                          task_status: trio.TaskStatus[WebSocketServer] = (
+                          task_status: trio.TaskStatus[list[GatedListener]] = (
                               trio.TASK_STATUS_IGNORED)) -> None:
     """Serve WebSocket connections on `listeners` until cancelled."""
-    async def handle(request: WebSocketRequest) -> None:
-        remote = request.remote
-        name = (f"websocket client {getattr(remote, 'address', remote)}:"
-                f"{getattr(remote, 'port', '')}")
-        refused = refusal(request, token, allowed_origins)
-        if refused is not None:
-            status, reason = refused
-            log(f"refused {name}: {reason} (HTTP {status})")
-            await request.reject(status, body=reason.encode())
-            return
-        socket = await request.accept()
-        await serve_websocket_peer(hub, socket, name)
+    slots = trio.Semaphore(MAX_UNAUTHENTICATED)
 
-    server = WebSocketServer(handle, listeners, handler_nursery=handler_nursery,
-                             max_message_size=MAX_MESSAGE_BYTES)
-    await server.run(task_status=task_status)
+    async def handle(stream: trio.SocketStream) -> None:
+        host, port, *_ = stream.socket.getpeername()
+        name = f"websocket client {host}:{port}"
+        waiting = True
+
+        def authenticated() -> None:
+            nonlocal waiting
+            if waiting:
+                waiting = False
+                slots.release()
+
+        try:
+            async with trio.open_nursery() as connection_nursery:
+                request: WebSocketRequest | None = None
+                with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+                    request = await wrap_server_stream(connection_nursery, stream,
+                                                       max_message_size=MAX_MESSAGE_BYTES)
+                if request is None:
+                    log(f"dropped {name}: no handshake within {HANDSHAKE_TIMEOUT_S:g} s")
+                elif (refused := refusal(request, token, allowed_origins)) is not None:
+                    status, reason = refused
+                    log(f"refused {name}: {reason} (HTTP {status})")
+                    with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+                        await request.reject(status, body=reason.encode())
+                else:
+                    socket = await request.accept()
+                    authenticated()
+                    await serve_websocket_peer(hub, socket, name)
+                connection_nursery.cancel_scope.cancel()
+        finally:
+            authenticated()
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.aclose()
+
+    await trio.serve_listeners(handle, [GatedListener(listener, slots) for listener in listeners],
+                               handler_nursery=handler_nursery, task_status=task_status)
