@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import resource
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from forged import _wire as w
 from forged._tools import BUILTIN_TOOLS, ToolContext, ToolError, parse_arguments
-from forged._tools.base import truncate_head, truncate_tail
+from forged._tools.base import MAX_BYTES, format_size, truncate_head, truncate_tail
 from forged._tools.files import diff_string
 
 
@@ -58,6 +63,72 @@ async def test_read_truncates_by_lines_and_bytes(tmp_path: Path) -> None:
     assert text(await call("read", tmp_path, path="huge.txt")) == (
         "[Line 1 is 58.6KB, exceeds 50.0KB limit. Use bash: sed -n '1p' huge.txt | "
         "head -c 51200]")
+
+
+def reference_read(data: bytes, offset: int | None, limit: int | None) -> str:
+    """How read answered when it held the whole file: the oracle for the streaming read."""
+    lines = data.decode("utf-8", "replace").split("\n")
+    total = len(lines)
+    start = max(0, (offset or 1) - 1)
+    if offset is not None and start >= total:
+        return f"Offset {offset} is beyond end of file ({total} lines total)"
+    end = min(total, start + limit) if limit is not None else total
+    selected, truncation = truncate_head("\n".join(lines[start:end]))
+    first = start + 1
+    if truncation.first_line_exceeds_limit:
+        size = format_size(len(lines[start].encode()))
+        return (f"[Line {first} is {size}, exceeds {format_size(MAX_BYTES)} limit. Use bash: "
+                f"sed -n '{first}p' f.txt | head -c {MAX_BYTES}]")
+    if truncation.truncated:
+        last = start + truncation.output_lines
+        note = f" ({format_size(MAX_BYTES)} limit)" if truncation.truncated_by == "bytes" else ""
+        return (f"{selected}\n\n[Showing lines {first}-{last} of {total}{note}. "
+                f"Use offset={last + 1} to continue.]")
+    if end < total and limit is not None:
+        return (f"{selected}\n\n[{total - end} more lines in file. "
+                f"Use offset={end + 1} to continue.]")
+    return selected
+
+
+LINE_SIZES = st.sampled_from([0, 1, 7, 80, 3000, 60_000])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(sizes=st.lists(LINE_SIZES, max_size=12), repeat=st.sampled_from([1, 300]),
+       offset=st.none() | st.integers(1, 4000), limit=st.none() | st.integers(1, 3000),
+       final_newline=st.booleans())
+def test_read_streams_yet_answers_as_reading_it_whole(
+        tmp_path_factory: pytest.TempPathFactory, sizes: list[int], repeat: int,
+        offset: int | None, limit: int | None, final_newline: bool) -> None:
+    folder = tmp_path_factory.mktemp("read")
+    lines = [("é" if size % 2 else "x") * size for size in sizes] * repeat
+    data = ("\n".join(lines) + ("\n" if final_newline else "")).encode()
+    (folder / "f.txt").write_bytes(data)
+    arguments: dict[str, Any] = {"path": "f.txt"}
+    if offset is not None:
+        arguments["offset"] = offset
+    if limit is not None:
+        arguments["limit"] = limit
+    try:
+        answer = text(trio.run(partial(call, "read", folder, **arguments)))
+    except ToolError as exc:
+        answer = exc.text
+    assert answer == reference_read(data, offset, limit)
+
+
+async def test_read_of_a_huge_file_keeps_memory_bounded_and_refuses_a_fifo(
+        tmp_path: Path) -> None:
+    huge = tmp_path / "huge.txt"
+    with open(huge, "wb") as file:  # 1 GiB: ten lines, then a hole of zero bytes
+        file.write(b"".join(b"line %d\n" % n for n in range(1, 11)))
+        file.truncate(1 << 30)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    first = text(await call("read", tmp_path, path="huge.txt", limit=10))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert first.startswith("line 1\nline 2") and "\n\n[1 more lines in file." in first
+    assert grown_mb < 60
+    os.mkfifo(tmp_path / "pipe")
+    assert (await fails("read", tmp_path, path="pipe")).startswith("Not a regular file:")
 
 
 async def test_read_image_by_magic_bytes(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import difflib
 import os
+import stat
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -55,29 +56,53 @@ def image_type(head: bytes) -> str | None:
     return None
 
 
-def _read_sync(params: ReadParams, path: Path) -> w.ToolResult:
-    if not path.exists():
-        raise _not_found(path)
-    if path.is_dir():
-        raise ToolError(f"EISDIR: illegal operation on a directory, read '{path}'")
-    data = path.read_bytes()
-    mime = image_type(data[:4100])
-    if mime is not None:
-        return w.ToolResult(content=[
-            w.TextContent(text=f"Read image file [{mime}]"),
-            w.ImageContent(data=base64.b64encode(data).decode(), mime_type=mime)])
-    lines = data.decode("utf-8", "replace").split("\n")
-    total = len(lines)
+READ_CHUNK_BYTES = 1 << 20
+
+
+def _newline_offsets(file: Any, wanted: list[int]) -> tuple[list[int | None], int, int]:
+    """One pass over `file` in chunks (memory stays bounded however large it is): the byte
+    offset of the n-th newline for each n of `wanted` (None past the end), the file's size
+    and its number of newlines."""
+    found: list[int | None] = [None] * len(wanted)
+    newlines = offset = 0
+    while chunk := file.read(READ_CHUNK_BYTES):
+        count = chunk.count(b"\n")
+        for index, n in enumerate(wanted):
+            if found[index] is None and 0 < n <= newlines + count:
+                position = -1
+                for _ in range(n - newlines):
+                    position = chunk.find(b"\n", position + 1)
+                found[index] = offset + position
+        newlines += count
+        offset += len(chunk)
+    return found, offset, newlines
+
+
+def _read_text(file: Any, params: ReadParams) -> w.ToolResult:
+    """Lines as ``text.split("\\n")`` gives them, `params.offset` (1-based) to the `limit`-th
+    after it, cut by `truncate_head`; read in two passes, keeping only what a result shows."""
     start = max(0, (params.offset or 1) - 1)
+    end = start + params.limit if params.limit is not None else None
+    wanted = [start, start + 1] + ([end] if end is not None else [])
+    offsets, size, newlines = _newline_offsets(file, wanted)
+    total = newlines + 1
     if params.offset is not None and start >= total:
         raise ToolError(f"Offset {params.offset} is beyond end of file ({total} lines total)")
-    end = min(total, start + params.limit) if params.limit is not None else total
-    selected, truncation = truncate_head("\n".join(lines[start:end]))
+    begin = 0 if start == 0 else (offsets[0] or 0) + 1
+    first_end = offsets[1] if offsets[1] is not None else size
+    finish = offsets[2] if end is not None and offsets[2] is not None else size
+    end = min(total, end) if end is not None else total
+    # Enough of the selection to cut it where the whole would be cut: whole lines within
+    # MAX_BYTES, and the line that crosses it (or the one past MAX_LINES) begun.
+    file.seek(begin)
+    shown = file.read(min(finish - begin, MAX_BYTES + 1)).decode("utf-8", "replace")
+    selected, truncation = truncate_head(shown)
+    truncation.total_lines, truncation.total_bytes = end - start, finish - begin
     first = start + 1
     if truncation.first_line_exceeds_limit:
-        size = format_size(len(lines[start].encode()))
         return text_result(
-            f"[Line {first} is {size}, exceeds {format_size(MAX_BYTES)} limit. Use bash: "
+            f"[Line {first} is {format_size(first_end - begin)}, exceeds "
+            f"{format_size(MAX_BYTES)} limit. Use bash: "
             f"sed -n '{first}p' {params.path} | head -c {MAX_BYTES}]",
             {"truncation": truncation.details()})
     if truncation.truncated:
@@ -94,9 +119,39 @@ def _read_sync(params: ReadParams, path: Path) -> w.ToolResult:
     return text_result(selected)
 
 
+def _open_regular(path: Path) -> Any:
+    """`path` opened for reading, if it is a regular file: a FIFO or a device could block a
+    read for ever or never end."""
+    if not path.exists():
+        raise _not_found(path)
+    if path.is_dir():
+        raise ToolError(f"EISDIR: illegal operation on a directory, read '{path}'")
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise ToolError(f"Not a regular file: '{path}' (a FIFO, socket or device is not read)")
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def _read_sync(params: ReadParams, path: Path) -> w.ToolResult:
+    with _open_regular(path) as file:
+        head = file.read(4100)
+        mime = image_type(head)
+        if mime is not None:
+            data = head + file.read()
+            return w.ToolResult(content=[
+                w.TextContent(text=f"Read image file [{mime}]"),
+                w.ImageContent(data=base64.b64encode(data).decode(), mime_type=mime)])
+        file.seek(0)
+        return _read_text(file, params)
+
+
 async def run_read(params: ReadParams, ctx: ToolContext) -> w.ToolResult:
     path = resolve_path(params.path, ctx.cwd)
-    return await trio.to_thread.run_sync(_read_sync, params, path)
+    # Abandoned on abort: the tool ends at once; the thread's read of a huge file finishes
+    # alone, its result dropped.
+    return await trio.to_thread.run_sync(_read_sync, params, path, abandon_on_cancel=True)
 
 
 READ = Tool(
@@ -300,7 +355,8 @@ def _ls_sync(params: LsParams, path: Path) -> w.ToolResult:
 
 
 async def run_ls(params: LsParams, ctx: ToolContext) -> w.ToolResult:
-    return await trio.to_thread.run_sync(_ls_sync, params, resolve_path(params.path, ctx.cwd))
+    return await trio.to_thread.run_sync(_ls_sync, params, resolve_path(params.path, ctx.cwd),
+                                         abandon_on_cancel=True)
 
 
 LS = Tool(
