@@ -253,7 +253,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                 return
 
     async def on_signal(nursery: trio.Nursery) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for _ in signals:
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await stream.send_all(STOP_COMMANDS)

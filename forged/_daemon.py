@@ -5,7 +5,8 @@
     run_stdio
     └── daemon_nursery
         ├── ScriptedServer.serve          the scripted provider (--provider scripted only)
-        ├── watch_signals                 SIGTERM / SIGINT: stop reading, abort, flush, exit 0
+        ├── watch_signals                 SIGTERM / SIGINT / SIGHUP: stop reading, abort,
+        │                                 flush, exit 0
         ├── Session.serve → session_nursery
         │   └── Session._drive            one task per accepted prompt and its continuations,
         │       └── run_agent             each run inside the session's run_scope (abort);
@@ -303,7 +304,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
 
 
 async def _watch_signals(stop: Callable[[], None]) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             print(f"forged: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
             stop()
@@ -363,7 +364,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     pid_path = runtime_dir(socket_path) / "forged.pid"
     pid_path.write_text(f"{os.getpid()}\n")
     try:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async with trio.open_nursery() as daemon_nursery:
                 models = models or await open_models(options, daemon_nursery)
 

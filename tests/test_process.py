@@ -18,6 +18,7 @@ import trio
 
 import forged
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
+from forged._tools.bash import live_group_members
 
 from .oracles import check_requests
 
@@ -205,7 +206,7 @@ async def test_stdin_eof_lets_the_run_finish(tmp_path: Path, forged_rpc: list[st
     assert events[-3]["message"]["content"][0]["text"] == "slow answer"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 async def test_a_signal_aborts_writes_the_closing_events_and_exits_0(
         tmp_path: Path, signum: signal.Signals, forged_rpc: list[str]) -> None:
     agent_dir = tmp_path / "agent"
@@ -225,6 +226,26 @@ async def test_a_signal_aborts_writes_the_closing_events_and_exits_0(
     tail = [e["type"] for e in child.output[-4:]]
     assert tail == ["message_end", "turn_end", "agent_end", "agent_settled"]
     assert child.output[-4]["message"]["stopReason"] == "aborted"
+
+
+async def test_no_child_of_a_command_outlives_a_killed_forged(tmp_path: Path) -> None:
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [{"content": [{
+        "type": "toolCall", "name": "bash",
+        "arguments": {"command": "echo $$; sleep 60 & (sleep 61; echo) | cat"}}]}]}))
+    child = await spawn(["--provider", "scripted", "--script", str(script)], tmp_path,
+                        child_env(agent_dir))
+    await child.send({"id": "p", "type": "prompt", "message": "go"})
+    update = await child.read_until("tool_execution_update")
+    pgid = int(update["partialResult"]["content"][0]["text"].split()[0])
+    assert len(live_group_members(pgid)) >= 4  # the shell, two sleeps, a subshell, cat
+    child.process.kill()
+    await child.process.wait()
+    with trio.fail_after(5):  # the shell hears of it and kills its group
+        while live_group_members(pgid):  # noqa: ASYNC110 (processes outside this run)
+            await trio.sleep(0.01)
 
 
 def peak_kb(pid: int) -> int:

@@ -7,6 +7,7 @@ outgrows what a result can show, the whole of it goes to a 0600 temp file as wel
 from __future__ import annotations
 
 import codecs
+import ctypes
 import os
 import re
 import signal
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 from collections import deque
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +35,34 @@ from .base import (
     text_result,
     truncate_tail,
 )
+
+GUARD = ('trap "kill -KILL 0" TERM; __forged_command=$1; shift; '
+         'eval "$__forged_command" & wait $!')
+"""What a POSIX shell runs: the command in a subshell, while the shell itself (the process
+group's leader, so ``$$`` is still the group) waits for it and exits with its status. The
+shell gets SIGTERM when forged's process ends, however it ends (``PR_SET_PDEATHSIG``, set
+between fork and exec), and then kills its whole process group: no child of a command
+outlives a killed forged."""
+POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _die_with_forged(forged_pid: int) -> None:
+    """In the child, before exec: SIGTERM when forged ends (already ended: at once)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != forged_pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def guarded(shell: Shell, command: str) -> list[str]:
+    """`shell`'s argv for `command`, under `GUARD` when it is a POSIX shell (another one, say
+    fish, only dies with forged itself)."""
+    argv = shell.argv(command)
+    if Path(argv[0]).name not in POSIX_SHELLS or argv[1:2] != ["-c"]:
+        return argv
+    return [argv[0], "-c", GUARD, argv[0], *argv[2:]]
+
 
 KILL_GRACE_S = 2.0
 """SIGTERM first; the process group gets SIGKILL if anything is left after this long."""
@@ -186,8 +216,9 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
     process = await trio.lowlevel.open_process(
-        (shell or Shell()).argv(command), cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        guarded(shell or Shell(), command), cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=partial(_die_with_forged, os.getpid()))
     assert process.stdout is not None
     output_closed = trio.Event()
 
