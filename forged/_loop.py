@@ -24,7 +24,7 @@ from ._errors import PersistenceError, ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
-from ._tools.base import Shell
+from ._tools.base import ScratchDir, Shell
 
 ABORTED_MESSAGE = "Request was aborted"
 
@@ -34,6 +34,7 @@ class AgentHost(Protocol):
 
     cwd: Path
     shell: Shell
+    scratch: ScratchDir
 
     @property
     def tools(self) -> Mapping[str, Tool]: ...
@@ -176,7 +177,8 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
             host.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
                                             args=call.arguments, partial_result=partial))
 
-        context = ToolContext(cwd=host.cwd, update=update, shell=host.shell)
+        context = ToolContext(cwd=host.cwd, update=update, shell=host.shell,
+                              scratch=host.scratch)
         try:
             blocked = await host.before_tool_call(call)
             await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs

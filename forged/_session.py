@@ -52,7 +52,7 @@ from ._stats import (
 )
 from ._store import SESSION_START, SessionFile, rewrite, session_dir_for
 from ._tools import BUILTIN_TOOLS, Tool
-from ._tools.base import Shell
+from ._tools.base import ScratchDir, Shell
 from ._tools.bash import run_direct
 from ._ui import Dialogs
 
@@ -146,6 +146,7 @@ class Session:
         self.steering_mode: w.QueueMode = _mode(self.settings.get("steeringMode"))
         self.follow_up_mode: w.QueueMode = _mode(self.settings.get("followUpMode"))
         self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
+        self.scratch = ScratchDir()
         self.shell = Shell.from_settings(self.settings.get("shellPath"),
                                          self.settings.get("shellCommandPrefix"))
         self.model_scope = config.model_scope
@@ -257,6 +258,7 @@ class Session:
                 await trio.sleep_forever()
         finally:
             self.store.close()
+            self.scratch.remove()  # the full outputs its commands kept
 
     async def wait_settled(self) -> None:
         await self._settled.wait()
@@ -733,7 +735,7 @@ class Session:
                 message = await run_direct(
                     command, self.cwd,
                     lambda delta: self.emit(w.BashExecutionUpdate(id=command_id, delta=delta)),
-                    scope, self.shell, self.wait_for_room)
+                    scope, self.shell, self.wait_for_room, self.scratch)
             finally:
                 self.bash_scope = None
                 self._bash_done.set()

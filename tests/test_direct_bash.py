@@ -6,7 +6,7 @@ from pathlib import Path
 
 import trio
 
-from forged._providers.scripted import Reply, ScriptText
+from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._tools.bash import live_group_members
 
 from .harness import open_client
@@ -71,13 +71,14 @@ async def test_long_output_keeps_the_tail_and_the_whole_in_a_file(tmp_path: Path
     async with open_client(tmp_path) as client:
         response = await client.request({"type": "bash", "command": "seq 1 100000"})
         streamed = "".join(e["delta"] for e in client.events("bash_execution_update"))
+        full = Path(response["data"]["fullOutputPath"])  # kept while the session lives
+        kept, mode = full.read_text(), full.stat().st_mode
     data = response["data"]
     assert data["truncated"] is True
     lines = data["output"].splitlines()
     assert len(lines) <= 2000 and lines[-1] == "100000"
-    full = Path(data["fullOutputPath"])
-    assert full.read_text() == streamed == "".join(f"{n}\n" for n in range(1, 100001))
-    assert full.stat().st_mode & 0o777 == 0o600
+    assert kept == streamed == "".join(f"{n}\n" for n in range(1, 100001))
+    assert mode & 0o777 == 0o600
 
 
 async def test_bash_during_a_run_is_recorded_when_it_settles(tmp_path: Path) -> None:
@@ -91,3 +92,16 @@ async def test_bash_during_a_run_is_recorded_when_it_settles(tmp_path: Path) -> 
     assert response["data"]["output"] == "beside\n"
     assert "bashExecution" not in [m["role"] for m in during]
     assert [m["role"] for m in after] == ["user", "assistant", "bashExecution"]
+
+
+async def test_full_output_files_go_with_their_session(tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptToolCall(name="bash", arguments={"command": "seq 100000"})]),
+               Reply(content=[ScriptText(text="counted")])]
+    async with open_client(tmp_path, replies) as client:
+        await client.prompt_and_settle("count")
+        direct = await client.request({"type": "bash", "command": "seq 200000"})
+        kept = [Path(client.events("tool_execution_end")[0]["result"]["details"][
+                    "fullOutputPath"]), Path(direct["data"]["fullOutputPath"])]
+        assert all(path.exists() for path in kept)  # while the session lives, to be read
+    assert not any(path.exists() for path in kept)
+    assert not kept[0].parent.exists()  # the session's own folder went too

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -45,11 +47,34 @@ class Shell:
         return [shell, "-c", f"{self.prefix}\n{command}" if self.prefix else command]
 
 
+class ScratchDir:
+    """A private temporary folder, made on first use (`path`), for files a session's tools
+    keep for it (a command's full output).
+
+    Resource handling: whoever owns it calls `remove`, which deletes the folder and what it
+    holds (a session, when it ends)."""
+
+    def __init__(self) -> None:
+        self._path: Path | None = None
+
+    def path(self) -> Path:
+        if self._path is None:
+            self._path = Path(tempfile.mkdtemp(prefix="forged-"))
+        return self._path
+
+    def remove(self) -> None:
+        if self._path is not None:
+            shutil.rmtree(self._path, ignore_errors=True)
+            self._path = None
+
+
 @attrs.define(kw_only=True)
 class ToolContext:
     cwd: Path
     update: Callable[[w.ToolResult], None]
     shell: Shell = Shell()
+    scratch: ScratchDir | None = None
+    """Where kept files go (else the system's temporary folder, never removed)."""
     aborted_result: w.ToolResult | None = None
     """Set by a tool before it lets an abort through: the result the interrupted call gets."""
 

@@ -27,6 +27,7 @@ from .._providers.base import now_ms
 from .base import (
     MAX_BYTES,
     MAX_LINES,
+    ScratchDir,
     Shell,
     Tool,
     ToolContext,
@@ -75,11 +76,13 @@ ROLLING_BYTES = 2 * MAX_BYTES
 class OutputSpool:
     """A command's output: the last `ROLLING_BYTES` in memory, everything in a file once large.
 
-    Resource handling: the temp file is created on demand and closed by `close`; it is kept
-    (its path is in the result) so the full output can be read later.
+    Resource handling: the temp file is created on demand (in `scratch`, if given) and closed
+    by `close`; it is kept (its path is in the result) so the full output can be read later,
+    until `scratch` is removed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: ScratchDir | None = None) -> None:
+        self._scratch = scratch
         self.total_bytes = 0
         self.newlines = 0
         self._tail: deque[bytes] = deque()
@@ -103,7 +106,9 @@ class OutputSpool:
         return self._decoder.decode(data)
 
     def _spill(self) -> None:
-        descriptor, self.path = tempfile.mkstemp(prefix="forged-bash-", suffix=".log")
+        directory = self._scratch.path() if self._scratch is not None else None
+        descriptor, self.path = tempfile.mkstemp(prefix="forged-bash-", suffix=".log",
+                                                 dir=directory)
         self._file = os.fdopen(descriptor, "wb")
         # Everything so far is still in memory: only once past MAX_BYTES is anything dropped.
         for piece in self._tail:
@@ -288,7 +293,7 @@ class BashParams:
 
 
 async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
-    spool = OutputSpool()
+    spool = OutputSpool(ctx.scratch)
     last_update = -UPDATE_INTERVAL_S
 
     def on_output(_: str) -> None:
@@ -379,12 +384,12 @@ class StreamSanitizer:
 
 async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
                      scope: trio.CancelScope, shell: Shell | None = None,
-                     wait_for_room: Callable[[], Awaitable[None]] | None = None
-                     ) -> w.BashExecutionMessage:
+                     wait_for_room: Callable[[], Awaitable[None]] | None = None,
+                     scratch: ScratchDir | None = None) -> w.BashExecutionMessage:
     """A direct ``bash`` command (DECISIONS.md §8): no timeout, every chunk streamed, the
     kept output the tail. Cancelling `scope` kills the process group and gives a cancelled
     result instead of raising."""
-    spool = OutputSpool()
+    spool = OutputSpool(scratch)
     cancelled = False
     exit_code: int | None = None
     sanitizer = StreamSanitizer()
