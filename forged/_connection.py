@@ -205,10 +205,16 @@ async def serve_reader(stream: trio.abc.ReceiveStream,
 
 async def serve_dispatcher(commands: trio.MemoryReceiveChannel[Incoming],
                            handle: Callable[[Any, str | int | None], None],
-                           refuse: Callable[[bytes], None]) -> None:
-    """Hand each command to `handle`, in arrival order, until the reader is done."""
+                           refuse: Callable[[bytes], None],
+                           wait_for_room: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Hand each command to `handle`, in arrival order, until the reader is done. With
+    `wait_for_room`, a command waits while the peer has not read what was already answered:
+    the command channel fills, the reader stops reading, and a client that writes without
+    reading is held back instead of filling memory."""
     async with commands:
         async for incoming in commands:
+            if wait_for_room is not None:
+                await wait_for_room()
             if incoming.refusal is not None:
                 refuse(encode_line(_codec.unstructure(incoming.refusal)))
             else:

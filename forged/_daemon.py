@@ -293,7 +293,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
             async with trio.open_nursery() as input_nursery:
                 input_nursery.start_soon(serve_reader, stdin, commands_send)
                 input_nursery.start_soon(serve_dispatcher, commands_receive, dispatcher.handle,
-                                         outbox.put)
+                                         outbox.put, outbox.wait_for_room)
         session.ui.interactive = False  # no more answers can come
         session.ui.cancel_all()
         with settle_scope:
