@@ -219,6 +219,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
     stdin, stdout = open_fd_stream(0), open_fd_stream(stdout_fd)
     await stream.send_all(orjson.dumps(opening) + b"\n")
     opened = trio.Event()
+    input_ended = trio.Event()
     failure: list[str] = []
 
     async def copy_in() -> None:
@@ -226,12 +227,19 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
         while data := await stdin.receive_some(1 << 16):
             await stream.send_all(data)
         await stream.send_eof()
+        input_ended.set()
 
     async def copy_out() -> None:
         splitter = LineSplitter()
         while True:
             data = await stream.receive_some(1 << 20)
-            lines = list(splitter.feed(bytes(data))) if data else list(splitter.close())
+            if not data and (splitter.holding or not input_ended.is_set()):
+                # Cut off (a client that does not keep up) or gone: never half a line.
+                failure.append("the daemon closed the connection"
+                               + (" in the middle of a line" if splitter.holding else "")
+                               + " (it cuts off a client that stops reading; its log says why)")
+                return
+            lines = list(splitter.feed(bytes(data))) if data else []
             out = bytearray()
             for line in lines:
                 if isinstance(line, LineTooLong):
@@ -258,6 +266,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                 with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await stream.send_all(STOP_COMMANDS)
                     await stream.send_eof()
+                input_ended.set()
                 nursery.cancel_scope.deadline = trio.current_time() + 3
                 return
 

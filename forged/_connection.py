@@ -50,6 +50,7 @@ class Outbox:
         self._broken = False
         self._write_now = write_now
         self._writing = False
+        self._progress_at = 0.0
 
     def put(self, line: bytes) -> None:
         if self._closed or self._broken:
@@ -77,6 +78,12 @@ class Outbox:
     def pending_bytes(self) -> int:
         return len(self._pending)
 
+    @property
+    def stalled_s(self) -> float:
+        """How long the batch being written has waited for the peer to take it (0 when
+        nothing is being written)."""
+        return trio.current_time() - self._progress_at if self._writing else 0.0
+
     def close(self) -> None:
         """No more lines: the writer finishes once what is pending is written."""
         self._closed = True
@@ -102,6 +109,7 @@ class Outbox:
                 data, self._pending = self._pending, bytearray()
                 self._room.set()
                 self._writing = True
+                self._progress_at = trio.current_time()
                 try:
                     await write(data)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):

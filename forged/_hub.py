@@ -46,6 +46,8 @@ IDLE_UNLOAD_S = 30 * 60.0
 EMPTY_IDLE_UNLOAD_S = 10.0
 """How long a session that holds nothing yet stays loaded once its last client left: a
 dropped connection's fresh session is not worth keeping, and cheap to make again."""
+STALLED_S = 5.0
+BURST_FACTOR = 4
 MAX_LIVE_SESSIONS = 64
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
 COMMAND_QUEUE_SIZE = 256
@@ -74,10 +76,17 @@ class Peer:
         connection is gone."""
 
     def send(self, line: bytes) -> None:
+        """Queue `line`. A peer is cut off for not reading: when more than
+        `queue_limit_bytes` wait and it has taken nothing for `STALLED_S`, or more than
+        `BURST_FACTOR` times that wait. One large message, which a run's closing events
+        repeat (message_end, turn_end, agent_end), cuts off no peer that reads."""
         if self.cut_off_reason is not None:
             return
-        if self.outbox.pending_bytes + len(line) > self.queue_limit_bytes:
-            self.cut_off(f"it stopped reading ({self.outbox.pending_bytes} bytes unread)")
+        waiting = self.outbox.pending_bytes
+        if waiting > self.queue_limit_bytes and (
+                self.outbox.stalled_s >= STALLED_S
+                or waiting > BURST_FACTOR * self.queue_limit_bytes):
+            self.cut_off(f"it stopped reading ({waiting} bytes unread)")
             return
         self.outbox.put(line)
 

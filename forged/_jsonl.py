@@ -47,6 +47,11 @@ class LineSplitter:
             yield from self._finish(data[start:end])
             start = end + 1
 
+    @property
+    def holding(self) -> bool:
+        """Part of a line has come, its newline not yet."""
+        return bool(self._held or self._discarding)
+
     def close(self) -> Iterator[bytes | LineTooLong]:
         """The stream ended: a final line without a newline is still a line."""
         if self._held or self._discarding:

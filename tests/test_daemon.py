@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -399,3 +400,45 @@ async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Pa
     assert refused["error"] == "Too many live sessions (2, all in use); end one first"
     live = [s["sessionId"] for s in listed["sessions"]]
     assert fresh in live and kept in live and len(live) == 2  # the empty one went first
+
+
+async def test_one_large_message_does_not_cut_off_a_client_that_reads(tmp_path: Path) -> None:
+    """A 9 MiB reply appears four times (message_end, turn_end, agent_end...): more than the
+    client's 16 MiB queue at once, yet the client reads, so it is served."""
+    big = Reply(content=[ScriptText(text="y" * (9 << 20))])
+    async with open_daemon(tmp_path, [big]) as daemon, daemon.client() as client:
+        events = await client.prompt_and_wait("a big one")
+    ends = [e for e in events if e["type"] in ("message_end", "turn_end", "agent_end")]
+    assert len(ends) == 4 and events[-1]["type"] == "agent_settled"
+    assert len(ends[1]["message"]["content"][0]["text"]) == 9 << 20
+
+
+async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path) -> None:
+    """A `forged connect` whose own reader stops is cut off by the daemon; what it then
+    writes ends with a whole line, and it says why on stderr with exit status 1."""
+    from .test_process import BIN, child_env
+
+    flood = Reply(content=[ScriptText(text="x" * 40000, chunks=40000)])
+    async with open_daemon(tmp_path, [flood], queue_limit_bytes=256 * 1024) as daemon, \
+            daemon.client() as watcher:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+        bridge = await trio.lowlevel.open_process(
+            [str(BIN / "forged"), "connect", "--no-start"], cwd=tmp_path / "project", env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert bridge.stdin is not None and bridge.stdout is not None
+        await bridge.stdin.send_all(b'{"type":"prompt","message":"flood"}\n')
+        with trio.fail_after(20):  # nobody reads the bridge: the daemon cuts it off
+            while [s["clients"] for s in (  # noqa: ASYNC110 (asked over the protocol)
+                    await watcher.list_sessions())["sessions"]] != [0]:
+                await trio.sleep(0.01)
+        output = bytearray()
+        with trio.fail_after(20):
+            while data := await bridge.stdout.receive_some(1 << 20):
+                output += data
+            code = await bridge.wait()
+        assert bridge.stderr is not None
+        stderr = await bridge.stderr.receive_some(1 << 16)
+    assert code == 1
+    assert b"the daemon closed the connection" in stderr
+    assert output.endswith(b"\n")
+    assert all(orjson.loads(line) for line in output.splitlines())
