@@ -140,6 +140,9 @@ async def status(socket_path: Path | None) -> int:
     except OSError:
         print(f"no forged daemon on {path}")
         return 1
+    except ConfigError as exc:
+        print(f"forged: {exc}", file=sys.stderr)
+        return 1
     sessions = listed["sessions"]
     print(f"forged daemon on {path}: {len(sessions)} live session(s)")
     for item in sessions:
@@ -180,8 +183,10 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
 
 
 async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
+    from ._transports.unix import open_daemon_socket
+
     try:
-        return await trio.open_unix_socket(str(path))
+        return await open_daemon_socket(path)
     except OSError:
         if start is None:
             raise ConfigError(f"no forged daemon on {path} (and --no-start)") from None
@@ -189,7 +194,7 @@ async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
     with trio.move_on_after(START_TIMEOUT_S):
         while True:
             try:
-                return await trio.open_unix_socket(str(path))
+                return await open_daemon_socket(path)
             except OSError:
                 await trio.sleep(0.05)
     raise ConfigError(f"the forged daemon did not start on {path}; see {log_path}")
@@ -197,9 +202,9 @@ async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
 
 def _start_daemon(argv: list[str], path: Path) -> Path:
     """Start a daemon that outlives this process, logging beside its socket."""
-    log_path = path.parent / "forged.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    from ._transports.unix import runtime_dir
+
+    log_path = runtime_dir(path) / "forged.log"
     with open(log_path, "ab") as log:
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True)

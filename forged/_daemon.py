@@ -218,10 +218,14 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
     settles, and return the exit code. With `events`, the session header and then every event
     are written to `stdout_fd` as JSON lines (exit 0 even when the model failed, as the
     ancestor does); without, the last reply's text is printed, or its error on stderr with
-    exit 1. No client can answer dialogs: they resolve as cancelled."""
+    exit 1. No client can answer dialogs: they resolve as cancelled.
+
+    A signal (SIGINT, SIGTERM, SIGHUP) aborts the run (its closing events are written) and
+    sends no further message: the exit status is 128 plus the signal's number."""
     stdout = open_fd_stream(stdout_fd)
     outbox = Outbox()
     responses: list[dict[str, Any]] = []
+    signalled: list[int] = []
     async with trio.open_nursery() as daemon_nursery:
         config = await open_session_config(attrs.evolve(options, interactive=False),
                                            daemon_nursery)
@@ -229,19 +233,29 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
                           outbox.wait_for_room if events else None)
         await daemon_nursery.start(session.serve)
         dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
+
+        def stop(signum: int) -> None:
+            signalled.append(signum)
+            session.stop()
+
+        await daemon_nursery.start(_watch_signals, stop)
         code = 0
         async with trio.open_nursery() as output_nursery:
             output_nursery.start_soon(outbox.serve_writer, stdout)
             if events:
                 outbox.put(encode_line(session.store.header))
             for text in messages:
+                if signalled:
+                    break
                 dispatcher.handle(w.Prompt(message=text), None)
                 await dispatcher.wait_idle()
                 if not responses[-1]["success"]:
                     print(f"forged: {responses[-1]['error']}", file=sys.stderr)
                     code = 1
                     break
-            if not events and code == 0:
+            if signalled:
+                code = 128 + signalled[0]
+            elif not events and code == 0:
                 code = _print_last_reply(session, outbox)
             outbox.close()
         daemon_nursery.cancel_scope.cancel()
@@ -271,7 +285,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
     input_scope = trio.CancelScope()
     settle_scope = trio.CancelScope()  # waits for the last run; bounded once stopping
 
-    def stop() -> None:
+    def stop(_: int = 0) -> None:
         """Stop reading, drop what is queued and abort the run; its closing events follow."""
         settle_scope.deadline = min(settle_scope.deadline,
                                     trio.current_time() + SHUTDOWN_GRACE_S)
@@ -279,7 +293,7 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
         input_scope.cancel()
 
     if watch_signals:
-        daemon_nursery.start_soon(_watch_signals, stop)
+        await daemon_nursery.start(_watch_signals, stop)
 
     async def write() -> None:
         if not await outbox.serve_writer(stdout):
@@ -303,12 +317,20 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
         await stdout.aclose()
 
 
-async def _watch_signals(stop: Callable[[], None]) -> None:
+async def _watch_signals(stop: Callable[[int], None], *,
+                         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The first SIGTERM, SIGINT or SIGHUP calls `stop`; later ones are only noted (the
+    shutdown under way writes the closing events), until the process ends."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        task_status.started()
+        stopping = False
         async for signum in signals:
-            print(f"forged: {signal.Signals(signum).name}: shutting down", file=sys.stderr)
-            stop()
-            return
+            name = signal.Signals(signum).name
+            print(f"forged: {name}: {'already ' if stopping else ''}shutting down",
+                  file=sys.stderr)
+            if not stopping:
+                stopping = True
+                stop(signum)
 
 
 # --- the daemon --------------------------------------------------------------------------------

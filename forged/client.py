@@ -62,10 +62,12 @@ class Client:
     @classmethod
     @asynccontextmanager
     async def open_unix(cls, path: str | Path | None = None) -> AsyncIterator[Client]:
-        """A connection to the daemon's socket (default: where ``forged serve`` puts it)."""
-        from ._transports.unix import default_socket_path
+        """A connection to the daemon's socket (default: where ``forged serve`` puts it),
+        once its folder and its process are known to be the user's (`forged.ConfigError`
+        otherwise)."""
+        from ._transports.unix import default_socket_path, open_daemon_socket
 
-        stream = await trio.open_unix_socket(str(path or default_socket_path()))
+        stream = await open_daemon_socket(Path(path) if path else default_socket_path())
         async with stream, cls._over_stream(stream) as client:
             yield client
 

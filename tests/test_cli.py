@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 from .test_process import BIN, child_env
@@ -84,3 +87,38 @@ async def test_messages_need_a_mode_that_takes_them(tmp_path: Path) -> None:
     assert b"MESSAGE arguments need -p or --mode json" in result.stderr
     result = await run_forged(tmp_path, ["--mode", "json"], [])
     assert result.returncode == 2
+
+
+@pytest.mark.parametrize("mode", [["--mode", "json"], ["-p"]])
+async def test_ctrl_c_aborts_writes_the_closing_events_and_exits_130(
+        tmp_path: Path, mode: list[str]) -> None:
+    (tmp_path / "agent").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [{"content": [
+        {"type": "text", "text": "x" * 400, "chunks": 400, "delayMs": 20}]}]}))
+    process = await trio.lowlevel.open_process(
+        [str(BIN / "forged"), "--provider", "scripted", "--script", str(script), *mode,
+         "first", "never sent"], cwd=tmp_path, env=child_env(tmp_path / "agent"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    out = bytearray()
+    with trio.fail_after(20):
+        if mode[0] == "--mode":
+            while b'"text_delta"' not in out:  # streaming: now interrupt it
+                out += await process.stdout.receive_some(1 << 16)
+        else:
+            while not list(  # noqa: ASYNC110 (the prompt is under way in another process)
+                    (tmp_path / "agent" / "sessions").rglob("*.jsonl")):
+                await trio.sleep(0.01)
+        process.send_signal(signal.SIGINT)
+        while data := await process.stdout.receive_some(1 << 16):
+            out += data
+        code = await process.wait()
+        err = await process.stderr.receive_some(1 << 16)
+    assert code == 130
+    assert err == b"forged: SIGINT: shutting down\n"  # one line, no traceback
+    if mode[0] == "--mode":
+        events = [json.loads(line)["type"] for line in out.splitlines()]
+        assert events[-4:] == ["message_end", "turn_end", "agent_end", "agent_settled"]
+        assert events.count("agent_start") == 1  # the second message was not sent
+    assert stored_user_texts(tmp_path) == ["first"]

@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import trio
 import trio.testing
 
+from forged._errors import ConfigError
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._transports.websocket import MAX_UNAUTHENTICATED
 from forged.client import Client, Event
@@ -442,3 +444,61 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
     assert b"the daemon closed the connection" in stderr
     assert output.endswith(b"\n")
     assert all(orjson.loads(line) for line in output.splitlines())
+
+
+@pytest.mark.parametrize("problem", ["another user's", "open to others", "a symbolic link"])
+async def test_a_runtime_folder_that_is_not_safely_the_users_is_refused(
+        tmp_path: Path, problem: str) -> None:
+    from .test_process import BIN, child_env
+
+    folder = tmp_path / "run" / "forged"
+    if problem == "a symbolic link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        folder.parent.mkdir()
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir(parents=True, mode=0o700)
+        if problem == "another user's":
+            if os.getuid() != 0:
+                pytest.skip("needs root to give a folder to another user")
+            os.chown(folder, 65534, 65534)
+        else:
+            os.chmod(folder, 0o755)
+    socket_path = folder / "forged.sock"
+    with trio.fail_after(20):
+        served = await trio.run_process(
+            [str(BIN / "forged"), "serve", "--socket", str(socket_path)], capture_stdout=True,
+            capture_stderr=True, check=False, env=child_env(tmp_path))
+    assert served.returncode == 1
+    (line,) = served.stderr.decode().splitlines()  # one line, no traceback
+    assert line.startswith(f"forged: refusing {folder}")
+    assert not socket_path.exists()
+    with pytest.raises(ConfigError, match=f"refusing {folder}"):
+        async with Client.open_unix(socket_path):
+            pass
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("python3", path="/usr/bin"),
+                    reason="needs root to run a listener as nobody, and /usr/bin/python3")
+async def test_a_client_refuses_a_daemon_of_another_user(tmp_path: Path) -> None:
+    folder = tmp_path / "run" / "forged"
+    folder.mkdir(parents=True, mode=0o700)
+    theirs = Path(tempfile.mkdtemp(dir="/tmp"))
+    os.chown(theirs, 65534, 65534)
+    try:
+        code = ("import socket, sys; s = socket.socket(socket.AF_UNIX); "
+                f"s.bind({str(theirs / 'fake.sock')!r}); s.listen(); print('up', flush=True); "
+                "c, _ = s.accept(); c.recv(1)")
+        async with trio.open_nursery() as nursery:
+            fake = await nursery.start(partial(trio.run_process, ["/usr/bin/python3", "-c", code],
+                                               user="nobody", stdout=subprocess.PIPE,
+                                               check=False))
+            assert fake.stdout is not None
+            await fake.stdout.receive_some(16)  # it listens
+            os.rename(theirs / "fake.sock", folder / "forged.sock")  # planted in our folder
+            with pytest.raises(ConfigError, match="it runs as uid 65534"):
+                async with Client.open_unix(folder / "forged.sock"):
+                    pass
+            fake.kill()
+    finally:
+        shutil.rmtree(theirs, ignore_errors=True)
