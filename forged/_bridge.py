@@ -160,11 +160,17 @@ def connect(args: argparse.Namespace, argv: list[str]) -> int:
 
     path = args.socket or default_socket_path()
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
+    if args.session and ("/" in args.session or args.session.endswith(".jsonl")):
+        args.session = str((cwd / Path(args.session).expanduser()).resolve())  # not the daemon's
     opening: dict[str, Any] = (
         {"type": "attach", "id": CONNECT_ID, "sessionId": args.attach} if args.attach else
         {"type": "new_session", "id": CONNECT_ID, "cwd": str(cwd),
          **({"provider": args.provider} if args.provider else {}),
-         **({"model": args.model} if args.model else {})})
+         **({"model": args.model} if args.model else {}),
+         **({"sessionName": args.session_name} if args.session_name else {}),
+         **({"session": args.session} if args.session else {}),
+         **({"continueRecent": True} if args.continue_ else {}),
+         **({"noSession": True} if args.no_session else {})})
     protocol_fd = _reserve_stdout()
     return trio.run(_bridge, path, opening, None if args.no_start else _serve_argv(argv, path),
                     protocol_fd)

@@ -398,8 +398,11 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                     return session_config(attrs.evolve(
                         options, cwd=request.cwd or options.cwd,
                         model=request.model or options.model,
-                        session=str(request.session_path) if request.session_path else None,
-                        continue_=False), asked)
+                        session=(str(request.session_path) if request.session_path
+                                 else request.session),
+                        continue_=request.continue_recent,
+                        session_name=request.session_name or options.session_name,
+                        no_session=request.no_session or options.no_session), asked)
 
                 async with trio.open_nursery() as sessions_nursery:
                     hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,

@@ -70,6 +70,10 @@ class Dispatcher:
         self._held: list[tuple[Any, str | int | None, Sink | None]] | None = None
         """Commands waiting for a session switch to finish; None when none runs."""
         self._switched = trio.Event()
+        self._tasks = 0
+        """Commands running as tasks (`_in_task`), not yet answered."""
+        self._tasks_done = trio.Event()
+        self._tasks_done.set()
         self._handlers: dict[type[Any], Callable[[Any, Reply], None]] = {
             w.Prompt: self.prompt,
             w.Steer: self.steer,
@@ -139,15 +143,17 @@ class Dispatcher:
             reply.fail(str(exc) or type(exc).__name__)
 
     async def wait_idle(self) -> None:
-        """Until no switch runs and the session has settled."""
+        """Until every command is answered (those running as tasks too), no switch runs and
+        the session has settled."""
         while True:
             if self._held is not None:
                 await self._switched.wait()
+            await self._tasks_done.wait()
             await self.session.wait_commands()
             await self.session.wait_settled()
             await self.session.wait_bash()
-            if (self._held is None and not self.session.busy and self.session.bash_scope is None
-                    and not self.session.commands_running):
+            if (self._held is None and not self._tasks and not self.session.busy
+                    and self.session.bash_scope is None and not self.session.commands_running):
                 return
 
     # --- switching sessions --------------------------------------------------------------------
@@ -180,7 +186,13 @@ class Dispatcher:
             finally:
                 if then is not None:
                     then()
+                self._tasks -= 1
+                if not self._tasks:
+                    self._tasks_done.set()
 
+        if not self._tasks:
+            self._tasks_done = trio.Event()
+        self._tasks += 1
         self.session.start_task(run)
 
     def _release(self) -> None:

@@ -214,6 +214,11 @@ class SessionRequest:
     provider: str | None = None
     model: str | None = None
     session_path: Path | None = None
+    session: str | None = None
+    """A path or id prefix, as ``--session``."""
+    continue_recent: bool = False
+    session_name: str | None = None
+    no_session: bool = False
 
 
 class Hub:
@@ -295,6 +300,11 @@ class Hub:
             config = self._make_config(request)
         except ForgedError as exc:
             raise CommandError(str(exc)) from exc
+        if config.session_path is not None:  # a file a live session holds: that session
+            path = config.session_path.expanduser().resolve()
+            for live in self.live:
+                if live.session is not None and live.session.store.path == path:
+                    return live
         live = LiveSession(config)
 
         async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -379,10 +389,14 @@ class Hub:
                     peer.live.detach(peer)
                 reply()
             elif isinstance(command, w.NewSession) and (
-                    peer.live is None or command.cwd or command.provider or command.model):
+                    peer.live is None or command.cwd or command.provider or command.model
+                    or command.session or command.continue_recent or command.no_session
+                    or command.session_name):
                 live = await self.open_live(SessionRequest(
                     cwd=_folder(command.cwd) if command.cwd else None,
-                    provider=command.provider, model=command.model))
+                    provider=command.provider, model=command.model, session=command.session,
+                    continue_recent=command.continue_recent,
+                    session_name=command.session_name, no_session=command.no_session))
                 self._move(peer, live)
                 reply(w.SwitchResult())
             else:

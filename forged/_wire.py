@@ -504,9 +504,16 @@ class NewSession:
     type: str = tag("new_session")
     parent_session: str | None = None
     cwd: str | None = None
-    """The daemon only (as `provider` and `model`): a new live session there."""
+    """The daemon only (as the fields below): a new live session there."""
     provider: str | None = None
     model: str | None = None
+    session_name: str | None = None
+    no_session: bool = False
+    """Kept in memory only (as ``--no-session``)."""
+    session: str | None = None
+    """A session file's path or an id prefix to continue (as ``--session``)."""
+    continue_recent: bool = False
+    """Continue the cwd's most recent session (as ``--continue``)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

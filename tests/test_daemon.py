@@ -502,3 +502,31 @@ async def test_a_client_refuses_a_daemon_of_another_user(tmp_path: Path) -> None
             fake.kill()
     finally:
         shutil.rmtree(theirs, ignore_errors=True)
+
+
+async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path: Path) -> None:
+    from .test_process import BIN, child_env
+
+    async def through_connect(daemon: Any, *options: str) -> dict[str, Any]:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+        with trio.fail_after(20):
+            result = await trio.run_process(
+                [str(BIN / "forged"), "connect", "--no-start", *options],
+                stdin=b'{"type":"get_state","id":"s"}\n', capture_stdout=True,
+                capture_stderr=True, check=False, env=env, cwd=tmp_path / "project")
+        assert result.returncode == 0, result.stderr
+        (state,) = [orjson.loads(line) for line in result.stdout.splitlines()]
+        return dict(state["data"])
+
+    async with open_daemon(tmp_path, [DONE]) as daemon:
+        named = await through_connect(daemon, "--name", "demo", "--session", "kept.jsonl")
+        memory = await through_connect(daemon, "--no-session")
+        async with daemon.client() as client:  # a conversation, so there is one to continue
+            await client.new_session(cwd=str(tmp_path / "project"))
+            await client.prompt_and_wait("hello")
+            recent = (await client.get_state())["sessionId"]
+        continued = await through_connect(daemon, "-c")
+    assert named["sessionName"] == "demo"
+    assert named["sessionFile"] == str(tmp_path / "project" / "kept.jsonl")
+    assert "sessionFile" not in memory
+    assert continued["sessionId"] == recent

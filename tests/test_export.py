@@ -160,3 +160,13 @@ async def test_the_page_in_headless_chromium(tmp_path: Path) -> None:
     assert errors == []
     assert visible == {"user": True, "assistant": True, "diff": True, "tree": True,
                        "leaf": True, "branch": True, "thinkingFolded": True}
+
+
+async def test_export_is_answered_even_when_input_ends_right_after(tmp_path: Path) -> None:
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
+        await client.prompt_and_settle("hello")
+        await client.send_raw(b'{"type":"export_html","id":"last"}\n')
+        await client.close_input()
+        await client.wait_eof()
+    (answer,) = [e for e in client.output if e.get("id") == "last"]
+    assert answer["success"] is True and Path(answer["data"]["path"]).exists()
