@@ -149,6 +149,7 @@ def session_config(options: Options, models: Models) -> SessionConfig:
     """A session's configuration: its settings, plugins, model and file, for `options.cwd`."""
     directory = agent_dir()
     registry = models.registry
+    registry.check_provider(models.provider)
     settings = Settings(directory, options.cwd)
     level = str(settings.get("defaultThinkingLevel", "medium"))
     if level not in w.THINKING_LEVELS:

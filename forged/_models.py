@@ -256,11 +256,26 @@ class ModelRegistry:
         if model is not None:
             return model, None
         head, sep, level = pattern.rpartition(":")
-        if sep and level in LEVELS:
+        if sep:
             model = self._match(head, provider)
-            if model is not None:
+            if model is not None and level in LEVELS:
                 return model, level
+            if model is not None:
+                raise ConfigError(f"Unknown thinking level {level!r} in {pattern!r} (levels: "
+                                  f"{', '.join(LEVELS)})")
         raise ConfigError(f"Model not found: {pattern}")
+
+    def check_provider(self, provider: str | None) -> None:
+        """`ConfigError` naming the known providers when `provider` is none of them."""
+        if provider is not None and provider not in self.providers:
+            raise ConfigError(f"Unknown provider {provider!r} (known: "
+                              f"{', '.join(sorted(self.providers))})")
+
+    def no_model_reason(self) -> str:
+        """Why no model could be chosen, and what would give one."""
+        keys = " or ".join(sorted(str(config.api_key) for config in BUILTIN_PROVIDERS.values()))
+        return (f"No model selected: set {keys}, or add a provider to "
+                f"{agent_dir() / 'models.json'}")
 
     def _match(self, pattern: str, provider: str | None) -> w.Model | None:
         candidates = [m for m in self.models if provider is None or m.provider == provider]

@@ -321,7 +321,7 @@ class Session:
 
     def check_can_prompt(self) -> None:
         if self.model is None:
-            raise CommandError("No model selected")
+            raise CommandError(self.registry.no_model_reason())
         if self.registry.api_key(self.model.provider) is None:
             raise CommandError(f"No API key found for {self.model.provider}")
 
@@ -442,7 +442,7 @@ class Session:
                  ) -> tuple[Provider, ProviderRequest]:
         model = self.model
         if model is None:
-            raise CommandError("No model selected")
+            raise CommandError(self.registry.no_model_reason())
         request = ProviderRequest(
             model=model, system_prompt=system_prompt, messages=messages,
             tools=[ToolSpec(name=t.name, description=t.description, parameters=t.parameters)

@@ -173,3 +173,16 @@ async def test_cycles_with_nothing_to_cycle_are_null(tmp_path: Path) -> None:
         response = await client.request({"type": "cycle_model"})
     assert levels["data"] is None  # no model: no thinking levels to cycle
     assert response["data"] is None  # only one model
+
+
+def test_errors_say_what_is_unknown() -> None:
+    registry = ModelRegistry()
+    with pytest.raises(ConfigError, match=r"^Unknown thinking level 'ultra' in "
+                       r"'claude-opus-4-6:ultra' \(levels: off, minimal, low, medium, high, "
+                       r"xhigh, max\)$"):
+        registry.resolve_pattern("claude-opus-4-6:ultra")
+    with pytest.raises(ConfigError, match="^Model not found: nosuch:high$"):
+        registry.resolve_pattern("nosuch:high")
+    with pytest.raises(ConfigError, match=r"^Unknown provider 'nosuch' \(known: anthropic, "
+                       r"openai\)$"):
+        registry.check_provider("nosuch")

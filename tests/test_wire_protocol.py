@@ -37,7 +37,9 @@ async def test_no_model_is_null_and_prompt_is_refused(tmp_path: Path) -> None:
         probe = await client.request({"type": "get_state"})
     assert state["data"]["model"] is None
     assert prompt == {"id": prompt["id"], "type": "response", "command": "prompt",
-                      "success": False, "error": "No model selected"}
+                      "success": False, "error": (
+                          "No model selected: set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add "
+                          f"a provider to {tmp_path / 'agent' / 'models.json'}")}
     assert client.output[after:] == [probe]  # a refused prompt has no events
 
 
