@@ -182,8 +182,8 @@ class LiveSession:
 
     @property
     def empty(self) -> bool:
-        """The session holds nothing yet (no entry: no message, name or model change)."""
-        return self.session is not None and len(self.session.store) == 0
+        """The session holds no conversation yet (no message)."""
+        return self.session is not None and self.session.store.message_entries == 0
 
     def _idle_limit_s(self, idle_unload_s: float) -> float:
         return min(idle_unload_s, EMPTY_IDLE_UNLOAD_S) if self.empty else idle_unload_s

@@ -105,6 +105,7 @@ class SessionFile:
         self._size = 0
         self.write_error: str | None = None
         """Why the last write failed, until one succeeds."""
+        self.message_entries = 0
 
     # --- creating and opening ------------------------------------------------------------------
 
@@ -295,6 +296,8 @@ class SessionFile:
         if item.entry_id is not None:
             self.index[item.entry_id] = len(self._entries)
         self._entries.append(item)
+        if item.kind == "message":
+            self.message_entries += 1
 
     def append(self, entry_type: str, **fields: Any) -> Entry:
         """Append an entry as a child of the current leaf and return it; `PersistenceError`

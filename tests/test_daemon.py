@@ -395,6 +395,10 @@ async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Pa
             async with daemon.client() as third:
                 refused = await third.request("new_session")
         async with daemon.client() as fourth:  # the first two left: an idle one makes room
+            with trio.fail_after(10):  # once the daemon has seen them go
+                while any(s["clients"] for s in (  # noqa: ASYNC110 (asked over the protocol)
+                        await fourth.list_sessions())["sessions"]):
+                    await trio.sleep(0.01)
             await fourth.new_session()
             fresh = (await fourth.get_state())["sessionId"]
             listed = await fourth.list_sessions()

@@ -181,7 +181,7 @@ def test_errors_say_what_is_unknown() -> None:
                        r"'claude-opus-4-6:ultra' \(levels: off, minimal, low, medium, high, "
                        r"xhigh, max\)$"):
         registry.resolve_pattern("claude-opus-4-6:ultra")
-    with pytest.raises(ConfigError, match="^Model not found: nosuch:high$"):
+    with pytest.raises(ConfigError, match=r"^Model not found: nosuch:high$"):
         registry.resolve_pattern("nosuch:high")
     with pytest.raises(ConfigError, match=r"^Unknown provider 'nosuch' \(known: anthropic, "
                        r"openai\)$"):
