@@ -132,7 +132,8 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
                       api: str = "anthropic-messages", model: bool = True,
                       registry: ModelRegistry | None = None, persist: bool = True,
                       session_path: Path | None = None,
-                      plugins: list[PluginSource] | None = None) -> AsyncIterator[Client]:
+                      plugins: list[PluginSource] | None = None,
+                      allow_exhausted: bool = False) -> AsyncIterator[Client]:
     """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams."""
     cwd = tmp_path / "project"
     cwd.mkdir(exist_ok=True)
@@ -160,6 +161,8 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         yield client
         nursery.cancel_scope.cancel()
     check_requests(server.requests)
+    assert not server.exhausted or allow_exhausted, (
+        f"{server.exhausted} request(s) after the script's last reply")
 
 
 def stored_message(entry_id: str, parent: str | None, role: str, text: str, *,

@@ -139,10 +139,11 @@ VISIBLE = """(() => {
 })()"""
 
 
+@pytest.mark.skipif(find_chromium() is None,
+                    reason="chromium is not installed (.ci/run installs Debian's chromium)")
 async def test_the_page_in_headless_chromium(tmp_path: Path) -> None:
     binary = find_chromium()
-    if binary is None:
-        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium)")
+    assert binary is not None
     _, response = await exported_session(tmp_path)
     profile = tmp_path / "chromium-profile"
     profile.mkdir()

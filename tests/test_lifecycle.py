@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import trio
+import trio.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -106,7 +107,7 @@ async def drive(root: Path, plan: list[tuple[str, float]], replies: list[str]) -
                 await client.response(command_id)
             await quiesce(client)
             await client.request({"type": "get_state"})
-            await trio.sleep(0.05)  # nothing may follow the end
+            await trio.testing.wait_all_tasks_blocked()  # nothing may follow the end
             await client.request({"type": "get_state"})
         client.sent = sent  # type: ignore[attr-defined]
         return client

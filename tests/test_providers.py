@@ -16,6 +16,7 @@ import attrs
 import httpx
 import pytest
 import trio
+import trio.testing
 
 import forged
 import forged.client
@@ -84,7 +85,7 @@ async def test_the_scripted_server_speaks_http_with_retry_after() -> None:
     assert response.headers["retry-after"] == "7"
     assert response.json() == {"type": "error", "error": {"type": "rate_limit_error",
                                                           "message": "slow down"}}
-    assert exhausted.status_code == 500 and "script exhausted" in exhausted.text
+    assert exhausted.status_code == 400 and "script exhausted" in exhausted.text
     assert unknown.status_code == 404
     assert [r.path for r in server.requests] == ["/v1/messages", "/v1/chat/completions",
                                                  "/v2/other"]
@@ -92,10 +93,13 @@ async def test_the_scripted_server_speaks_http_with_retry_after() -> None:
 
 
 async def test_status_errors_carry_status_and_retry_after(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "settings.json").write_text('{"retry": {"enabled": false}}')
     async with open_client(tmp_path, [Reply(status=529, error_type="overloaded_error",
                                             error_message="Overloaded", retry_after=2)]
                            ) as client:
         await client.prompt_and_settle("hi")
+    assert len(client.server.requests) == 1
     message = client.events("message_end")[1]["message"]
     assert message["errorMessage"] == (
         '529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}')
@@ -138,7 +142,7 @@ async def test_a_hanging_provider_can_be_aborted(tmp_path: Path) -> None:
     async with open_client(tmp_path, [Reply(hang=True)]) as client:
         await client.request({"type": "prompt", "message": "hi"})
         await client.server.wait_for_requests(1)
-        await trio.sleep(0.1)
+        await trio.testing.wait_all_tasks_blocked()  # answered, and silent
         with trio.fail_after(2):
             await client.request({"type": "abort"})
             await client.settled()

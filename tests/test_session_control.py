@@ -33,19 +33,18 @@ def user_texts(body: dict[str, object]) -> list[str]:
 async def test_state_and_queue_are_answered_while_a_tool_runs(tmp_path: Path) -> None:
     replies = [Reply(content=[ScriptToolCall(name="bash", arguments={
         "command": "echo started; sleep 1; echo finished"})]),
-        Reply(content=[ScriptText(text="done")])]
+        Reply(content=[ScriptText(text="hi")]), Reply(content=[ScriptText(text="summary")])]
     async with open_client(tmp_path, replies) as client:
         await client.request({"type": "prompt", "message": "run it"})
         await client.wait_for(lambda e: e["type"] == "tool_execution_update")
-        started = trio.current_time()
         state = await client.request({"type": "get_state"})
         steer = await client.request({"type": "steer", "message": "then say hi"})
         follow = await client.request({"type": "follow_up", "message": "and summarize"})
         state_after = await client.request({"type": "get_state"})
-        answered_in = trio.current_time() - started
-        assert client.count("tool_execution_end") == 0  # the tool is still running
+        # Answered while the tool still runs: nothing waited for it.
+        assert client.count("tool_execution_end") == 0
         await client.settled()
-    assert answered_in < 0.5
+    assert len(client.server.requests) == 3  # the prompt's, the steering's, the follow-up's
     assert state["data"]["isStreaming"] is True
     assert steer["data"] == {"disposition": "queued"}
     assert follow["data"] == {"disposition": "queued"}
@@ -156,7 +155,8 @@ async def test_clear_queue_returns_and_drops_the_texts(tmp_path: Path) -> None:
 
 
 async def test_prompt_while_streaming_needs_streaming_behavior(tmp_path: Path) -> None:
-    async with open_client(tmp_path, [slow_text()]) as client:
+    async with open_client(tmp_path, [slow_text(), Reply(content=[ScriptText(text="ok")])]
+                           ) as client:
         await client.request({"type": "prompt", "message": "go"})
         await client.wait_for(lambda e: e["type"] == "message_update")
         refused = await client.request({"type": "prompt", "message": "again"})
@@ -174,13 +174,11 @@ async def test_abort_mid_stream_keeps_the_partial_message(tmp_path: Path) -> Non
         await client.request({"type": "prompt", "message": "go"})
         await client.wait_for(lambda e: e.get("assistantMessageEvent", {}).get("type")
                               == "text_delta")
-        before = trio.current_time()
-        abort = await client.request({"type": "abort"})
-        took = trio.current_time() - before
+        with trio.fail_after(10):  # a hang guard, not a timing
+            abort = await client.request({"type": "abort"})
         await client.settled()
         messages = await client.request({"type": "get_messages"})
         await client.prompt_and_settle("next")
-    assert took < 0.5
     assert abort["success"] is True
     tail = shapes(client)
     end = tail.index("response:abort")
@@ -204,11 +202,10 @@ async def test_abort_mid_tool_kills_the_process_group(tmp_path: Path) -> None:
         update = await client.wait_for(lambda e: e["type"] == "tool_execution_update")
         pgid = int(update["partialResult"]["content"][0]["text"].split()[0])
         assert pgid in live_group_members(pgid)  # the group is alive while the tool runs
-        before = trio.current_time()
-        abort = await client.request({"type": "abort"})
-        took = trio.current_time() - before
+        with trio.fail_after(10):  # a hang guard, not a timing
+            abort = await client.request({"type": "abort"})
         await client.settled()
-    assert abort["success"] is True and took < 1.0
+    assert abort["success"] is True
     assert live_group_members(pgid) == []
     end = client.events("tool_execution_end")[0]
     assert end["isError"] is True

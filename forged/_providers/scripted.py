@@ -369,6 +369,8 @@ class ScriptedServer:
         self.port = 0
         self.connections = 0
         """How many connections clients opened."""
+        self.exhausted = 0
+        """How many requests came after the last reply (answered 400)."""
         self._ids = _Ids()
         self._request_arrived = trio.Condition()
 
@@ -439,10 +441,13 @@ class ScriptedServer:
                 await stream.send_all(data)
 
         renderer = _RENDERERS.get(path, render_anthropic)
-        if path not in _RENDERERS or not self.replies:
-            known = path in _RENDERERS
-            reply = Reply(status=500 if known else 404,
-                          error_message="script exhausted" if known else "no such endpoint")
+        if path not in _RENDERERS:
+            reply = Reply(status=404, error_message="no such endpoint")
+        elif not self.replies:
+            # A client error, so nobody retries it: a script that ran out is a mistake to see.
+            self.exhausted += 1
+            reply = Reply(status=400, error_type="script_exhausted",
+                          error_message="script exhausted: no reply left for this request")
         else:
             reply = self.replies.popleft()
         if reply.silent:
