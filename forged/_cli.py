@@ -140,7 +140,10 @@ def config_show(argv: list[str]) -> int:
 
     args = build_config_parser().parse_args(argv)
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
-    rows = Settings(agent_dir(), cwd).explain()
+    settings = Settings(agent_dir(), cwd)
+    if settings.project_untrusted_note:
+        print(f"forged: {settings.project_untrusted_note}", file=sys.stderr)
+    rows = settings.explain()
     if args.json:
         for key, value, source in rows:
             print(orjson.dumps({"key": key, "value": value, "source": source}).decode())

@@ -150,7 +150,9 @@ def session_config(options: Options, models: Models) -> SessionConfig:
     directory = agent_dir()
     registry = models.registry
     registry.check_provider(models.provider)
-    settings = Settings(directory, options.cwd)
+    settings = Settings(directory, options.cwd, trust_project=options.trust_project)
+    if settings.project_untrusted_note:
+        print(f"forged: {settings.project_untrusted_note}", file=sys.stderr)
     level = str(settings.get("defaultThinkingLevel", "medium"))
     if level not in w.THINKING_LEVELS:
         level = "medium"
@@ -170,8 +172,7 @@ def session_config(options: Options, models: Models) -> SessionConfig:
                          keep_model=options.model is not None, settings=settings,
                          model_scope=options.models, extra=options.extra,
                          plugins=discover_plugins(options.cwd, directory, settings,
-                                                  extra=options.plugins,
-                                                  trust_project=options.trust_project),
+                                                  extra=options.plugins),
                          interactive=options.interactive)
 
 

@@ -127,14 +127,6 @@ def _plugin_files(folder: Path) -> list[Path]:
                        or (entry / "__init__.py").is_file()))
 
 
-def is_trusted(cwd: Path, settings: Settings) -> bool:
-    listed = settings.global_value("trustedProjects")
-    if not isinstance(listed, list):
-        return False
-    trusted = {Path(item).expanduser().resolve() for item in listed if isinstance(item, str)}
-    return any(folder in trusted for folder in (cwd, *cwd.parents))
-
-
 _installed: tuple[tuple[tuple[str, int], ...], list[PluginSource]] | None = None
 
 
@@ -163,14 +155,13 @@ def _package_plugins() -> list[PluginSource]:
 
 
 def discover_plugins(cwd: Path, agent_dir: Path, settings: Settings, *,
-                     extra: Sequence[Path] = (), trust_project: bool = False
-                     ) -> list[PluginSource]:
+                     extra: Sequence[Path] = ()) -> list[PluginSource]:
     """Every plugin to load for a session in `cwd` (see the module docstring)."""
     found = list(_package_plugins())
     candidates: list[tuple[Path, Scope]] = [
         (path, "user") for path in _plugin_files(agent_dir / "plugins")]
     project_plugins = _plugin_files(cwd / PROJECT_DIR / "agent" / "plugins")
-    if project_plugins and (trust_project or is_trusted(cwd, settings)):
+    if project_plugins and settings.project_trusted:
         candidates += [(path, "project") for path in project_plugins]
     elif project_plugins:
         print(f"forged: not loading {len(project_plugins)} plugin(s) of {cwd}: the project "

@@ -128,8 +128,9 @@ def origins(kind: str, settings_key: str, cwd: Path, agent_dir: Path, settings: 
             extra: Sequence[Path]) -> list[Origin]:
     """The project's ``.agent-forge/agent/<kind>``, the user's ``<agentDir>/<kind>``, then the
     paths in the settings key (relative to the file's folder), then `extra`."""
-    found = [Origin(path=cwd / PROJECT_DIR / "agent" / kind, scope="project"),
-             Origin(path=agent_dir / kind, scope="user")]
+    found = [Origin(path=agent_dir / kind, scope="user")]
+    if settings.project_trusted:  # else the project's own are code from the repository
+        found.insert(0, Origin(path=cwd / PROJECT_DIR / "agent" / kind, scope="project"))
     layers: list[tuple[Scope, Path, Any]] = [
         ("project", cwd / PROJECT_DIR, settings.project_value(settings_key)),
         ("user", agent_dir, settings.global_value(settings_key))]
@@ -463,6 +464,9 @@ class Resources:
              extra: ExtraPaths | None = None) -> Resources:
         extra = extra or ExtraPaths()
         project = cwd / PROJECT_DIR
+        # An untrusted project's own system prompts are left out: instructions from the
+        # repository (its AGENTS.md is read as context, as everywhere).
+        prompts_from = [project / "agent", project] if settings.project_trusted else []
         return cls(
             cwd=cwd, agent_dir=agent_dir,
             skills=load_skills(origins("skills", "skills", cwd, agent_dir, settings,
@@ -470,13 +474,12 @@ class Resources:
             templates=load_prompt_templates(origins("prompts", "prompts", cwd, agent_dir,
                                                     settings, extra.prompt_templates)),
             base_prompt=(_text_or_file(extra.system_prompt) if extra.system_prompt else
-                         _first_file(project / "agent" / "SYSTEM.md", project / "SYSTEM.md",
-                                     agent_dir / "SYSTEM.md")),
+                         _first_file(*(folder / "SYSTEM.md"
+                                       for folder in [*prompts_from, agent_dir]))),
             append_prompt=(_text_or_file(extra.append_system_prompt)
                            if extra.append_system_prompt else
-                           _first_file(project / "agent" / "APPEND_SYSTEM.md",
-                                       project / "APPEND_SYSTEM.md",
-                                       agent_dir / "APPEND_SYSTEM.md")))
+                           _first_file(*(folder / "APPEND_SYSTEM.md"
+                                         for folder in [*prompts_from, agent_dir]))))
 
     def expand(self, text: str) -> str:
         """A prompt's text with ``/skill:name`` and then ``/template`` expanded."""

@@ -1,12 +1,12 @@
 """settings.json: the user's defaults, and the choices forged remembers for them.
 
-The global file is ``<agentDir>/settings.json``; a project's ``<cwd>/.agent-forge/settings.json``
-overrides it key by key (objects merged one level deep). forged writes only the global file,
-and only the keys it changed: the file is read again, those keys replaced, and the result
-written to a temporary file that is renamed over the old one, under a lock on
-``settings.json.lock``, so a crash or another writer never leaves half a file or loses a key.
-Keys forged does not know are kept as they are; a file that cannot be read is never
-written.
+The global file is ``<agentDir>/settings.json``; a trusted project's
+``<cwd>/.agent-forge/settings.json`` overrides it key by key (objects merged one level deep).
+forged writes only the global file, and only the keys it changed: the file is read again,
+those keys replaced, and the result written to a temporary file that is renamed over the
+old one, under a lock on ``settings.json.lock``, so a crash or another writer never leaves
+half a file or loses a key. Keys forged does not know are kept as they are; a file that
+cannot be read is never written.
 """
 
 from __future__ import annotations
@@ -88,12 +88,37 @@ def apply_section(target: object, section: object, keys: Mapping[str, str]) -> N
             setattr(target, name, value)
 
 
+def _listed(cwd: Path, trusted: Any) -> bool:
+    """`cwd` is in, or below, a folder of the ``trustedProjects`` list."""
+    if not isinstance(trusted, list):
+        return False
+    folders = {Path(item).expanduser().resolve() for item in trusted if isinstance(item, str)}
+    return any(folder in folders for folder in (cwd, *cwd.parents))
+
+
 class Settings:
-    def __init__(self, agent_dir: Path, cwd: Path | None = None) -> None:
+    """The global settings and, for a trusted project, the project's over them.
+
+    A project's ``.agent-forge/`` is code and instructions from whoever wrote the repository:
+    its settings (a ``shellPath`` runs), skills, templates, system prompts and plugins count
+    only when the project is trusted: listed in the global ``trustedProjects`` (a project
+    cannot trust itself), or the session was started with ``--trust-project``."""
+
+    def __init__(self, agent_dir: Path, cwd: Path | None = None, *,
+                 trust_project: bool = False) -> None:
         self.path = agent_dir / "settings.json"
         self.project_path = cwd / PROJECT_DIR / "settings.json" if cwd is not None else None
         self._global = _read(self.path) or {}
-        self._project = (_read(self.project_path) or {}) if self.project_path else {}
+        self.project_trusted = cwd is not None and (trust_project or _listed(
+            cwd, self._global.get("trustedProjects")))
+        self.project_untrusted_note: str | None = None
+        """Why the project's own files were skipped, when they were."""
+        if cwd is not None and not self.project_trusted and (cwd / PROJECT_DIR).is_dir():
+            self.project_untrusted_note = (
+                f"{cwd / PROJECT_DIR} skipped: the project is not trusted (add it to "
+                "trustedProjects in the global settings.json, or pass --trust-project)")
+        self._project = ((_read(self.project_path) or {})
+                         if self.project_path and self.project_trusted else {})
         self.merged = merge(self._global, self._project)
 
     def get(self, key: str, default: Any = None) -> Any:

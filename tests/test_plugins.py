@@ -345,8 +345,8 @@ def test_discovery_and_trust(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     (site / "fancy_plugin.py").write_text(PLUGIN_FILE.format(name="fancy"))
     monkeypatch.syspath_prepend(str(site))
 
-    def found(**kwargs: Any) -> list[tuple[str, str, str]]:
-        settings = Settings(agent_dir, cwd)
+    def found(trust_project: bool = False, **kwargs: Any) -> list[tuple[str, str, str]]:
+        settings = Settings(agent_dir, cwd, trust_project=trust_project)
         return [(s.id, s.scope, s.origin)
                 for s in discover_plugins(cwd, agent_dir, settings, **kwargs)]
 

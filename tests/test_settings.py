@@ -56,7 +56,7 @@ def test_the_project_file_wins_key_by_key(tmp_path: Path) -> None:
     project = tmp_path / "project" / ".agent-forge"
     project.mkdir(parents=True)
     (project / "settings.json").write_text(json.dumps({"compaction": {"enabled": False}}))
-    settings = Settings(tmp_path / "agent", tmp_path / "project")
+    settings = Settings(tmp_path / "agent", tmp_path / "project", trust_project=True)
     assert settings.get("compaction") == {"enabled": False, "reserveTokens": 1}
     assert settings.get("steeringMode") == "all"
     settings.remember(steeringMode="one-at-a-time")
@@ -78,7 +78,8 @@ def test_a_malformed_file_is_ignored(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_config_show_names_where_each_value_came_from(tmp_path: Path) -> None:
     (tmp_path / "agent").mkdir()
     (tmp_path / "agent" / "settings.json").write_text(json.dumps(
-        {"retry": {"maxRetries": 5, "baseDelayMs": 100}, "theme": "dark"}))
+        {"retry": {"maxRetries": 5, "baseDelayMs": 100}, "theme": "dark",
+         "trustedProjects": [str(tmp_path / "project")]}))
     project = tmp_path / "project" / ".agent-forge"
     project.mkdir(parents=True)
     (project / "settings.json").write_text(json.dumps({"retry": {"baseDelayMs": 10},
@@ -114,7 +115,7 @@ def test_a_malformed_project_file_is_reported_and_the_global_one_still_counts(
     project = tmp_path / "project" / ".agent-forge"
     project.mkdir(parents=True)
     (project / "settings.json").write_text("[1, 2")
-    settings = Settings(tmp_path / "agent", tmp_path / "project")
+    settings = Settings(tmp_path / "agent", tmp_path / "project", trust_project=True)
     assert settings.get("steeringMode") == "all"
     assert str(project / "settings.json") in capsys.readouterr().err
 
