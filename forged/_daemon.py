@@ -56,6 +56,7 @@ from ._dispatch import Dispatcher
 from ._errors import ConfigError
 from ._hub import (
     COMMAND_QUEUE_SIZE,
+    EMPTY_IDLE_UNLOAD_S,
     IDLE_UNLOAD_S,
     MAX_LIVE_SESSIONS,
     PEER_QUEUE_BYTES,
@@ -353,6 +354,7 @@ class ServeOptions:
     drain_grace_s: float | None = None
     queue_limit_bytes: int = PEER_QUEUE_BYTES
     max_live_sessions: int | None = None
+    empty_unload_s: float = EMPTY_IDLE_UNLOAD_S
 
 
 def _daemon_setting(key: str, default: float) -> float:
@@ -409,7 +411,8 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                 async with trio.open_nursery() as sessions_nursery:
                     hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,
                               queue_limit_bytes=serve.queue_limit_bytes,
-                              max_live_sessions=max_live_sessions)
+                              max_live_sessions=max_live_sessions,
+                              empty_unload_s=serve.empty_unload_s)
                     hub.default_cwd = options.cwd
                     async with trio.open_nursery() as peers_nursery:
                         async with trio.open_nursery() as listen_nursery:

@@ -185,10 +185,7 @@ class LiveSession:
         """The session holds no conversation yet (no message)."""
         return self.session is not None and self.session.store.message_entries == 0
 
-    def _idle_limit_s(self, idle_unload_s: float) -> float:
-        return min(idle_unload_s, EMPTY_IDLE_UNLOAD_S) if self.empty else idle_unload_s
-
-    async def serve(self, idle_unload_s: float, *,
+    async def serve(self, idle_unload_s: float, empty_unload_s: float = EMPTY_IDLE_UNLOAD_S, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the session until it has been idle with no client for `idle_unload_s`, or
         `unload_scope` is cancelled; its file is closed either way."""
@@ -198,8 +195,9 @@ class LiveSession:
                 await live_nursery.start(self.session.serve)
                 task_status.started()
                 idle_for = 0.0
-                step = max(0.01, min(idle_unload_s / 10, EMPTY_IDLE_UNLOAD_S / 10, 5.0))
-                while idle_for < self._idle_limit_s(idle_unload_s):
+                step = max(0.01, min(idle_unload_s / 10, empty_unload_s / 10, 5.0))
+                while idle_for < (min(idle_unload_s, empty_unload_s) if self.empty
+                                  else idle_unload_s):
                     await trio.sleep(step)
                     idle_for = idle_for + step if self.idle else 0.0
                 log(f"unloading session {self.id}: idle for {idle_for:g} s")
@@ -226,11 +224,13 @@ class Hub:
 
     def __init__(self, make_config: Callable[[SessionRequest], SessionConfig],
                  nursery: trio.Nursery, *, idle_unload_s: float = IDLE_UNLOAD_S,
+                 empty_unload_s: float = EMPTY_IDLE_UNLOAD_S,
                  queue_limit_bytes: int = PEER_QUEUE_BYTES,
                  max_live_sessions: int = MAX_LIVE_SESSIONS) -> None:
         self._make_config = make_config
         self._nursery = nursery
         self.idle_unload_s = idle_unload_s
+        self.empty_unload_s = empty_unload_s
         self.max_live_sessions = max_live_sessions
         self.queue_limit_bytes = queue_limit_bytes
         self.live: list[LiveSession] = []
@@ -309,7 +309,8 @@ class Hub:
 
         async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
             try:
-                await live.serve(self.idle_unload_s, task_status=task_status)
+                await live.serve(self.idle_unload_s, self.empty_unload_s,
+                                 task_status=task_status)
             finally:
                 if live in self.live:
                     self.live.remove(live)

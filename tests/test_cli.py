@@ -122,3 +122,15 @@ async def test_ctrl_c_aborts_writes_the_closing_events_and_exits_130(
         assert events[-4:] == ["message_end", "turn_end", "agent_end", "agent_settled"]
         assert events.count("agent_start") == 1  # the second message was not sent
     assert stored_user_texts(tmp_path) == ["first"]
+
+
+@pytest.mark.parametrize("session", ["a-folder/", "*", "./main.py"])
+async def test_a_bad_session_option_is_one_line_not_a_traceback(tmp_path: Path,
+                                                                session: str) -> None:
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "main.py").write_text("print('hello')\n")
+    result = await run_forged(tmp_path, ["--mode", "rpc", "--session", session], [])
+    assert result.returncode == 1
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith("forged: ") and "Traceback" not in line
+    assert (tmp_path / "main.py").read_text() == "print('hello')\n"

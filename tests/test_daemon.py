@@ -534,3 +534,19 @@ async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path:
     assert named["sessionFile"] == str(tmp_path / "project" / "kept.jsonl")
     assert "sessionFile" not in memory
     assert continued["sessionId"] == recent
+
+
+async def test_a_dropped_connections_empty_session_goes_soon_a_conversation_stays(
+        tmp_path: Path) -> None:
+    async with open_daemon(tmp_path, [DONE], empty_unload_s=0.2) as daemon:
+        async with daemon.client() as talker, daemon.client() as dropped:
+            await talker.new_session()
+            await talker.prompt_and_wait("hello")
+            kept = (await talker.get_state())["sessionId"]
+            await dropped.new_session()
+        async with daemon.client() as watcher:
+            with trio.fail_after(10):
+                while len((await watcher.list_sessions())["sessions"]) > 1:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+            remaining = [s["sessionId"] for s in (await watcher.list_sessions())["sessions"]]
+    assert remaining == [kept]  # 1800 s for it; the empty one went after 0.2 s
