@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,16 @@ def register(api):
 PWD = Reply(content=[ScriptToolCall(name="bash", id="pwd", arguments={"command": "pwd"})],
             delay_ms=300)
 DONE = Reply(content=[ScriptText(text="done")])
+
+
+async def until_sessions(client: Client, done: Callable[[list[Event]], bool],
+                         timeout_s: float = 10) -> list[Event]:
+    """The daemon's live sessions, asked again (as a client can only ask) until `done`
+    accepts them; a hang guard of `timeout_s`."""
+    with trio.fail_after(timeout_s):
+        while not done(sessions := (await client.list_sessions())["sessions"]):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    return sessions
 
 
 async def collect_until_settled(client: Client) -> list[Event]:
@@ -265,9 +276,7 @@ async def test_a_session_left_idle_with_no_client_is_unloaded(tmp_path: Path) ->
         assert [s["sessionId"] for s in (await client.list_sessions())["sessions"]] == [
             session_id]  # attached: it stays
         await client.detach()
-        with trio.fail_after(5):
-            while (await client.list_sessions())["sessions"]:  # noqa: ASYNC110 (asked over
-                await trio.sleep(0.05)                            # the protocol, as a client)
+        await until_sessions(client, lambda sessions: not sessions)
         stored = (await client.list_sessions())["stored"]
         assert [s["sessionId"] for s in stored] == [session_id]
         resumed = await client.attach(session_id)  # back from its file
@@ -395,10 +404,8 @@ async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Pa
             async with daemon.client() as third:
                 refused = await third.request("new_session")
         async with daemon.client() as fourth:  # the first two left: an idle one makes room
-            with trio.fail_after(10):  # once the daemon has seen them go
-                while any(s["clients"] for s in (  # noqa: ASYNC110 (asked over the protocol)
-                        await fourth.list_sessions())["sessions"]):
-                    await trio.sleep(0.01)
+            await until_sessions(  # once the daemon has seen them go
+                fourth, lambda sessions: not any(s["clients"] for s in sessions))
             await fourth.new_session()
             fresh = (await fourth.get_state())["sessionId"]
             listed = await fourth.list_sessions()
@@ -433,10 +440,8 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert bridge.stdin is not None and bridge.stdout is not None
         await bridge.stdin.send_all(b'{"type":"prompt","message":"flood"}\n')
-        with trio.fail_after(20):  # nobody reads the bridge: the daemon cuts it off
-            while [s["clients"] for s in (  # noqa: ASYNC110 (asked over the protocol)
-                    await watcher.list_sessions())["sessions"]] != [0]:
-                await trio.sleep(0.01)
+        await until_sessions(  # nobody reads the bridge: the daemon cuts it off
+            watcher, lambda sessions: [s["clients"] for s in sessions] == [0], timeout_s=20)
         output = bytearray()
         with trio.fail_after(20):
             while data := await bridge.stdout.receive_some(1 << 20):
@@ -545,8 +550,5 @@ async def test_a_dropped_connections_empty_session_goes_soon_a_conversation_stay
             kept = (await talker.get_state())["sessionId"]
             await dropped.new_session()
         async with daemon.client() as watcher:
-            with trio.fail_after(10):
-                while len((await watcher.list_sessions())["sessions"]) > 1:  # noqa: ASYNC110
-                    await trio.sleep(0.05)
-            remaining = [s["sessionId"] for s in (await watcher.list_sessions())["sessions"]]
-    assert remaining == [kept]  # 1800 s for it; the empty one went after 0.2 s
+            remaining = await until_sessions(watcher, lambda sessions: len(sessions) == 1)
+    assert [s["sessionId"] for s in remaining] == [kept]  # the empty one went after 0.2 s
