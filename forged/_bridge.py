@@ -130,7 +130,7 @@ def serve(args: argparse.Namespace) -> int:
 # --- status ------------------------------------------------------------------------------------
 
 async def status(socket_path: Path | None) -> int:
-    from ._transports.unix import default_socket_path
+    from ._paths import default_socket_path
     from .client import Client
 
     path = socket_path or default_socket_path()
@@ -156,7 +156,7 @@ async def status(socket_path: Path | None) -> int:
 
 def connect(args: argparse.Namespace, argv: list[str]) -> int:
     from ._cli import _reserve_stdout
-    from ._transports.unix import default_socket_path
+    from ._paths import default_socket_path
 
     path = args.socket or default_socket_path()
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
@@ -189,7 +189,7 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
 
 
 async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
-    from ._transports.unix import open_daemon_socket
+    from ._paths import open_daemon_socket
 
     try:
         return await open_daemon_socket(path)
@@ -208,7 +208,7 @@ async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
 
 def _start_daemon(argv: list[str], path: Path) -> Path:
     """Start a daemon that outlives this process, logging beside its socket."""
-    from ._transports.unix import runtime_dir
+    from ._paths import runtime_dir
 
     log_path = runtime_dir(path) / "forged.log"
     with open(log_path, "ab") as log:

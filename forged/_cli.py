@@ -135,7 +135,7 @@ def build_config_parser() -> argparse.ArgumentParser:
 
 
 def config_show(argv: list[str]) -> int:
-    from ._models import agent_dir
+    from ._paths import agent_dir
     from ._settings import Settings
 
     args = build_config_parser().parse_args(argv)

@@ -62,16 +62,16 @@ from ._hub import (
     PEER_QUEUE_BYTES,
     Hub,
     SessionRequest,
-    log,
 )
 from ._jsonl import encode_line
-from ._models import SCRIPTED_PROVIDER, ModelRegistry, agent_dir, clamp_level, register_scripted
+from ._log import log
+from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scripted
+from ._paths import agent_dir, default_socket_path, runtime_dir, session_dir_for
 from ._plugins import discover_plugins
 from ._providers import load_providers
 from ._resources import ExtraPaths
 from ._session import Session, SessionConfig
 from ._settings import Settings
-from ._store import session_dir_for
 
 SHUTDOWN_GRACE_S = 2.5
 
@@ -370,7 +370,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     then drain: stop accepting, let runs finish for the grace period, abort the rest (their
     closing events are written), flush every client and session file, and return. `models`
     replaces loading them from the options."""
-    from ._transports.unix import bind_unix, default_socket_path, runtime_dir
+    from ._transports.unix import bind_unix
 
     idle_unload_s = serve.idle_unload_s if serve.idle_unload_s is not None else (
         _daemon_setting("idleUnloadSeconds", IDLE_UNLOAD_S))

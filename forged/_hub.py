@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import datetime
 import glob
-import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -34,9 +33,9 @@ from ._connection import Incoming, Outbox
 from ._dispatch import Dispatcher
 from ._errors import CommandError, ForgedError
 from ._jsonl import encode_line
-from ._models import agent_dir
+from ._log import log
+from ._paths import agent_dir, session_dir_for
 from ._session import Session, SessionConfig
-from ._store import session_dir_for
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
@@ -51,10 +50,6 @@ BURST_FACTOR = 4
 MAX_LIVE_SESSIONS = 64
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
 COMMAND_QUEUE_SIZE = 256
-
-
-def log(message: str) -> None:
-    print(f"forged: {message}", file=sys.stderr, flush=True)
 
 
 class Peer:

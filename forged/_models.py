@@ -16,6 +16,7 @@ import orjson
 from . import _codec
 from . import _wire as w
 from ._errors import ConfigError, WireError
+from ._paths import agent_dir
 from ._providers import APIS
 
 LEVELS: list[str] = list(w.THINKING_LEVELS)
@@ -123,13 +124,6 @@ class ProviderDefinition:
 @attrs.define(kw_only=True)
 class ModelsFile:
     providers: dict[str, ProviderDefinition] = attrs.field(factory=dict)
-
-
-def agent_dir() -> Path:
-    configured = os.environ.get("AGENT_FORGE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    return Path.home() / ".agent-forge" / "agent"
 
 
 def resolve_value(value: str | None) -> str | None:

@@ -37,6 +37,7 @@ from ._errors import CommandError, PersistenceError, ProviderError
 from ._jsonl import encode_line
 from ._loop import describe_failure, is_cancellation, run_agent
 from ._models import ModelRegistry, clamp_level, supported_levels
+from ._paths import rewrite, session_dir_for
 from ._plugins import PluginCommand, Plugins, PluginSource
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._providers.base import now_ms
@@ -50,7 +51,7 @@ from ._stats import (
     session_stats,
     usage_tokens,
 )
-from ._store import SESSION_START, SessionFile, rewrite, session_dir_for
+from ._store import SESSION_START, SessionFile
 from ._tools import BUILTIN_TOOLS, Tool
 from ._tools.base import ScratchDir, Shell
 from ._tools.bash import run_direct

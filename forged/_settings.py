@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ._store import rewrite
+from ._paths import rewrite
 
 PROJECT_DIR = ".agent-forge"
 

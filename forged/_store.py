@@ -39,6 +39,7 @@ import orjson
 from . import _wire as w
 from ._errors import CommandError, PersistenceError
 from ._jsonl import encode_line
+from ._paths import fsync_directory, rewrite
 
 SESSION_VERSION = 3
 FSYNCED_ROLES = ("user", "assistant")
@@ -55,12 +56,6 @@ class SessionLockedError(CommandError):
 def iso_now() -> str:
     now = datetime.datetime.now(datetime.UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
-
-
-def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
-    """``<agentDir>/sessions/--<cwd with / as ->--`` (DECISIONS.md §5)."""
-    encoded = str(cwd).lstrip("/").replace("/", "-").replace(":", "-")
-    return agent_dir / "sessions" / f"--{encoded}--"
 
 
 def new_file_name(timestamp: str, session_id: str) -> str:
@@ -343,7 +338,7 @@ class SessionFile:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o600)
         try:
             self._write(b"".join(lines))
-            _fsync_directory(self.path.parent)
+            fsync_directory(self.path.parent)
         except OSError:
             os.close(self._fd)
             self._fd, self._size = None, 0
@@ -483,27 +478,6 @@ def migrate(data: bytes) -> bytes:
     return b"".join(encode_line(line) for line in [header, *entries])
 
 
-def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace the file at `path` with `data`: a temporary file beside it, fsynced, renamed
-    over it, and the directory fsynced. A failure leaves `path` as it was and no temporary
-    file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)  # a failed write leaves nothing behind
-        raise
-    _fsync_directory(path.parent)
-
-
 def _is_json(line: bytes) -> bool:
     try:
         orjson.loads(line)
@@ -575,14 +549,6 @@ def _unlock(path: Path, fd: int) -> None:
     except OSError:
         pass
     os.close(fd)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def entry_tree(store: SessionFile) -> list[w.TreeNode]:

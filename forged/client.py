@@ -65,7 +65,7 @@ class Client:
         """A connection to the daemon's socket (default: where ``forged serve`` puts it),
         once its folder and its process are known to be the user's (`forged.ConfigError`
         otherwise)."""
-        from ._transports.unix import default_socket_path, open_daemon_socket
+        from ._paths import default_socket_path, open_daemon_socket
 
         stream = await open_daemon_socket(Path(path) if path else default_socket_path())
         async with stream, cls._over_stream(stream) as client:

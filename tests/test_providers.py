@@ -281,3 +281,12 @@ async def test_a_refused_connection_is_a_retryable_error(tmp_path: Path) -> None
         await client.request({"type": "abort"})
         await client.settled()
     assert started["errorMessage"].startswith("Connection error: ")
+
+
+def test_the_client_loads_no_server_module() -> None:
+    code = ("import sys, forged.client, forged._paths\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('forged'))))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                            text=True).stdout.split()
+    assert loaded == ["forged", "forged._errors", "forged._jsonl", "forged._paths",
+                      "forged.client"]

@@ -10,8 +10,8 @@ import pytest
 
 from forged._daemon import Options, find_session
 from forged._errors import ConfigError
+from forged._paths import session_dir_for
 from forged._providers.scripted import Reply, ScriptText
-from forged._store import session_dir_for
 
 from .harness import open_client
 

@@ -11,8 +11,9 @@ import orjson
 import pytest
 
 from forged._errors import CommandError, PersistenceError
+from forged._paths import session_dir_for
 from forged._session import open_or_create
-from forged._store import SessionFile, SessionLockedError, session_dir_for
+from forged._store import SessionFile, SessionLockedError
 
 
 def lines(path: Path) -> list[dict[str, object]]:

@@ -3,10 +3,7 @@
 The socket lives in a folder only that user may enter (0700) and is itself 0600; beyond the
 file modes, each peer's uid is read with ``SO_PEERCRED`` and any other user is refused.
 
-The folder is ``$XDG_RUNTIME_DIR/forged``, else ``/tmp/forged-<uid>/forged``: in ``/tmp``
-another user could make the folder first, so a folder (and the fallback's parent) that is not
-the user's own, not a real folder, or open to others is refused by the daemon and by every
-client alike; a client also checks, with ``SO_PEERCRED``, that the daemon is the user's.
+Where the socket lives, and how its folder is kept safe, is `forged._paths`.
 """
 
 from __future__ import annotations
@@ -15,7 +12,6 @@ import contextlib
 import os
 import socket
 import stat
-import struct
 from pathlib import Path
 
 import trio
@@ -24,63 +20,10 @@ from .. import _codec
 from .. import _wire as w
 from .._connection import Incoming, serve_reader, write_now_to
 from .._errors import ConfigError
-from .._hub import Hub, log
+from .._hub import Hub
 from .._jsonl import encode_line
-
-
-def fallback_runtime() -> Path:
-    return Path(f"/tmp/forged-{os.getuid()}")
-
-
-def default_socket_path() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or str(fallback_runtime())
-    return Path(runtime) / "forged" / "forged.sock"
-
-
-def check_folder(folder: Path) -> None:
-    """`ConfigError` unless `folder` is a real folder (no symbolic link) of this user that
-    no other user may enter; `OSError` when there is none."""
-    info = os.lstat(folder)  # FileNotFoundError: no daemon made it (yet)
-    if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"refusing {folder}: not a folder (a symbolic link?)")
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"refusing {folder}: it belongs to uid {info.st_uid}, not to uid "
-                          f"{os.getuid()}; another user may have made it")
-    if info.st_mode & 0o077:
-        raise ConfigError(f"refusing {folder}: other users may enter it (mode "
-                          f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
-
-
-def _guarded_folders(socket_path: Path) -> list[Path]:
-    folder = socket_path.parent
-    return [folder.parent, folder] if folder.parent == fallback_runtime() else [folder]
-
-
-def runtime_dir(socket_path: Path) -> Path:
-    """The socket's folder (the WebSocket token lives there too), made 0700 if needed; a
-    `ConfigError` if it, or the ``/tmp`` fallback's parent, is not safely the user's."""
-    folders = _guarded_folders(socket_path)
-    folders[0].parent.mkdir(parents=True, exist_ok=True)
-    for folder in folders:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-        check_folder(folder)
-    return socket_path.parent
-
-
-async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
-    """A connection to the daemon at `socket_path`, after checking its folder is the
-    user's and that the process listening is the user's (``SO_PEERCRED``); `ConfigError`
-    otherwise, `OSError` when nothing listens."""
-    for folder in _guarded_folders(socket_path):
-        check_folder(folder)
-    stream = await trio.open_unix_socket(str(socket_path))
-    uid = peer_uid(stream)
-    if uid != os.getuid():
-        await stream.aclose()
-        raise ConfigError(f"refusing the daemon on {socket_path}: it runs as uid {uid}, "
-                          f"not uid {os.getuid()}")
-    return stream
+from .._log import log
+from .._paths import peer_uid, runtime_dir
 
 
 def bind_unix(path: Path) -> trio.socket.SocketType:
@@ -108,13 +51,6 @@ def bind_unix(path: Path) -> trio.socket.SocketType:
     os.chmod(path, 0o600)
     sock.listen(128)
     return trio.socket.from_stdlib_socket(sock)
-
-
-def peer_uid(stream: trio.SocketStream) -> int:
-    creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                     struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return int(uid)
 
 
 async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:

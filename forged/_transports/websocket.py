@@ -35,9 +35,10 @@ from trio_websocket import (
 from .. import _wire as w
 from .._connection import Incoming, parse_line
 from .._errors import ConfigError
-from .._hub import Hub, log
+from .._hub import Hub
 from .._jsonl import MAX_LINE_BYTES
-from .unix import default_socket_path, runtime_dir
+from .._log import log
+from .._paths import default_socket_path, runtime_dir
 
 MAX_MESSAGE_BYTES = MAX_LINE_BYTES
 TOKEN_FILE = "ws-token"

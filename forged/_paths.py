@@ -1,0 +1,132 @@
+"""Where forged keeps things, how to reach the daemon safely, and the one way it replaces a
+file. Low in the house: it imports nothing of forged but the exception tree.
+
+- ``<agentDir>``: ``$AGENT_FORGE_DIR``, else ``~/.agent-forge/agent``; sessions under
+  ``<agentDir>/sessions/--<cwd with / as ->--``.
+- The daemon's folder: ``$XDG_RUNTIME_DIR/forged``, else ``/tmp/forged-<uid>/forged``. In
+  ``/tmp`` another user could make the folder first, so a folder (and the fallback's parent)
+  that is not the user's own, not a real folder, or open to others is refused by the daemon
+  and by every client alike; a client also checks, with ``SO_PEERCRED``, that the daemon is
+  the user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import struct
+from pathlib import Path
+
+import trio
+
+from ._errors import ConfigError
+
+
+def agent_dir() -> Path:
+    configured = os.environ.get("AGENT_FORGE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".agent-forge" / "agent"
+
+
+def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
+    """``<agentDir>/sessions/--<cwd with / as ->--``."""
+    encoded = str(cwd).lstrip("/").replace("/", "-").replace(":", "-")
+    return agent_dir / "sessions" / f"--{encoded}--"
+
+
+# --- the daemon's folder -----------------------------------------------------------------------
+
+def fallback_runtime() -> Path:
+    return Path(f"/tmp/forged-{os.getuid()}")
+
+
+def default_socket_path() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or str(fallback_runtime())
+    return Path(runtime) / "forged" / "forged.sock"
+
+
+def check_folder(folder: Path) -> None:
+    """`ConfigError` unless `folder` is a real folder (no symbolic link) of this user that
+    no other user may enter; `OSError` when there is none."""
+    info = os.lstat(folder)  # FileNotFoundError: no daemon made it (yet)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"refusing {folder}: not a folder (a symbolic link?)")
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"refusing {folder}: it belongs to uid {info.st_uid}, not to uid "
+                          f"{os.getuid()}; another user may have made it")
+    if info.st_mode & 0o077:
+        raise ConfigError(f"refusing {folder}: other users may enter it (mode "
+                          f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
+
+
+def _guarded_folders(socket_path: Path) -> list[Path]:
+    folder = socket_path.parent
+    return [folder.parent, folder] if folder.parent == fallback_runtime() else [folder]
+
+
+def runtime_dir(socket_path: Path) -> Path:
+    """The socket's folder (the WebSocket token lives there too), made 0700 if needed; a
+    `ConfigError` if it, or the ``/tmp`` fallback's parent, is not safely the user's."""
+    folders = _guarded_folders(socket_path)
+    folders[0].parent.mkdir(parents=True, exist_ok=True)
+    for folder in folders:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+        check_folder(folder)
+    return socket_path.parent
+
+
+def peer_uid(stream: trio.SocketStream) -> int:
+    creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                     struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return int(uid)
+
+
+async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
+    """A connection to the daemon at `socket_path`, after checking its folder is the
+    user's and that the process listening is the user's (``SO_PEERCRED``); `ConfigError`
+    otherwise, `OSError` when nothing listens."""
+    for folder in _guarded_folders(socket_path):
+        check_folder(folder)
+    stream = await trio.open_unix_socket(str(socket_path))
+    uid = peer_uid(stream)
+    if uid != os.getuid():
+        await stream.aclose()
+        raise ConfigError(f"refusing the daemon on {socket_path}: it runs as uid {uid}, "
+                          f"not uid {os.getuid()}")
+    return stream
+
+
+# --- replacing a file --------------------------------------------------------------------------
+
+def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace the file at `path` with `data`: a temporary file beside it, fsynced, renamed
+    over it, and the directory fsynced. A failure leaves `path` as it was and no temporary
+    file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)  # a failed write leaves nothing behind
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
