@@ -214,9 +214,9 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
     instead of filling memory).
 
-    Cancellation: the process group is killed with SIGKILL, as an abort asks, before
-    `Cancelled` propagates; nothing of it survives. Background processes left running by a
-    command that ended get SIGTERM first.
+    Cancellation: the process group is killed (SIGTERM, then SIGKILL after `KILL_GRACE_S`)
+    before `Cancelled` propagates; nothing of it survives. The shell `GUARD` runs the command
+    under answers SIGTERM by killing its whole group at once, so this is quick.
     """
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
@@ -251,9 +251,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
             timed_out = True
             await kill_process_group(process, force=True)
     finally:
-        if process.returncode is None:  # cancelled (or failed) while the command ran
-            await kill_process_group(process, force=True)
-        elif _group_alive(process.pid):
+        if process.returncode is None or _group_alive(process.pid):
             await kill_process_group(process)
         await process.stdout.aclose()
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
