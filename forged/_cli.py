@@ -23,7 +23,7 @@ DESCRIPTION = """\
 forged: a headless coding agent speaking the agent-forge RPC protocol.
 
 A client writes JSON commands (one per line) to stdin and reads responses and events
-(one JSON object per line) from stdout. See the protocol reference, rpc.md."""
+(one JSON object per line) from stdout. See docs/protocol.md for the protocol."""
 
 EPILOG = """\
 environment:

@@ -1,5 +1,5 @@
 """Compaction: the older part of the context replaced by a summary the model writes
-(reference-behaviour.md §3).
+(docs/protocol.md, Retries and compaction).
 
 `prepare` chooses what to keep: the newest messages worth about ``keepRecentTokens``, cut only
 where a turn may start (never at a tool result, so a call and its result stay together). What

@@ -1,5 +1,5 @@
 """The context a session file holds: what the active branch puts before the model
-(reference-behaviour.md §2.7), read back from the file's entries.
+(docs/protocol.md, Sessions), read back from the file's entries.
 
 A compaction on the branch replaces what came before it with its summary, except the entries
 it kept (from ``firstKeptEntryId``); other entries that carry no message are left out.
@@ -87,7 +87,7 @@ def context_size(store: SessionFile) -> int:
 
 
 def build_context(store: SessionFile) -> list[w.AgentMessage]:
-    """The messages of the active branch (reference-behaviour.md §2.7): the latest
+    """The messages of the active branch (docs/protocol.md, Sessions): the latest
     compaction's summary first, then the entries it kept, then what came after. Only those
     entries are read back from the file."""
     summary, positions = context_positions(store)

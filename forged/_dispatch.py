@@ -253,7 +253,8 @@ class Dispatcher:
         self.session.enqueue(kind, text, images)
 
     def extension_ui_response(self, command: w.ExtensionUiResponse, reply: Reply) -> None:
-        """Answer an open dialog; an id that is not open changes nothing (DECISIONS.md §9)."""
+        """Answer an open dialog; an id that is not open changes nothing (docs/protocol.md,
+        Dialogs)."""
         self.session.ui.respond(reply.command_id, command)
         reply.ok()
 

@@ -1,7 +1,7 @@
 """One agent run: stream a response, run its tool calls, deliver steering, repeat.
 
 The run stops when the model stops and no steering or follow-up waits. Every event of the run
-is emitted here, in the order of reference-behaviour.md §5.6.
+is emitted here, in the order docs/protocol.md, Events, gives.
 
 Cancellation (abort): the partial assistant message is finished with ``stopReason:"aborted"``,
 an interrupted tool call gets an error result saying so, the turn and the run are closed with

@@ -18,7 +18,7 @@ Error handling: a plugin that fails to import or to register, or raises in any h
 reported on stderr with its traceback and never takes the session down. A failed command
 answers its ``prompt`` with an error; a failed tool gives the model an error result; a
 failed ``before_tool_call`` blocks the call (nothing defaults to allowing an action). A
-plugin's prints go to stderr: fd 1 carries protocol lines only (DECISIONS.md §1.6).
+plugin's prints go to stderr: fd 1 carries protocol lines only (docs/protocol.md, Lines).
 """
 
 from __future__ import annotations

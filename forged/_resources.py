@@ -1,6 +1,6 @@
 """What shapes a session besides its settings: the system prompt and the project context files
 it carries, skills (``SKILL.md``) the model reads when a task calls for them, and prompt
-templates behind ``/name`` (reference-behaviour.md §7).
+templates behind ``/name``.
 
 Each kind is found in a project folder first, then the user's agent dir, then the paths the
 settings name, then the command line's; the first of a name wins. What cannot be used is

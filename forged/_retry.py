@@ -1,4 +1,5 @@
-"""Which provider failures are retried, and after how long (DECISIONS.md §7).
+"""Which provider failures are retried, and after how long (docs/protocol.md, Retries and
+compaction).
 
 Retryable: HTTP 408, 429, 500, 502, 503, 504 and 529, Anthropic's ``overloaded_error``, and
 every broken or silent stream (connection errors, read timeouts, streams cut short). A

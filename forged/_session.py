@@ -349,8 +349,8 @@ class Session:
     async def run_plugin_command(self, command: PluginCommand, args: str
                                  ) -> w.PromptAccepted:
         """Run a plugin's ``/command`` at once, whatever else runs. It manages its own
-        execution (rpc.md): ``abort`` resolves its open dialogs as cancelled and lets it
-        finish."""
+        execution (docs/protocol.md, Dialogs): ``abort`` resolves its open dialogs as cancelled
+        and lets it finish."""
         if not self._commands_running:  # a waiter keeps the Event it waits on
             self._commands_done = trio.Event()
         self._commands_running += 1
@@ -602,8 +602,9 @@ class Session:
     # --- compaction -----------------------------------------------------------------------------
 
     def compact(self, custom_instructions: str | None, answer: Answer) -> None:
-        """Start a manual compaction (DECISIONS.md §7); `answer` gets its result or error
-        right after its ``compaction_end``. Queued messages run once it is done."""
+        """Start a manual compaction (docs/protocol.md, Retries and compaction); `answer` gets
+        its result or error right after its ``compaction_end``. Queued messages run once it is
+        done."""
         if self._busy:
             raise CommandError("Agent is busy")
         self.check_can_prompt()
@@ -628,8 +629,9 @@ class Session:
         self.settings.remember_in("compaction", enabled=enabled)
 
     def _needs_compaction(self, reply: w.AssistantMessage | None) -> bool:
-        """Whether the context has grown past the threshold (reference-behaviour.md §3.3),
-        judged by `reply`'s usage; usage from before the latest compaction is stale."""
+        """Whether the context has grown past the threshold (docs/protocol.md, Retries
+        and compaction), judged by `reply`'s usage; usage from before the latest compaction is
+        stale."""
         if reply is None or self.model is None or not self.compaction.enabled:
             return False
         compacted = compacted_at(self.messages)
@@ -723,7 +725,7 @@ class Session:
     def start_bash(self, command: str, command_id: str | int | None
                    ) -> Callable[[], Awaitable[w.BashResult]]:
         """Take the one direct ``bash`` slot now (a second command fails at once, in arrival
-        order) and return what runs it (DECISIONS.md §8): output streamed as
+        order) and return what runs it (docs/protocol.md, Direct bash): output streamed as
         ``bash_execution_update`` events, the result entering the context (when a run is
         active, once it settles)."""
         if self.bash_scope is not None:
@@ -769,8 +771,9 @@ class Session:
 
     async def switch(self, make: Callable[[SessionFile], SessionFile], *, restore: bool) -> None:
         """Replace the session's file with what `make` builds from the current one
-        (DECISIONS.md §3.8): queued messages are dropped, a running run is aborted and its
-        closing events written, then the new file is opened (in a thread: it may be large).
+        (docs/protocol.md, The run lifecycle): queued messages are dropped, a running run is
+        aborted and its closing events written, then the new file is opened (in a thread: it
+        may be large).
         If `make` fails, the session keeps its file."""
         self.clear_queue()
         self.ui.cancel_all()

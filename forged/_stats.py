@@ -1,4 +1,4 @@
-"""Token, cost and context accounting (DECISIONS.md §6, reference-behaviour.md §3.2).
+"""Token, cost and context accounting (docs/protocol.md, Statistics).
 
 Totals cover the whole file, every branch: each assistant message's usage, usage a tool
 reported on its result, and the usage stored on compaction and branch-summary entries. They

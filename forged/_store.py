@@ -437,7 +437,7 @@ def _index(data: bytes) -> tuple[list[_Indexed], int]:
 
 
 def migrate(data: bytes) -> bytes:
-    """A version 1 or 2 file as version 3 (reference-behaviour.md §2.8).
+    """A version 1 or 2 file as version 3: old files are upgraded when opened.
 
     Version 1 entries get fresh ids chained in file order, and a compaction's
     ``firstKeptEntryIndex`` (counting the header as 0) becomes ``firstKeptEntryId``;

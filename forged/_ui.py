@@ -1,9 +1,9 @@
 """Dialogs with the client: what a plugin asks the user, carried as ``extension_ui_request``
-events and answered by ``extension_ui_response`` commands (rpc.md, Plugin Interaction Protocol).
+events and answered by ``extension_ui_response`` commands (docs/protocol.md, Dialogs).
 
-A dialog resolves once (DECISIONS.md §9): by the first response with its id, by its timeout,
-or by cancellation (``abort``, a session switch, the end of input). A response for an id that
-is not open (unknown, already answered, timed out) changes nothing. A timed-out or cancelled
+A dialog resolves once: by the first response with its id, by its timeout, or by cancellation
+(``abort``, a session switch, the end of input). A response for an id that is not open
+(unknown, already answered, timed out) changes nothing. A timed-out or cancelled
 ``confirm`` is ``False``, a ``select`` or ``input`` is ``None``: nothing defaults to allowing
 an action.
 """

@@ -3,7 +3,7 @@
 Each class is named after its wire ``type`` (or ``role``) and carries it as its first field, so a
 converted object reads like the protocol. Attributes are snake_case; `forged._codec` renames them
 to camelCase in one hook. A field whose default is ``None`` is omitted when unset, unless it is
-marked `keep_null`, which writes ``null`` as the spec requires (DECISIONS.md §4).
+marked `keep_null`, which writes ``null`` as the protocol requires.
 """
 
 from __future__ import annotations
@@ -936,7 +936,7 @@ class ExportResult:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class BashResult:
     """The ``bash`` response; unlike the message, a killed command's exitCode is omitted
-    (DECISIONS.md §4 names only the message's as null)."""
+    (the protocol names only the message's as null)."""
 
     output: str
     exit_code: int | None = None

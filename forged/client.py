@@ -209,7 +209,7 @@ class Client:
                 return collected
         raise ConnectionError("forged closed the connection before agent_settled")
 
-    # --- one method per command (rpc.md, forged-rpc(7)) --------------------------------------
+    # --- one method per command (docs/protocol.md, forged-rpc(7)) ---------------------------
 
     async def prompt(self, message: str, *, images: list[Event] | None = None,
                      streaming_behavior: str | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""Session files written by the TypeScript ancestor (reference-behaviour.md §2), by hand: they
+"""Session files written by the TypeScript ancestor, by hand: they
 load, migrate, rebuild the right context and continue."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Session switches through the wire: new_session, switch_session, fork, clone, their files,
-and what a switch does to a run that is still going (DECISIONS.md §3.8)."""
+and what a switch does to a run that is still going."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compaction (reference-behaviour.md §3, DECISIONS.md §7): manual, after a turn past the
+"""Compaction (docs/protocol.md, Retries and compaction): manual, after a turn past the
 threshold, and after a context overflow, checked by what the provider was asked and what the
 client saw. Under `mock_clock` nothing waits unless a test jumps the clock.
 """

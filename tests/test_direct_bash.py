@@ -1,4 +1,4 @@
-"""The direct ``bash`` command and ``abort_bash`` (DECISIONS.md §8)."""
+"""The direct ``bash`` command and ``abort_bash``."""
 
 from __future__ import annotations
 

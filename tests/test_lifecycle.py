@@ -1,6 +1,6 @@
 """Random sequences of commands against scripted turns with random faults: whatever a client
-does, and whatever the provider does, the session keeps the lifecycle promises of
-DECISIONS.md §3 (one response per command, runs opened and closed, one ``agent_settled`` at
+does, and whatever the provider does, the session keeps the promises of docs/protocol.md,
+The run lifecycle (one response per command, runs opened and closed, one ``agent_settled`` at
 the end, no process left behind, nothing accepted missing from the session file).
 
 Each example runs in its own `trio.run` with the real clock; retries and idle timeouts are set
@@ -82,7 +82,7 @@ def surviving_processes(token: str) -> list[int]:
 
 async def quiesce(client: Client) -> None:
     """Until nothing runs: no run, retry or compaction (messages queued while idle wait for
-    the next prompt, DECISIONS.md §3.5)."""
+    the next prompt)."""
     while True:
         state = (await client.request({"type": "get_state"}))["data"]
         if not (state["isStreaming"] or state["isCompacting"]):

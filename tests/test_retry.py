@@ -1,4 +1,4 @@
-"""Automatic retry (DECISIONS.md §7) under a mock clock: waits pass by `jump`, not by sleeping.
+"""Automatic retry under a mock clock: waits pass by `jump`, not by sleeping.
 
 With pytest-trio's `mock_clock` time stands still until a test jumps it, so a retry wait ends
 exactly when the test says, and no timeout elsewhere can fire on a slow machine.

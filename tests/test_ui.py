@@ -1,4 +1,4 @@
-"""Dialogs over the wire: extension_ui_request out, extension_ui_response in (DECISIONS.md §9)."""
+"""Dialogs over the wire: extension_ui_request out, extension_ui_response in."""
 
 from __future__ import annotations
 

@@ -358,7 +358,7 @@ HELD_ANSI_MAX_CHARS = 4096
 
 def sanitize(text: str) -> str:
     """Terminal output as plain text: ANSI sequences, carriage returns and control characters
-    other than tab and newline removed (reference-behaviour.md §4.5)."""
+    other than tab and newline removed."""
     return _CONTROL.sub("", _ANSI.sub("", text))
 
 
@@ -384,9 +384,9 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
                      scope: trio.CancelScope, shell: Shell | None = None,
                      wait_for_room: Callable[[], Awaitable[None]] | None = None,
                      scratch: ScratchDir | None = None) -> w.BashExecutionMessage:
-    """A direct ``bash`` command (DECISIONS.md §8): no timeout, every chunk streamed, the
-    kept output the tail. Cancelling `scope` kills the process group and gives a cancelled
-    result instead of raising."""
+    """A direct ``bash`` command (docs/protocol.md, Direct bash): no timeout, every chunk
+    streamed, the kept output the tail. Cancelling `scope` kills the process group and gives a
+    cancelled result instead of raising."""
     spool = OutputSpool(scratch)
     cancelled = False
     exit_code: int | None = None
