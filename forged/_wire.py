@@ -4,6 +4,11 @@ Each class is named after its wire ``type`` (or ``role``) and carries it as its 
 converted object reads like the protocol. Attributes are snake_case; `forged._codec` renames them
 to camelCase in one hook. A field whose default is ``None`` is omitted when unset, unless it is
 marked `keep_null`, which writes ``null`` as the protocol requires.
+
+Equality is identity (``eq=False``): two messages with the same fields are still two messages
+(two identical replies are two entries), and identity keeps every object hashable. One shared
+``__repr__``, set at the end of this module, shows the fields: attrs would compile a repr per
+class, ~30 ms of start-up for ~110 classes.
 """
 
 from __future__ import annotations
@@ -943,3 +948,14 @@ class BashResult:
     cancelled: bool
     truncated: bool
     full_output_path: str | None = None
+
+
+def _repr(self: Any) -> str:
+    fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}"
+                       for field in attrs.fields(type(self)) if field.init)
+    return f"{type(self).__name__}({fields})"
+
+
+for _class in [value for value in list(globals().values())
+               if isinstance(value, type) and attrs.has(value)]:
+    _class.__repr__ = _repr  # type: ignore[method-assign]  # one function for ~110 classes

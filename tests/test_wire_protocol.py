@@ -7,6 +7,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from forged import _wire as w
+
 from .harness import open_client
 
 
@@ -127,3 +129,10 @@ async def test_unicode_separators_are_escaped_and_not_split(tmp_path: Path) -> N
     assert b"\\u2028" in line and b"\\u2029" in line
     assert "😀 é".encode() in line  # other non-ASCII stays raw UTF-8
     assert orjson.loads(line)["command"] == "dance\u2028"
+
+
+def test_a_wire_object_shows_its_fields() -> None:
+    """What a failing assertion prints: the class and its fields, not an address."""
+    command = w.Prompt(message="hi", streaming_behavior="steer")
+    assert repr(command) == "Prompt(message='hi', images=None, streaming_behavior='steer')"
+    assert repr(w.GetState()) == "GetState()"
