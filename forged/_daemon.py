@@ -70,7 +70,7 @@ from ._paths import agent_dir, default_socket_path, runtime_dir, session_dir_for
 from ._plugins import discover_plugins
 from ._providers import load_providers
 from ._resources import ExtraPaths
-from ._session import Session, SessionConfig
+from ._session import Session, SessionConfig, open_session
 from ._settings import Settings
 
 SHUTDOWN_GRACE_S = 2.5
@@ -232,35 +232,34 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
     async with trio.open_nursery() as daemon_nursery:
         config = await open_session_config(attrs.evolve(options, interactive=False),
                                            daemon_nursery)
-        session = Session(config, outbox.put if events else lambda _: None,
-                          outbox.wait_for_room if events else None)
-        await daemon_nursery.start(session.serve)
-        dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
+        async with open_session(config, outbox.put if events else lambda _: None,
+                                outbox.wait_for_room if events else None) as session:
+            dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
 
-        def stop(signum: int) -> None:
-            signalled.append(signum)
-            session.stop()
+            def stop(signum: int) -> None:
+                signalled.append(signum)
+                session.stop()
 
-        await daemon_nursery.start(_watch_signals, stop)
-        code = 0
-        async with trio.open_nursery() as output_nursery:
-            output_nursery.start_soon(outbox.serve_writer, stdout)
-            if events:
-                outbox.put(encode_line(session.store.header))
-            for text in messages:
+            await daemon_nursery.start(_watch_signals, stop)
+            code = 0
+            async with trio.open_nursery() as output_nursery:
+                output_nursery.start_soon(outbox.serve_writer, stdout)
+                if events:
+                    outbox.put(encode_line(session.store.header))
+                for text in messages:
+                    if signalled:
+                        break
+                    dispatcher.handle(w.Prompt(message=text), None)
+                    await dispatcher.wait_idle()
+                    if not responses[-1]["success"]:
+                        log(responses[-1]["error"])
+                        code = 1
+                        break
                 if signalled:
-                    break
-                dispatcher.handle(w.Prompt(message=text), None)
-                await dispatcher.wait_idle()
-                if not responses[-1]["success"]:
-                    print(f"forged: {responses[-1]['error']}", file=sys.stderr)
-                    code = 1
-                    break
-            if signalled:
-                code = 128 + signalled[0]
-            elif not events and code == 0:
-                code = _print_last_reply(session, outbox)
-            outbox.close()
+                    code = 128 + signalled[0]
+                elif not events and code == 0:
+                    code = _print_last_reply(session, outbox)
+                outbox.close()
         daemon_nursery.cancel_scope.cancel()
     return code
 
@@ -282,40 +281,42 @@ async def serve_connection(config: SessionConfig, stdin: Any, stdout: Any,
                            daemon_nursery: trio.Nursery, *, watch_signals: bool) -> None:
     """One session on one pair of streams: returns once input ended and output is flushed."""
     outbox = Outbox(write_now=write_now_to(stdout))
-    session = Session(config, outbox.put, outbox.wait_for_room)
-    await daemon_nursery.start(session.serve)
-    dispatcher = Dispatcher(session, outbox.put)
-    input_scope = trio.CancelScope()
-    settle_scope = trio.CancelScope()  # waits for the last run; bounded once stopping
+    async with open_session(config, outbox.put, outbox.wait_for_room) as session:
+        dispatcher = Dispatcher(session, outbox.put)
+        input_scope = trio.CancelScope()
+        settle_scope = trio.CancelScope()  # waits for the last run; bounded once stopping
 
-    def stop(_: int = 0) -> None:
-        """Stop reading, drop what is queued and abort the run; its closing events follow."""
-        settle_scope.deadline = min(settle_scope.deadline,
-                                    trio.current_time() + SHUTDOWN_GRACE_S)
-        session.stop()
-        input_scope.cancel()
+        def stop(_: int = 0) -> None:
+            """Stop reading, drop what is queued and abort the run; its closing events
+            follow."""
+            settle_scope.deadline = min(settle_scope.deadline,
+                                        trio.current_time() + SHUTDOWN_GRACE_S)
+            session.stop()
+            input_scope.cancel()
 
-    if watch_signals:
-        await daemon_nursery.start(_watch_signals, stop)
+        if watch_signals:
+            await daemon_nursery.start(_watch_signals, stop)
 
-    async def write() -> None:
-        if not await outbox.serve_writer(stdout):
-            print("forged: the client stopped reading; shutting down", file=sys.stderr)
-            stop()
+        async def write() -> None:
+            if not await outbox.serve_writer(stdout):
+                log("the client stopped reading; shutting down")
+                stop()
 
-    async with trio.open_nursery() as connection_nursery:
-        connection_nursery.start_soon(write)
-        commands_send, commands_receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
-        with input_scope:
-            async with trio.open_nursery() as input_nursery:
-                input_nursery.start_soon(serve_reader, stdin, commands_send)
-                input_nursery.start_soon(serve_dispatcher, commands_receive, dispatcher.handle,
-                                         outbox.put, outbox.wait_for_room)
-        session.ui.interactive = False  # no more answers can come
-        session.ui.cancel_all()
-        with settle_scope:
-            await dispatcher.wait_idle()
-        outbox.close()
+        async with trio.open_nursery() as connection_nursery:
+            connection_nursery.start_soon(write)
+            commands_send, commands_receive = trio.open_memory_channel[Incoming](
+                COMMAND_QUEUE_SIZE)
+            with input_scope:
+                async with trio.open_nursery() as input_nursery:
+                    input_nursery.start_soon(serve_reader, stdin, commands_send)
+                    input_nursery.start_soon(serve_dispatcher, commands_receive,
+                                             dispatcher.handle, outbox.put,
+                                             outbox.wait_for_room)
+            session.ui.interactive = False  # no more answers can come
+            session.ui.cancel_all()
+            with settle_scope:
+                await dispatcher.wait_idle()
+            outbox.close()
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await stdout.aclose()
 
@@ -485,7 +486,7 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
 
 
 def _status(hub: Hub) -> str:
-    streaming = sum(1 for live in hub.live if live.session and live.session.busy)
+    streaming = sum(1 for live in hub.live if live.session.busy)
     return (f"{len(hub.live)} sessions ({streaming} streaming), {len(hub.peers)} clients")
 
 
@@ -502,15 +503,13 @@ async def _drain(hub: Hub, grace_s: float) -> None:
     with trio.move_on_after(grace_s):
         for live in list(hub.live):
             await live.dispatcher.wait_idle()
-    busy = [live for live in hub.live if live.session and live.session.busy]
+    busy = [live for live in hub.live if live.session.busy]
     for live in busy:
-        assert live.session is not None
         log(f"aborting session {live.id}")
         live.session.stop()
     with trio.move_on_after(SHUTDOWN_GRACE_S):
         for live in busy:
-            assert live.session is not None
-            await live.session.wait_settled()
+            await live.session.run.wait_settled()
 
 
 async def _flush_peers(hub: Hub) -> None:

@@ -26,7 +26,16 @@ from . import _wire as w
 from ._errors import CommandError
 from ._jsonl import encode_line
 from ._session import Session
-from ._store import LEAF, SessionFile, entry_tree
+from ._store import LEAF, entry_tree
+from ._switching import (
+    Maker,
+    branch_store,
+    export_html,
+    file_store,
+    fork_messages,
+    fork_point,
+    new_store,
+)
 
 Sink = Callable[[bytes], None]
 
@@ -79,21 +88,21 @@ class Dispatcher:
             w.Steer: self.steer,
             w.FollowUp: self.follow_up,
             w.Abort: self.abort,
-            w.ClearQueue: lambda _, reply: reply.ok(self.session.clear_queue()),
+            w.ClearQueue: lambda _, reply: reply.ok(self.session.queues.clear()),
             w.GetState: lambda _, reply: reply.ok(self.session.state()),
             w.GetMessages: lambda _, reply: reply.ok(w.MessageList(
                 messages=list(self.session.messages))),
             w.GetLastAssistantText: lambda _, reply: reply.ok(w.AssistantText(
                 text=self.session.last_assistant_text())),
-            w.SetModel: lambda cmd, reply: reply.ok(self.session.set_model(
+            w.SetModel: lambda cmd, reply: reply.ok(self.session.choice.set_model(
                 cmd.provider, cmd.model_id)),
-            w.CycleModel: lambda _, reply: reply.ok(self.session.cycle_model()),
+            w.CycleModel: lambda _, reply: reply.ok(self.session.choice.cycle_model()),
             w.GetAvailableModels: lambda _, reply: reply.ok(w.ModelList(
                 models=self.session.registry.available())),
             w.SetThinkingLevel: self.set_thinking_level,
             w.CycleThinkingLevel: self.cycle_thinking_level,
             w.GetAvailableThinkingLevels: lambda _, reply: reply.ok(w.ThinkingLevelList(
-                levels=self.session.available_thinking_levels())),
+                levels=self.session.choice.available_levels())),
             w.SetSteeringMode: self.set_steering_mode,
             w.GetEntries: lambda cmd, reply: reply.ok(w.EntryList(
                 entries=self.session.store.entries_since(cmd.since),
@@ -103,21 +112,22 @@ class Dispatcher:
                 leaf_id=self.session.store.leaf_id)),
             w.SetSessionName: self.set_session_name,
             w.SetFollowUpMode: self.set_follow_up_mode,
-            w.NewSession: lambda cmd, reply: self._switch(
-                reply, self.session.new_store(cmd.parent_session), restore=False),
+            w.NewSession: lambda cmd, reply: self._switch(reply, new_store(
+                self.session.session_dir, self.session.cwd, cmd.parent_session),
+                restore=False),
             w.SwitchSession: lambda cmd, reply: self._switch(
-                reply, self.session.file_store(Path(cmd.session_path)), restore=True),
+                reply, file_store(self.session.cwd, Path(cmd.session_path)), restore=True),
             w.Fork: self.fork,
             w.Clone: lambda _, reply: self._switch(
-                reply, self.session.branch_store(LEAF), restore=False),
+                reply, branch_store(self.session.cwd, LEAF), restore=False),
             w.GetForkMessages: lambda _, reply: reply.ok(w.ForkMessageList(
-                messages=self.session.fork_messages())),
+                messages=fork_messages(self.session.store))),
             w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
             w.ExportHtml: self.export_html,
             w.SetAutoRetry: self.set_auto_retry,
-            w.Compact: lambda cmd, reply: self.session.compact(cmd.custom_instructions, reply),
+            w.Compact: lambda cmd, reply: self.session.run.compact(cmd.custom_instructions, reply),
             w.SetAutoCompaction: self.set_auto_compaction,
-            w.AbortRetry: lambda _, reply: self.session.abort_retry(reply.ok),
+            w.AbortRetry: lambda _, reply: self.session.run.abort_retry(reply.ok),
             w.Bash: self.bash,
             w.AbortBash: self.abort_bash,
             w.GetCommands: lambda _, reply: reply.ok(w.CommandList(
@@ -149,16 +159,13 @@ class Dispatcher:
             if self._held is not None:
                 await self._switched.wait()
             await self._tasks_done.wait()
-            await self.session.wait_commands()
-            await self.session.wait_settled()
-            await self.session.wait_bash()
-            if (self._held is None and not self._tasks and not self.session.busy
-                    and self.session.bash_scope is None and not self.session.commands_running):
+            await self.session.wait_idle()
+            if self._held is None and not self._tasks and self.session.idle:
                 return
 
     # --- switching sessions --------------------------------------------------------------------
 
-    def _switch(self, reply: Reply, make: Callable[[SessionFile], SessionFile], *,
+    def _switch(self, reply: Reply, make: Maker, *,
                 restore: bool, data: Any = None) -> None:
         self._held = []
         self._switched = trio.Event()
@@ -206,21 +213,24 @@ class Dispatcher:
                 return
 
     def bash(self, command: w.Bash, reply: Reply) -> None:
-        self._in_task(reply, self.session.start_bash(command.command, reply.command_id))
+        self._in_task(reply, self.session.bash.start(command.command, reply.command_id))
 
     def abort_bash(self, _: w.AbortBash, reply: Reply) -> None:
-        self.session.abort_bash()
+        self.session.bash.abort()
         reply.ok()
 
     def export_html(self, command: w.ExportHtml, reply: Reply) -> None:
         async def export() -> w.ExportResult:
-            return w.ExportResult(path=await self.session.export_html(command.output_path))
+            session = self.session
+            return w.ExportResult(path=await export_html(
+                session.store, session.cwd, command.output_path, name=session.session_name,
+                model=session.model))
 
         self._in_task(reply, export)
 
     def fork(self, command: w.Fork, reply: Reply) -> None:
-        text, parent = self.session.fork_point(command.entry_id)
-        self._switch(reply, self.session.branch_store(parent), restore=False,
+        text, parent = fork_point(self.session.store, command.entry_id)
+        self._switch(reply, branch_store(self.session.cwd, parent), restore=False,
                      data=w.ForkResult(text=text))
 
     # --- prompting -----------------------------------------------------------------------------
@@ -229,13 +239,16 @@ class Dispatcher:
         found = self.session.plugins.command_for(command.message)
         if found is not None:
             plugin_command, args = found
-            self._in_task(reply, lambda: self.session.run_plugin_command(plugin_command, args))
+            self._in_task(reply, lambda: self.session.plugins.run_command(plugin_command, args))
             return
-        disposition, then = self.session.prompt(
-            self.session.resources.expand(command.message), command.images,
-            command.streaming_behavior)
-        reply.ok(w.PromptAccepted(disposition=disposition))  # type: ignore[arg-type]
-        then()
+        text = self.session.resources.expand(command.message)
+        disposition = self.session.disposition(command.streaming_behavior)
+        reply.ok(w.PromptAccepted(disposition=disposition))
+        if disposition == "started":
+            self.session.start_prompt(text, command.images)
+        else:
+            kind = "steer" if command.streaming_behavior == "steer" else "follow_up"
+            self.session.queues.add(kind, text, command.images)
 
     def steer(self, command: w.Steer, reply: Reply) -> None:
         self._queue("steer", command.message, command.images, reply)
@@ -250,7 +263,7 @@ class Dispatcher:
                                "it with prompt, which runs it at once")
         text = self.session.resources.expand(text)
         reply.ok(w.PromptAccepted(disposition="queued"))
-        self.session.enqueue(kind, text, images)
+        self.session.queues.add(kind, text, images)
 
     def extension_ui_response(self, command: w.ExtensionUiResponse, reply: Reply) -> None:
         """Answer an open dialog; an id that is not open changes nothing (docs/protocol.md,
@@ -264,19 +277,19 @@ class Dispatcher:
     # --- setters -------------------------------------------------------------------------------
 
     def set_thinking_level(self, command: w.SetThinkingLevel, reply: Reply) -> None:
-        self.session.set_thinking_level(command.level)
+        self.session.choice.set_thinking_level(command.level)
         reply.ok()
 
     def cycle_thinking_level(self, _: w.CycleThinkingLevel, reply: Reply) -> None:
-        level = self.session.cycle_thinking_level()
+        level = self.session.choice.cycle_thinking_level()
         reply.ok(None if level is None else w.ThinkingLevelData(level=level))
 
     def set_auto_retry(self, command: w.SetAutoRetry, reply: Reply) -> None:
-        self.session.set_auto_retry(command.enabled)
+        self.session.run.set_auto_retry(command.enabled)
         reply.ok()
 
     def set_auto_compaction(self, command: w.SetAutoCompaction, reply: Reply) -> None:
-        self.session.set_auto_compaction(command.enabled)
+        self.session.run.set_auto_compaction(command.enabled)
         reply.ok()
 
     def set_session_name(self, command: w.SetSessionName, reply: Reply) -> None:
@@ -284,9 +297,9 @@ class Dispatcher:
         reply.ok()
 
     def set_steering_mode(self, command: w.SetSteeringMode, reply: Reply) -> None:
-        self.session.set_steering_mode(command.mode)
+        self.session.queues.set_steering_mode(command.mode)
         reply.ok()
 
     def set_follow_up_mode(self, command: w.SetFollowUpMode, reply: Reply) -> None:
-        self.session.set_follow_up_mode(command.mode)
+        self.session.queues.set_follow_up_mode(command.mode)
         reply.ok()

@@ -35,7 +35,7 @@ from ._errors import CommandError, ForgedError
 from ._jsonl import encode_line
 from ._log import log
 from ._paths import agent_dir, session_dir_for
-from ._session import Session, SessionConfig
+from ._session import Session, SessionConfig, open_session
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
@@ -94,29 +94,27 @@ class Peer:
 
 
 class LiveSession:
-    """A session in the daemon, and its clients."""
+    """A session in the daemon, and its clients; its `serve` opens the session."""
+
+    session: Session
+    dispatcher: Dispatcher
 
     def __init__(self, config: SessionConfig) -> None:
+        self.config = config
         self.clients: list[Peer] = []
         self.seq = 0
         self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self._replay_bytes = 0
         self._stamped_id, self._id_json = "", b'""'
-        self.session: Session | None = None
-        self.session = Session(config, self.broadcast)
-        self.session.ui.announce_resolved = True
-        self.session.ui.interactive = False
-        self.dispatcher = Dispatcher(self.session, lambda _: None)
         self.unload_scope = trio.CancelScope()
 
     @property
     def id(self) -> str:
-        assert self.session is not None
         return self.session.session_id
 
     def broadcast(self, line: bytes) -> None:
         self.seq += 1
-        session_id = self.id if self.session is not None else ""
+        session_id = self.id
         if session_id != self._stamped_id:  # the id changes only with new_session in place
             self._stamped_id, self._id_json = session_id, orjson.dumps(session_id)
         stamped = b'{"sessionId":%s,"seq":%d,%s' % (self._id_json, self.seq, line[1:])
@@ -154,7 +152,6 @@ class LiveSession:
     def _update_interactive(self) -> None:
         """Dialogs wait for an answer while some client can give one; else they are
         cancelled (as at the end of stdin)."""
-        assert self.session is not None
         answering = any(not peer.closing for peer in self.clients)
         self.session.ui.interactive = answering
         if not answering:
@@ -162,7 +159,6 @@ class LiveSession:
 
     def info(self) -> w.LiveSessionInfo:
         session = self.session
-        assert session is not None
         return w.LiveSessionInfo(
             session_id=self.id, cwd=str(session.cwd), session_name=session.session_name,
             session_file=str(session.store.path) if session.store.path else None,
@@ -170,24 +166,23 @@ class LiveSession:
 
     @property
     def idle(self) -> bool:
-        session = self.session
-        assert session is not None
-        return (not self.clients and not session.busy and session.bash_scope is None
-                and not session.commands_running)
+        return not self.clients and self.session.idle
 
     @property
     def empty(self) -> bool:
         """The session holds no conversation yet (no message)."""
-        return self.session is not None and self.session.store.message_entries == 0
+        return self.session.store.message_entries == 0
 
     async def serve(self, idle_unload_s: float, empty_unload_s: float = EMPTY_IDLE_UNLOAD_S, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the session until it has been idle with no client for `idle_unload_s`, or
-        `unload_scope` is cancelled; its file is closed either way."""
-        assert self.session is not None
+        """Open the session and run it until it has been idle with no client for
+        `idle_unload_s`, or `unload_scope` is cancelled; its file is closed either way."""
         with self.unload_scope:
-            async with trio.open_nursery() as live_nursery:
-                await live_nursery.start(self.session.serve)
+            async with open_session(self.config, self.broadcast) as session:
+                self.session = session
+                session.ui.announce_resolved = True
+                session.ui.interactive = False
+                self.dispatcher = Dispatcher(session, lambda _: None)
                 task_status.started()
                 idle_for = 0.0
                 step = max(0.01, min(idle_unload_s / 10, empty_unload_s / 10, 5.0))
@@ -196,7 +191,6 @@ class LiveSession:
                     await trio.sleep(step)
                     idle_for = idle_for + step if self.idle else 0.0
                 log(f"unloading session {self.id}: idle for {idle_for:g} s")
-                live_nursery.cancel_scope.cancel()
 
 
 @attrs.define(kw_only=True)
@@ -298,7 +292,7 @@ class Hub:
         if config.session_path is not None:  # a file a live session holds: that session
             path = config.session_path.expanduser().resolve()
             for live in self.live:
-                if live.session is not None and live.session.store.path == path:
+                if live.session.store.path == path:
                     return live
         live = LiveSession(config)
 
@@ -375,7 +369,7 @@ class Hub:
         try:
             if isinstance(command, w.ListSessions):
                 cwd = _folder(command.cwd, existing=False) if command.cwd else (
-                    peer.live.session.cwd if peer.live and peer.live.session else
+                    peer.live.session.cwd if peer.live else
                     self.default_cwd)
                 reply(self.list_sessions(cwd))
             elif isinstance(command, w.Attach):

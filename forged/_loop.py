@@ -22,7 +22,7 @@ import trio
 from . import _wire as w
 from ._errors import PersistenceError, ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
-from ._providers.base import now_ms
+from ._time import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
 from ._tools.base import ScratchDir, Shell
 
@@ -39,7 +39,8 @@ class AgentHost(Protocol):
     @property
     def tools(self) -> Mapping[str, Tool]: ...
 
-    model: w.Model | None
+    @property
+    def model(self) -> w.Model | None: ...
 
     def emit(self, event: w.Event) -> None: ...
     def end_message(self, message: w.AgentMessage, *, started: bool = True) -> None: ...

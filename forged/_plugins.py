@@ -40,6 +40,7 @@ import attrs
 import trio
 
 from . import _wire as w
+from ._errors import CommandError
 from ._resources import Scope
 from ._settings import PROJECT_DIR, Settings
 from ._tools import Tool, ToolContext, ToolError
@@ -381,6 +382,9 @@ class Plugins:
         self._observers: dict[str, list[tuple[str, Callable[..., Any]]]] = {}
         self._events_send, self._events_receive = trio.open_memory_channel[dict[str, Any]](
             math.inf)
+        self._running = 0
+        self._commands_done = trio.Event()
+        self._commands_done.set()
         for source in sources:
             self._register(source)
 
@@ -424,13 +428,31 @@ class Plugins:
         command = self.commands.get(name)
         return (command, args.strip()) if command is not None else None
 
-    async def run_command(self, command: PluginCommand, args: str) -> None:
-        """Run a command's handler; a failure is reported and re-raised as its message."""
+    @property
+    def running(self) -> bool:
+        """A command is running."""
+        return self._running > 0
+
+    async def wait_commands(self) -> None:
+        await self._commands_done.wait()
+
+    async def run_command(self, command: PluginCommand, args: str) -> w.PromptAccepted:
+        """Run a command's handler at once, whatever else runs: it manages its own execution
+        (docs/protocol.md, Dialogs). A failure is reported and raised as `CommandError`."""
+        if not self._running:  # a waiter keeps the Event it waits on
+            self._commands_done = trio.Event()
+        self._running += 1
         try:
             await call(command.handler, args, PluginContext(self._session, command.plugin.id))
         except Exception as exc:
             report(command.plugin.id, f"command /{command.name}", exc)
-            raise
+            raise CommandError(f"Command /{command.name} failed: "
+                               f"{exc or type(exc).__name__}") from exc
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._commands_done.set()
+        return w.PromptAccepted(disposition="handled")
 
     def command_infos(self) -> list[w.CommandInfo]:
         return [w.CommandInfo(

@@ -20,7 +20,7 @@ from forged._compaction import (
     UPDATE_PROMPT,
 )
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall, ScriptUsage
-from forged._session import OVERFLOW_RECOVERY_FAILED
+from forged._run import OVERFLOW_RECOVERY_FAILED
 
 from .harness import Client, open_client
 

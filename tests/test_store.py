@@ -12,8 +12,8 @@ import pytest
 
 from forged._errors import CommandError, PersistenceError
 from forged._paths import session_dir_for
-from forged._session import open_or_create
 from forged._store import SessionFile, SessionLockedError
+from forged._switching import open_or_create
 
 
 def lines(path: Path) -> list[dict[str, object]]:

@@ -13,7 +13,6 @@ the builder keeps the partial content, and the loop finishes the message with ``
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ import attrs
 import orjson
 
 from .. import _wire as w
+from .._time import now_ms
 
 Emit = Callable[[w.Event], None]
 
@@ -51,10 +51,6 @@ class ProviderRequest:
 
 
 Provider = Callable[[ProviderRequest, "AssistantBuilder"], Awaitable[None]]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def compute_cost(usage: w.Usage, cost: w.ModelCost) -> None:

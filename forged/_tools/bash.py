@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from .. import _wire as w
-from .._providers.base import now_ms
+from .._time import now_ms
 from .base import (
     MAX_BYTES,
     MAX_LINES,
