@@ -145,18 +145,27 @@ def write_now_to(stream: object) -> Callable[[bytes], int] | None:
 
 # --- reading commands --------------------------------------------------------------------------
 
+def response_line(command: str, command_id: str | int | None = None, *,
+                  data: Any = w.ABSENT, error: str | None = None) -> bytes:
+    """A response, encoded: a success with its `data`, or a failure saying `error`. Every
+    response forged writes is built here."""
+    return encode_line(_codec.unstructure(w.Response(
+        id=command_id, command=command, success=error is None,
+        data=data if error is None else w.ABSENT, error=error)))
+
+
 @attrs.define(kw_only=True)
 class Incoming:
-    """One input line: a command, or the response that refuses it."""
+    """One input line: a command, or the response line that refuses it."""
 
     command: Any = None
     command_id: str | int | None = None
-    refusal: w.Response | None = None
+    refusal: bytes | None = None
 
 
 def _refuse(command: str, error: str, command_id: str | int | None = None) -> Incoming:
-    return Incoming(refusal=w.Response(id=command_id, command=command, success=False,
-                                       error=error), command_id=command_id)
+    return Incoming(refusal=response_line(command, command_id, error=error),
+                    command_id=command_id)
 
 
 def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
@@ -224,7 +233,7 @@ async def serve_dispatcher(commands: trio.MemoryReceiveChannel[Incoming],
             if wait_for_room is not None:
                 await wait_for_room()
             if incoming.refusal is not None:
-                refuse(encode_line(_codec.unstructure(incoming.refusal)))
+                refuse(incoming.refusal)
             else:
                 handle(incoming.command, incoming.command_id)
 

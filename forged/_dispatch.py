@@ -21,10 +21,9 @@ from typing import Any
 
 import trio
 
-from . import _codec
 from . import _wire as w
+from ._connection import response_line
 from ._errors import CommandError
-from ._jsonl import encode_line
 from ._session import Session
 from ._store import LEAF, entry_tree
 from ._switching import (
@@ -58,16 +57,15 @@ class Reply:
         self.sent = False
 
     def ok(self, data: Any = w.ABSENT) -> None:
-        self._send(w.Response(id=self.command_id, command=self._command, success=True, data=data))
+        self._send(response_line(self._command, self.command_id, data=data))
 
     def fail(self, error: str) -> None:
-        self._send(w.Response(id=self.command_id, command=self._command, success=False,
-                              error=error))
+        self._send(response_line(self._command, self.command_id, error=error))
 
-    def _send(self, response: w.Response) -> None:
+    def _send(self, line: bytes) -> None:
         if not self.sent:
             self.sent = True
-            self._sink(encode_line(_codec.unstructure(response)))
+            self._sink(line)
 
 
 class Dispatcher:

@@ -27,12 +27,10 @@ import attrs
 import orjson
 import trio
 
-from . import _codec
 from . import _wire as w
 from ._connection import Incoming, Outbox
-from ._dispatch import Dispatcher
+from ._dispatch import Dispatcher, Reply
 from ._errors import CommandError, ForgedError
-from ._jsonl import encode_line
 from ._log import log
 from ._paths import agent_dir, session_dir_for
 from ._session import Session, SessionConfig, open_session
@@ -351,7 +349,7 @@ class Hub:
         async with commands:
             async for incoming in commands:
                 if incoming.refusal is not None:
-                    peer.send(encode_line(_codec.unstructure(incoming.refusal)))
+                    peer.send(incoming.refusal)
                     continue
                 await self.handle(peer, incoming.command, incoming.command_id)
         peer.closing = True
@@ -361,23 +359,19 @@ class Hub:
             await live.dispatcher.wait_idle()
 
     async def handle(self, peer: Peer, command: Any, command_id: str | int | None) -> None:
-        def reply(data: Any = w.ABSENT, error: str | None = None) -> None:
-            response = w.Response(id=command_id, command=command.type, success=error is None,
-                                  data=data if error is None else w.ABSENT, error=error)
-            peer.send(encode_line(_codec.unstructure(response)))
-
+        reply = Reply(peer.send, command.type, command_id)
         try:
             if isinstance(command, w.ListSessions):
                 cwd = _folder(command.cwd, existing=False) if command.cwd else (
                     peer.live.session.cwd if peer.live else
                     self.default_cwd)
-                reply(self.list_sessions(cwd))
+                reply.ok(self.list_sessions(cwd))
             elif isinstance(command, w.Attach):
-                reply(await self.attach(peer, command.session_id, command.since_seq))
+                reply.ok(await self.attach(peer, command.session_id, command.since_seq))
             elif isinstance(command, w.Detach):
                 if peer.live is not None:
                     peer.live.detach(peer)
-                reply()
+                reply.ok()
             elif isinstance(command, w.NewSession) and (
                     peer.live is None or command.cwd or command.provider or command.model
                     or command.session or command.continue_recent or command.no_session
@@ -388,18 +382,18 @@ class Hub:
                     continue_recent=command.continue_recent,
                     session_name=command.session_name, no_session=command.no_session))
                 self._move(peer, live)
-                reply(w.SwitchResult())
+                reply.ok(w.SwitchResult())
             else:
                 if peer.live is None:
                     self._move(peer, await self.open_live(SessionRequest()))
                 assert peer.live is not None
                 peer.live.dispatcher.handle(command, command_id, peer.send)
         except CommandError as exc:
-            reply(error=str(exc))
+            reply.fail(str(exc))
         except Exception as exc:  # a bug or an unforeseen input: this command's, not the daemon's
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             log(f"{command.type} failed: {exc!r} ({frame.filename}:{frame.lineno})")
-            reply(error=f"{command.type} failed: {exc!r}")
+            reply.fail(f"{command.type} failed: {exc!r}")
 
     def _move(self, peer: Peer, live: LiveSession, since_seq: int | None = None
               ) -> w.AttachResult:

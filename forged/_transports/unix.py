@@ -16,12 +16,10 @@ from pathlib import Path
 
 import trio
 
-from .. import _codec
 from .. import _wire as w
-from .._connection import Incoming, serve_reader, write_now_to
+from .._connection import Incoming, response_line, serve_reader, write_now_to
 from .._errors import ConfigError
 from .._hub import Hub
-from .._jsonl import encode_line
 from .._log import log
 from .._paths import peer_uid, runtime_dir
 
@@ -67,9 +65,6 @@ async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name
     await hub.serve_connection(name, stream.send_all, read, close, write_now_to(stream))
 
 
-def _refusal(error: str) -> bytes:
-    return encode_line(_codec.unstructure(w.Response(command="connect", success=False,
-                                                     error=error)))
 
 
 async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
@@ -85,8 +80,9 @@ async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
         if peer != uid:
             log(f"refused a connection from uid {peer}: only uid {uid} may connect")
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stream.send_all(_refusal(f"Permission denied: uid {peer} is not the "
-                                               f"daemon's user (uid {uid})"))
+                await stream.send_all(response_line(
+                    "connect", error=f"Permission denied: uid {peer} is not the daemon's "
+                    f"user (uid {uid})"))
                 await stream.aclose()
             return
         await serve_stream_peer(hub, stream, f"unix client (uid {peer})")
