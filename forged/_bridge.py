@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import signal
 import subprocess
@@ -26,6 +25,7 @@ import orjson
 import trio
 
 from ._errors import ConfigError
+from ._log import reserve_stdout
 
 CONNECT_ID = "forged-connect"
 STOP_ID = b"forged-connect-stop"
@@ -35,96 +35,6 @@ _STOP_RESPONSE = re.compile(rb'^\{"id":"forged-connect-stop","type":"response"')
 START_TIMEOUT_S = 15.0
 _STAMP = re.compile(rb'^\{"sessionId":"(?:[^"\\]|\\.)*","seq":\d+,')
 _RESOLVED = b'{"type":"extension_ui_resolved"'
-
-
-def _socket_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--socket", type=Path, metavar="PATH",
-                        help="the daemon's Unix socket (default "
-                        "$XDG_RUNTIME_DIR/forged/forged.sock)")
-
-
-def _host_port(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
-
-
-def build_serve_parser() -> argparse.ArgumentParser:
-    from ._cli import add_session_options
-    from ._hub import PEER_QUEUE_BYTES
-
-    parser = argparse.ArgumentParser(
-        prog="forged serve", description="Serve many sessions over a Unix socket (and a "
-        "WebSocket) until SIGTERM, then drain. Session options are the defaults of the "
-        "sessions it starts.")
-    _socket_option(parser)
-    parser.add_argument("--ws", type=_host_port, metavar="HOST:PORT",
-                        help="also listen for WebSocket connections (loopback unless "
-                        "--ws-allow-remote); a client needs the token in ws-token beside "
-                        "the socket")
-    parser.add_argument("--ws-allow-remote", action="store_true",
-                        help="allow --ws on an address other than loopback")
-    parser.add_argument("--ws-allow-origin", action="append", default=[], metavar="ORIGIN",
-                        help="a browser origin (https://app.example) whose pages may "
-                        "connect; requests with any other Origin are refused (repeatable)")
-    parser.add_argument("--idle-unload", type=float, metavar="SECONDS",
-                        help="unload a session idle this long with no client (default: "
-                        "setting daemon.idleUnloadSeconds, else 1800)")
-    parser.add_argument("--drain-grace", type=float, metavar="SECONDS",
-                        help="on SIGTERM, how long runs may finish before they are aborted "
-                        "(default: setting daemon.drainSeconds, else 30)")
-    parser.add_argument("--client-queue-bytes", type=int, metavar="BYTES",
-                        default=PEER_QUEUE_BYTES,
-                        help="unread output after which a client is disconnected")
-    add_session_options(parser)
-    return parser
-
-
-def build_connect_parser() -> argparse.ArgumentParser:
-    from ._cli import add_session_options
-
-    parser = argparse.ArgumentParser(
-        prog="forged connect", description="A stdio bridge to the daemon: spawn it in place "
-        "of forged --mode rpc. The session options start the daemon if none runs.")
-    _socket_option(parser)
-    parser.add_argument("--no-start", action="store_true",
-                        help="fail if no daemon runs instead of starting one")
-    parser.add_argument("--attach", metavar="SESSION-ID",
-                        help="attach to this live or stored session instead of a new one")
-    add_session_options(parser)
-    return parser
-
-
-def main(command: str, argv: list[str]) -> int:
-    try:
-        if command == "serve":
-            return serve(build_serve_parser().parse_args(argv))
-        if command == "connect":
-            return connect(build_connect_parser().parse_args(argv), argv)
-        parser = argparse.ArgumentParser(prog="forged status",
-                                         description="Whether a daemon runs, and its "
-                                         "sessions and clients.")
-        _socket_option(parser)
-        return trio.run(status, parser.parse_args(argv).socket)
-    except ConfigError as exc:
-        print(f"forged: {exc}", file=sys.stderr)
-        return 2
-
-
-# --- serve -------------------------------------------------------------------------------------
-
-def serve(args: argparse.Namespace) -> int:
-    from ._cli import _reserve_stdout, options_from, run_reporting
-    from ._daemon import ServeOptions, run_daemon
-
-    options = options_from(args)
-    serve_options = ServeOptions(
-        socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
-        ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
-        drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes)
-    os.close(_reserve_stdout())  # the daemon writes no protocol to stdout: logs go to stderr
-    return run_reporting(run_daemon, options, serve_options)
 
 
 # --- status ------------------------------------------------------------------------------------
@@ -155,7 +65,6 @@ async def status(socket_path: Path | None) -> int:
 # --- connect -----------------------------------------------------------------------------------
 
 def connect(args: argparse.Namespace, argv: list[str]) -> int:
-    from ._cli import _reserve_stdout
     from ._paths import default_socket_path
 
     path = args.socket or default_socket_path()
@@ -171,7 +80,7 @@ def connect(args: argparse.Namespace, argv: list[str]) -> int:
          **({"session": args.session} if args.session else {}),
          **({"continueRecent": True} if args.continue_ else {}),
          **({"noSession": True} if args.no_session else {})})
-    protocol_fd = _reserve_stdout()
+    protocol_fd = reserve_stdout()
     return trio.run(_bridge, path, opening, None if args.no_start else _serve_argv(argv, path),
                     protocol_fd)
 

@@ -15,9 +15,10 @@ import trio
 
 from . import __version__, _tls
 from ._errors import ConfigError, ForgedError
+from ._log import log, reserve_stdout
 
 if TYPE_CHECKING:
-    from ._daemon import Options
+    from ._config import Options
 
 DESCRIPTION = """\
 forged: a headless coding agent speaking the agent-forge RPC protocol.
@@ -112,15 +113,6 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
                         help="with --provider scripted: the JSON script of model replies")
 
 
-def _reserve_stdout() -> int:
-    """Keep fd 1 for protocol lines only: return a duplicate of it for the writer and point fd 1
-    at stderr, so a stray print or a child process cannot corrupt the stream."""
-    protocol_fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return protocol_fd
-
-
 def build_config_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="forged config show",
@@ -158,7 +150,7 @@ def config_show(argv: list[str]) -> int:
 
 def options_from(args: argparse.Namespace) -> Options:
     """The session options of parsed `args`; `ConfigError` for a --cwd that is no folder."""
-    from ._daemon import Options
+    from ._config import Options
     from ._resources import ExtraPaths
 
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
@@ -179,19 +171,106 @@ def options_from(args: argparse.Namespace) -> Options:
 SUBCOMMANDS = ("serve", "connect", "status")
 
 
+def _socket_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", type=Path, metavar="PATH",
+                        help="the daemon's Unix socket (default "
+                        "$XDG_RUNTIME_DIR/forged/forged.sock)")
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def build_serve_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged serve", description="Serve many sessions over a Unix socket (and a "
+        "WebSocket) until SIGTERM, then drain. Session options are the defaults of the "
+        "sessions it starts.")
+    _socket_option(parser)
+    parser.add_argument("--ws", type=_host_port, metavar="HOST:PORT",
+                        help="also listen for WebSocket connections (loopback unless "
+                        "--ws-allow-remote); a client needs the token in ws-token beside "
+                        "the socket")
+    parser.add_argument("--ws-allow-remote", action="store_true",
+                        help="allow --ws on an address other than loopback")
+    parser.add_argument("--ws-allow-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a browser origin (https://app.example) whose pages may "
+                        "connect; requests with any other Origin are refused (repeatable)")
+    parser.add_argument("--idle-unload", type=float, metavar="SECONDS",
+                        help="unload a session idle this long with no client (default: "
+                        "setting daemon.idleUnloadSeconds, else 1800)")
+    parser.add_argument("--drain-grace", type=float, metavar="SECONDS",
+                        help="on SIGTERM, how long runs may finish before they are aborted "
+                        "(default: setting daemon.drainSeconds, else 30)")
+    parser.add_argument("--client-queue-bytes", type=int, metavar="BYTES",
+                        help="unread output after which a client is disconnected (default "
+                        "16 MiB)")
+    add_session_options(parser)
+    return parser
+
+
+def build_connect_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged connect", description="A stdio bridge to the daemon: spawn it in place "
+        "of forged --mode rpc. The session options start the daemon if none runs.")
+    _socket_option(parser)
+    parser.add_argument("--no-start", action="store_true",
+                        help="fail if no daemon runs instead of starting one")
+    parser.add_argument("--attach", metavar="SESSION-ID",
+                        help="attach to this live or stored session instead of a new one")
+    add_session_options(parser)
+    return parser
+
+
+def build_status_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="forged status", description="Whether a daemon "
+                                     "runs, and its sessions and clients.")
+    _socket_option(parser)
+    return parser
+
+
+def run_subcommand(command: str, argv: list[str]) -> int:
+    """``forged serve``, ``forged connect`` or ``forged status``."""
+    try:
+        if command == "serve":
+            _tls.start()
+            return serve(build_serve_parser().parse_args(argv))
+        from . import _bridge
+
+        if command == "connect":
+            return _bridge.connect(build_connect_parser().parse_args(argv), argv)
+        return trio.run(_bridge.status, build_status_parser().parse_args(argv).socket)
+    except ConfigError as exc:
+        log(str(exc))
+        return 2
+
+
+def serve(args: argparse.Namespace) -> int:
+    from ._config import ServeOptions
+    from ._daemon import run_daemon
+
+    options = options_from(args)
+    serve_options = ServeOptions(
+        socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
+        ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
+        drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes)
+    os.close(reserve_stdout())  # the daemon writes no protocol to stdout: logs go to stderr
+    return run_reporting(run_daemon, options, serve_options)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:2] == ["config", "show"]:
         return config_show(argv[2:])
     if argv[:1] and argv[0] in SUBCOMMANDS:
-        if argv[0] == "serve":
-            _tls.start()
-        from . import _bridge
-
-        return _bridge.main(argv[0], argv[1:])
+        return run_subcommand(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     _tls.start()  # before the session's modules are imported: it builds while they load
-    from ._daemon import run_prompts, run_stdio
+    from ._print import run_prompts
+    from ._transports.stdio import run_stdio
 
     try:
         options = options_from(args)
@@ -213,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         print("forged: MESSAGE arguments need -p or --mode json (in rpc mode prompts come "
               "as commands on stdin)", file=sys.stderr)
         return 2
-    protocol_fd = _reserve_stdout()
+    protocol_fd = reserve_stdout()
     if mode == "rpc":
         return run_reporting(run_stdio, options, 0, protocol_fd)
     return run_reporting(partial(run_prompts, events=mode == "json"), options, messages,

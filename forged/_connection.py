@@ -21,6 +21,8 @@ from ._errors import WireError
 from ._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
 
 READ_CHUNK_BYTES = 256 * 1024
+COMMAND_QUEUE_SIZE = 256
+"""Parsed commands waiting for their handler; past it the reader stops reading."""
 OUTBOX_HIGH_WATER_BYTES = 4 * 1024 * 1024
 """A producer that checks for room (the agent loop does) waits while more than this is unread."""
 
@@ -51,6 +53,8 @@ class Outbox:
         self._write_now = write_now
         self._writing = False
         self._progress_at = 0.0
+        self.flushed = trio.Event()
+        """Set when the writer stopped: all was written, or the peer is gone."""
 
     def put(self, line: bytes) -> None:
         if self._closed or self._broken:
@@ -122,6 +126,7 @@ class Outbox:
         finally:
             # Once the writer is gone the descriptor may be closed, and its number reused.
             self._write_now = None
+            self.flushed.set()
 
 
 def write_now_to(stream: object) -> Callable[[bytes], int] | None:
@@ -236,6 +241,38 @@ async def serve_dispatcher(commands: trio.MemoryReceiveChannel[Incoming],
                 refuse(incoming.refusal)
             else:
                 handle(incoming.command, incoming.command_id)
+
+
+async def serve_lines(outbox: Outbox, write: Callable[[bytearray], Awaitable[None]],
+                      read: Callable[[trio.MemorySendChannel[Incoming]], Awaitable[None]],
+                      dispatch: Callable[[trio.MemoryReceiveChannel[Incoming]],
+                                         Awaitable[None]],
+                      end_of_input: Callable[[], Awaitable[None]], *,
+                      broken: Callable[[], None],
+                      input_scope: trio.CancelScope | None = None) -> None:
+    """One connection, whatever its transport (stdio, a Unix socket, a WebSocket)::
+
+        connection_nursery
+        ├── the writer        `outbox` -> `write`, in order; `broken` if the peer is gone
+        └── input_scope       cancelling it stops the input, as its end would
+            ├── read          the transport's lines -> commands, into a channel
+            └── dispatch      the commands, in order, to their handlers
+
+    The end of input means one thing everywhere: `end_of_input` waits for what runs to
+    finish, then what is left in `outbox` is written and this returns."""
+    async with trio.open_nursery() as connection_nursery:
+        async def writer() -> None:
+            if not await outbox.serve(write):
+                broken()
+
+        connection_nursery.start_soon(writer)
+        commands_send, commands_receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
+        with input_scope or trio.CancelScope():
+            async with trio.open_nursery() as input_nursery:
+                input_nursery.start_soon(read, commands_send)
+                input_nursery.start_soon(dispatch, commands_receive)
+        await end_of_input()
+        outbox.close()
 
 
 # --- file descriptors --------------------------------------------------------------------------

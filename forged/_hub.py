@@ -16,10 +16,9 @@ A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
 from __future__ import annotations
 
 import collections
-import datetime
-import glob
 import traceback
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,11 @@ import orjson
 import trio
 
 from . import _wire as w
-from ._connection import Incoming, Outbox
+from ._config import find_stored, list_stored
+from ._connection import Incoming, Outbox, serve_lines
 from ._dispatch import Dispatcher, Reply
 from ._errors import CommandError, ForgedError
 from ._log import log
-from ._paths import agent_dir, session_dir_for
 from ._session import Session, SessionConfig, open_session
 
 REPLAY_EVENTS = 10_000
@@ -47,7 +46,6 @@ STALLED_S = 5.0
 BURST_FACTOR = 4
 MAX_LIVE_SESSIONS = 64
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
-COMMAND_QUEUE_SIZE = 256
 
 
 class Peer:
@@ -64,9 +62,6 @@ class Peer:
         self.closing = False
         """Its input ended: it waits for its session to settle, and answers no dialog."""
         self.cut_off_reason: str | None = None
-        self.flushed = trio.Event()
-        """Set by its writer when it stopped: everything given to it was written, or the
-        connection is gone."""
 
     def send(self, line: bytes) -> None:
         """Queue `line`. A peer is cut off for not reading: when more than
@@ -251,21 +246,14 @@ class Hub:
         peer = self.new_peer(name, write_now)
         log(f"{name} connected")
 
-        async def serve_writer() -> None:
-            try:
-                if not await peer.outbox.serve(write) and peer.cut_off_reason is None:
-                    peer.cut_off("the connection broke")
-            finally:
-                peer.flushed.set()
+        def broken() -> None:
+            if peer.cut_off_reason is None:
+                peer.cut_off("the connection broke")
 
         try:
             with peer.scope:
-                async with trio.open_nursery() as peer_nursery:
-                    peer_nursery.start_soon(serve_writer)
-                    send, receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
-                    peer_nursery.start_soon(read, send)
-                    await self.serve_peer(peer, receive)
-                    peer.outbox.close()
+                await serve_lines(peer.outbox, write, read, partial(self.serve_peer, peer),
+                                  partial(self.end_of_input, peer), broken=broken)
         finally:
             self.forget_peer(peer)
             await close()
@@ -311,47 +299,24 @@ class Hub:
     def find_live(self, session_id: str) -> LiveSession | None:
         return next((live for live in self.live if live.id == session_id), None)
 
-    def stored(self, cwd: Path) -> list[w.StoredSessionInfo]:
-        folder = session_dir_for(agent_dir(), cwd)
-        found: list[w.StoredSessionInfo] = []
-        for path in sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else []:
-            session_id = path.stem.rpartition("_")[2]
-            modified = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
-            found.append(w.StoredSessionInfo(
-                session_id=session_id, path=str(path),
-                modified=modified.isoformat(timespec="milliseconds").replace("+00:00", "Z")))
-        return found
-
-    def find_stored(self, session_id: str) -> tuple[Path, Path] | None:
-        """The file of a stored session, and the cwd its header names. The id is literal:
-        never a pattern, never a path."""
-        if not session_id or "/" in session_id or "\0" in session_id:
-            return None
-        for path in (agent_dir() / "sessions").glob(f"*/*_{glob.escape(session_id)}.jsonl"):
-            try:
-                with open(path, "rb") as file:
-                    header = orjson.loads(file.readline())
-                return path, Path(header["cwd"])
-            except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
-                continue
-        return None
-
     def list_sessions(self, cwd: Path) -> w.SessionList:
         return w.SessionList(sessions=[live.info() for live in self.live],
-                             stored=self.stored(cwd), cwd=str(cwd))
+                             stored=list_stored(cwd), cwd=str(cwd))
 
     # --- a peer's commands ---------------------------------------------------------------------
 
     async def serve_peer(self, peer: Peer,
                          commands: trio.MemoryReceiveChannel[Incoming]) -> None:
-        """Handle `peer`'s commands in order until its input ends; then let its session
-        settle, as at the end of stdin."""
+        """Handle `peer`'s commands in order until its input ends."""
         async with commands:
             async for incoming in commands:
                 if incoming.refusal is not None:
                     peer.send(incoming.refusal)
                     continue
                 await self.handle(peer, incoming.command, incoming.command_id)
+
+    async def end_of_input(self, peer: Peer) -> None:
+        """As at the end of stdin: no more answers from `peer`, and its session settles."""
         peer.closing = True
         if peer.live is not None:
             live = peer.live
@@ -405,7 +370,7 @@ class Hub:
                      ) -> w.AttachResult:
         live = self.find_live(session_id)
         if live is None:
-            stored = self.find_stored(session_id)
+            stored = find_stored(session_id)
             if stored is None:
                 raise CommandError(f"No session {session_id}")
             path, cwd = stored

@@ -14,12 +14,14 @@ import orjson
 import trio
 import trio.testing
 
-from forged._daemon import Models, Options, ServeOptions, run_daemon, serve_connection
+from forged._config import Models, Options, ServeOptions
+from forged._daemon import run_daemon
 from forged._hub import Hub
 from forged._models import ModelRegistry, register_scripted
 from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
 from forged._session import SessionConfig
+from forged._transports.stdio import serve_stdio
 from forged.client import Client as ForgedClient
 
 from .oracles import check_requests
@@ -154,7 +156,7 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         nursery.start_soon(client.pump)
 
         async def serve() -> None:
-            await serve_connection(config, forged_stream, forged_stream, nursery,
+            await serve_stdio(config, forged_stream, forged_stream, nursery,
                                    watch_signals=False)
 
         nursery.start_soon(serve)

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from forged._bridge import build_connect_parser, build_serve_parser
-from forged._cli import build_config_parser, build_parser
+from forged._cli import (
+    build_config_parser,
+    build_connect_parser,
+    build_parser,
+    build_serve_parser,
+)
 
 MAN = Path(__file__).parents[1] / "man"
 PAGES = ["forged.1", "forged-rpc.7", "forged-settings.5"]

@@ -177,8 +177,8 @@ async def test_bad_model_exits_with_a_message(tmp_path: Path) -> None:
 
 
 async def test_stray_output_cannot_reach_the_protocol_stream(tmp_path: Path) -> None:
-    code = ("import os, subprocess; from forged._cli import _reserve_stdout\n"
-            "fd = _reserve_stdout()\n"
+    code = ("import os, subprocess; from forged._log import reserve_stdout\n"
+            "fd = reserve_stdout()\n"
             "print('stray print')\n"
             "os.write(1, b'stray fd write\\n')\n"
             "subprocess.run(['echo', 'stray child'])\n"

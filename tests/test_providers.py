@@ -194,7 +194,7 @@ async def test_last_assistant_text_is_null_before_any_reply(tmp_path: Path) -> N
 def test_startup_imports_only_what_it_needs() -> None:
     """No SDK ever; markdown-it only to export, the scripted server only for its provider,
     httpx (and h11 under it) only in the providers' worker thread."""
-    code = ("import sys, forged._cli, forged._daemon\n"
+    code = ("import sys, forged._cli, forged._transports.stdio, forged._print, forged._daemon\n"
             "print(' '.join(sorted(m for m in ('anthropic', 'openai', 'markdown_it', 'h11',\n"
             "    'httpx', 'forged._providers.scripted', 'forged._providers.http')\n"
             "    if m in sys.modules)))\n")

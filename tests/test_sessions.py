@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from forged._daemon import Options, find_session
+from forged._config import Options, find_session
 from forged._errors import ConfigError
 from forged._paths import session_dir_for
 from forged._providers.scripted import Reply, ScriptText

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from forged._daemon import Options, open_session_config
+from forged._config import Options, open_session_config
 from forged._settings import Settings
 
 from .harness import open_client

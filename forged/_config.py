@@ -1,0 +1,217 @@
+"""What a process serves: the command line's `Options`, the models it loads, each session's
+`SessionConfig`, and the stored sessions on disk (one lookup for ``--session``,
+``--continue``, ``attach`` and ``list_sessions``)."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import glob
+from pathlib import Path
+
+import attrs
+import orjson
+import trio
+
+from . import _codec
+from . import _wire as w
+from ._errors import ConfigError
+from ._log import log
+from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scripted
+from ._paths import agent_dir, session_dir_for
+from ._plugins import discover_plugins
+from ._providers import load_providers
+from ._resources import ExtraPaths
+from ._session import SessionConfig
+from ._settings import Settings
+
+
+@attrs.define(kw_only=True)
+class Options:
+    """What the command line asked for."""
+
+    cwd: Path
+    provider: str | None = None
+    model: str | None = None
+    script: Path | None = None
+    session_name: str | None = None
+    no_session: bool = False
+    session_dir: Path | None = None
+    session: str | None = None
+    continue_: bool = False
+    models: list[str] | None = None
+    extra: ExtraPaths = attrs.Factory(ExtraPaths)
+    plugins: list[Path] = attrs.Factory(list)
+    trust_project: bool = False
+    interactive: bool = True
+
+
+@attrs.define(kw_only=True)
+class ServeOptions:
+    """What ``forged serve`` was asked for; None leaves it to the settings' ``daemon``
+    section, else the daemon's default."""
+
+    socket_path: Path | None = None
+    ws: tuple[str, int] | None = None
+    ws_allow_remote: bool = False
+    ws_allow_origins: list[str] = attrs.Factory(list)
+    idle_unload_s: float | None = None
+    drain_grace_s: float | None = None
+    queue_limit_bytes: int | None = None
+    max_live_sessions: int | None = None
+    empty_unload_s: float | None = None
+
+
+def daemon_setting(key: str, default: float) -> float:
+    """A number from the global settings' ``daemon`` section, else `default`."""
+    section = Settings(agent_dir()).get("daemon")
+    value = section.get(key) if isinstance(section, dict) else None
+    return float(value) if isinstance(value, int | float) and value >= 0 else default
+
+
+@attrs.define(kw_only=True)
+class Models:
+    """The model registry a process serves sessions from, and what the command line asked
+    of it."""
+
+    registry: ModelRegistry
+    provider: str | None = None
+    pattern: str | None = None
+
+
+async def open_models(options: Options, nursery: trio.Nursery) -> Models:
+    """Load models.json, and start the scripted provider's server in `nursery` if asked, and
+    the `warm_up` of what the first prompt needs."""
+    registry = ModelRegistry()
+    registry.load_models_json(agent_dir() / "models.json")
+    models = Models(registry=registry, provider=options.provider, pattern=options.model)
+    if options.script is not None or options.provider == SCRIPTED_PROVIDER:
+        if options.script is None:
+            raise ConfigError("--provider scripted needs --script FILE")
+        from ._providers.scripted import ScriptedServer, load_script
+
+        script = load_script(options.script)
+        server = ScriptedServer(script.replies)
+        await nursery.start(server.serve)
+        register_scripted(registry, server.base_url)
+        models.provider = models.provider or SCRIPTED_PROVIDER
+        models.pattern = models.pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
+    nursery.start_soon(warm_up, bool(registry.available()))
+    return models
+
+
+async def warm_up(providers: bool) -> None:
+    """What a first prompt or abort would otherwise pay for, done while the process waits
+    for input: the providers load in a worker thread (when a model could use them), then
+    the converter builds the hooks of every class forged writes, one class per step of the
+    event loop. Last, the ~40,000 objects start-up made leave the collector's view: a full
+    collection over them stalled the loop ~8 ms."""
+    if providers:
+        await load_providers()
+    for cls in _codec.SENT_CLASSES * 2:  # twice: see `prepare`
+        _codec.prepare(cls)
+        await trio.lowlevel.checkpoint()
+    gc.freeze()
+
+
+async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:
+    """Load models (starting the scripted server if asked) and choose the starting model."""
+    return session_config(options, await open_models(options, nursery))
+
+
+def session_config(options: Options, models: Models) -> SessionConfig:
+    """A session's configuration: its settings, plugins, model and file, for `options.cwd`."""
+    directory = agent_dir()
+    registry = models.registry
+    registry.check_provider(models.provider)
+    settings = Settings(directory, options.cwd, trust_project=options.trust_project)
+    if settings.project_untrusted_note:
+        log(settings.project_untrusted_note)
+    level = str(settings.get("defaultThinkingLevel", "medium"))
+    if level not in w.THINKING_LEVELS:
+        level = "medium"
+    model: w.Model | None
+    if models.pattern is not None:
+        model, suffix = registry.resolve_pattern(models.pattern, models.provider)
+        level = suffix or level
+    else:
+        model = (saved_default(registry, settings, models.provider)
+                 or registry.initial_model(models.provider))
+    session_dir = options.session_dir or session_dir_for(directory, options.cwd)
+    return SessionConfig(cwd=options.cwd, agent_dir=directory, registry=registry, model=model,
+                         thinking_level=clamp_level(model, level) if model else level,
+                         session_name=options.session_name, persist=not options.no_session,
+                         session_dir=session_dir,
+                         session_path=find_session(options, session_dir),
+                         keep_model=options.model is not None, settings=settings,
+                         model_scope=options.models, extra=options.extra,
+                         plugins=discover_plugins(options.cwd, directory, settings,
+                                                  extra=options.plugins),
+                         interactive=options.interactive)
+
+
+def saved_default(registry: ModelRegistry, settings: Settings,
+                  provider: str | None) -> w.Model | None:
+    """The model settings.json names as the default, if it is usable (and of `provider`)."""
+    saved_provider, saved_id = settings.get("defaultProvider"), settings.get("defaultModel")
+    if not isinstance(saved_provider, str) or not isinstance(saved_id, str):
+        return None
+    if provider is not None and saved_provider != provider:
+        return None
+    model = registry.find(saved_provider, saved_id)
+    return model if model is not None and registry.has_auth(model.provider) else None
+
+
+# --- stored sessions ---------------------------------------------------------------------------
+
+def stored_files(folder: Path, id_prefix: str = "") -> list[Path]:
+    """The session files in `folder` whose session id starts with `id_prefix` (taken
+    literally, never as a pattern), newest name first."""
+    if not folder.is_dir():
+        return []
+    return sorted((path for path in folder.glob(f"*_{glob.escape(id_prefix)}*.jsonl")
+                   if path.is_file()), reverse=True)
+
+
+def find_session(options: Options, session_dir: Path) -> Path | None:
+    """The file --session or --continue asks to continue, if any."""
+    if options.session is not None:
+        arg = options.session
+        if "/" in arg or arg.endswith(".jsonl"):
+            return Path(arg).expanduser().resolve()
+        matches = stored_files(session_dir, arg)
+        if not matches:
+            raise ConfigError(f"No session found matching {arg!r} in {session_dir}")
+        return matches[-1]
+    if options.continue_:
+        candidates = stored_files(session_dir)
+        if candidates:
+            return max(candidates, key=lambda path: path.stat().st_mtime)
+    return None
+
+
+def list_stored(cwd: Path) -> list[w.StoredSessionInfo]:
+    """The stored sessions of `cwd`, newest first."""
+    found: list[w.StoredSessionInfo] = []
+    for path in stored_files(session_dir_for(agent_dir(), cwd)):
+        session_id = path.stem.rpartition("_")[2]
+        modified = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
+        found.append(w.StoredSessionInfo(
+            session_id=session_id, path=str(path),
+            modified=modified.isoformat(timespec="milliseconds").replace("+00:00", "Z")))
+    return found
+
+
+def find_stored(session_id: str) -> tuple[Path, Path] | None:
+    """The file of a stored session of any cwd, and the cwd its header names. The id is
+    literal: never a pattern, never a path."""
+    if not session_id or "/" in session_id or "\0" in session_id:
+        return None
+    for path in (agent_dir() / "sessions").glob(f"*/*_{glob.escape(session_id)}.jsonl"):
+        try:
+            with open(path, "rb") as file:
+                header = orjson.loads(file.readline())
+            return path, Path(header["cwd"])
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    return None

@@ -1,0 +1,85 @@
+"""``forged -p`` and ``forged --mode json``: messages from the command line, one after another,
+then exit.
+
+The tree is stdio's (`forged._transports.stdio`) without a reader: the messages are the
+input, and the outbox writes either every event (``--mode json``) or the last reply's text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from . import _wire as w
+from ._config import Options, open_session_config
+from ._connection import Outbox, open_fd_stream
+from ._dispatch import Dispatcher
+from ._jsonl import encode_line
+from ._log import log
+from ._session import Session, open_session
+from ._transports.stdio import watch_signals_until_exit
+
+
+async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
+                      events: bool) -> int:
+    """Send `messages` one after another, each until the session settles, and return the exit
+    code. With `events`, the session header and then every event are written to `stdout_fd`
+    as JSON lines (exit 0 even when the model failed, as the ancestor does); without, the
+    last reply's text is printed, or its error on stderr with exit 1. No client can answer
+    dialogs: they resolve as cancelled.
+
+    A signal (SIGINT, SIGTERM, SIGHUP) aborts the run (its closing events are written) and
+    sends no further message: the exit status is 128 plus the signal's number."""
+    stdout = open_fd_stream(stdout_fd)
+    outbox = Outbox()
+    responses: list[dict[str, Any]] = []
+    signalled: list[int] = []
+    async with trio.open_nursery() as process_nursery:
+        config = await open_session_config(attrs.evolve(options, interactive=False),
+                                           process_nursery)
+        async with open_session(config, outbox.put if events else lambda _: None,
+                                outbox.wait_for_room if events else None) as session:
+            dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
+
+            def stop(signum: int) -> None:
+                signalled.append(signum)
+                session.stop()
+
+            await process_nursery.start(watch_signals_until_exit, stop)
+            code = 0
+            async with trio.open_nursery() as output_nursery:
+                output_nursery.start_soon(outbox.serve_writer, stdout)
+                if events:
+                    outbox.put(encode_line(session.store.header))
+                for text in messages:
+                    if signalled:
+                        break
+                    dispatcher.handle(w.Prompt(message=text), None)
+                    await dispatcher.wait_idle()
+                    if not responses[-1]["success"]:
+                        log(responses[-1]["error"])
+                        code = 1
+                        break
+                if signalled:
+                    code = 128 + signalled[0]
+                elif not events and code == 0:
+                    code = _print_last_reply(session, outbox)
+                outbox.close()
+        process_nursery.cancel_scope.cancel()
+    return code
+
+
+def _print_last_reply(session: Session, outbox: Outbox) -> int:
+    last = session.messages[-1] if session.messages else None
+    if not isinstance(last, w.AssistantMessage):
+        return 0
+    if last.stop_reason in ("error", "aborted"):
+        log(last.error_message or f"Request {last.stop_reason}")
+        return 1
+    for block in last.content:
+        if isinstance(block, w.TextContent):
+            outbox.put(block.text.encode() + b"\n")
+    return 0
