@@ -25,7 +25,7 @@ import orjson
 import trio
 
 from ._errors import ConfigError
-from ._log import reserve_stdout
+from ._log import log, reserve_stdout
 
 CONNECT_ID = "forged-connect"
 STOP_ID = b"forged-connect-stop"
@@ -51,7 +51,7 @@ async def status(socket_path: Path | None) -> int:
         print(f"no forged daemon on {path}")
         return 1
     except ConfigError as exc:
-        print(f"forged: {exc}", file=sys.stderr)
+        log(str(exc))
         return 1
     sessions = listed["sessions"]
     print(f"forged daemon on {path}: {len(sessions)} live session(s)")
@@ -134,7 +134,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
     try:
         stream = await _open(path, start)
     except ConfigError as exc:
-        print(f"forged: {exc}", file=sys.stderr)
+        log(str(exc))
         return 1
     stdin, stdout = open_fd_stream(0), open_fd_stream(stdout_fd)
     await stream.send_all(orjson.dumps(opening) + b"\n")
@@ -196,6 +196,6 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
         await copy_out()
         nursery.cancel_scope.cancel()
     if failure:
-        print(f"forged: {failure[0]}", file=sys.stderr)
+        log(str(failure[0]))
         return 1
     return 0

@@ -134,7 +134,7 @@ def config_show(argv: list[str]) -> int:
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
     settings = Settings(agent_dir(), cwd)
     if settings.project_untrusted_note:
-        print(f"forged: {settings.project_untrusted_note}", file=sys.stderr)
+        log(f"{settings.project_untrusted_note}")
     rows = settings.explain()
     if args.json:
         for key, value, source in rows:
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = options_from(args)
     except ConfigError as exc:
-        print(f"forged: {exc}", file=sys.stderr)
+        log(str(exc))
         return 2
     mode = args.mode or ("text" if args.print_mode else "rpc")
     messages = list(args.messages)
@@ -285,12 +285,11 @@ def main(argv: list[str] | None = None) -> int:
             messages = [f"{piped.rstrip()}\n\n{messages[0]}" if messages else piped.rstrip(),
                         *messages[1:]]
         if not messages:
-            print(f"forged: --mode {mode} needs a MESSAGE argument or piped input",
-                  file=sys.stderr)
+            log(f"--mode {mode} needs a MESSAGE argument or piped input")
             return 2
     elif messages:
-        print("forged: MESSAGE arguments need -p or --mode json (in rpc mode prompts come "
-              "as commands on stdin)", file=sys.stderr)
+        log("MESSAGE arguments need -p or --mode json (in rpc mode prompts come "
+              "as commands on stdin)")
         return 2
     protocol_fd = reserve_stdout()
     if mode == "rpc":
@@ -309,7 +308,7 @@ def run_reporting(main: Callable[..., Awaitable[int | None]], *args: Any) -> int
         if not problems:
             raise
         for problem in problems:
-            print(f"forged: {problem}", file=sys.stderr)
+            log(str(problem))
         return 1
 
 

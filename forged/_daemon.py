@@ -58,7 +58,7 @@ from ._hub import (
     SessionRequest,
 )
 from ._log import log
-from ._paths import default_socket_path, runtime_dir
+from ._paths import default_socket_path, make_ws_token, runtime_dir
 from ._session import SessionConfig
 from ._transports.stdio import SHUTDOWN_GRACE_S
 
@@ -167,7 +167,7 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
                   tcp_sockets: list[Any], socket_path: Path, listen_nursery: trio.Nursery,
                   peers_nursery: trio.Nursery) -> None:
     from ._transports.unix import serve_unix
-    from ._transports.websocket import check_address, make_token, serve_websocket
+    from ._transports.websocket import check_address, serve_websocket
 
     for listener in unix_sockets:
         await listen_nursery.start(partial(serve_unix, hub, listener,
@@ -181,7 +181,7 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
         host, port = serve.ws
         check_address(host, serve.ws_allow_remote)
         listeners += await trio.open_tcp_listeners(port, host=host)
-    token = make_token(socket_path.parent)
+    token = make_ws_token(socket_path.parent)
     await listen_nursery.start(partial(serve_websocket, hub, listeners, token,
                                        allowed_origins=serve.ws_allow_origins,
                                        handler_nursery=peers_nursery))

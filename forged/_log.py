@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 
 def log(message: str) -> None:
     print(f"forged: {message}", file=sys.stderr, flush=True)
+
+
+def log_exception(message: str, exc: BaseException) -> None:
+    """`message`, then `exc`'s traceback: a failure of someone else's code (a plugin's)."""
+    log(message)
+    traceback.print_exception(exc, file=sys.stderr)
 
 
 def reserve_stdout() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import orjson
 from . import _codec
 from . import _wire as w
 from ._errors import ConfigError, WireError
+from ._log import log
 from ._paths import agent_dir
 from ._providers import APIS
 
@@ -164,7 +164,7 @@ class ModelRegistry:
             self._merge(parsed)
         except (OSError, orjson.JSONDecodeError, ConfigError, WireError) as exc:
             self.error = f"{path}: {exc}"
-            print(f"forged: ignoring custom models: {self.error}", file=sys.stderr)
+            log(f"ignoring custom models: {self.error}")
 
     def _merge(self, parsed: ModelsFile) -> None:
         staged_providers: dict[str, ProviderConfig] = {}

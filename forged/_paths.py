@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import socket
 import stat
 import struct
@@ -22,6 +23,8 @@ from pathlib import Path
 import trio
 
 from ._errors import ConfigError
+
+WS_TOKEN_FILE = "ws-token"
 
 
 def agent_dir() -> Path:
@@ -77,6 +80,27 @@ def runtime_dir(socket_path: Path) -> Path:
             os.mkdir(folder, 0o700)
         check_folder(folder)
     return socket_path.parent
+
+
+def ws_token_path(folder: Path | None = None) -> Path:
+    """The file holding the token a WebSocket client must present (beside the socket)."""
+    return (folder or default_socket_path().parent) / WS_TOKEN_FILE
+
+
+def make_ws_token(folder: Path) -> str:
+    """A fresh token in `folder`/ws-token, readable by the user only."""
+    runtime_dir(folder / "forged.sock")
+    path = ws_token_path(folder)
+    token = secrets.token_urlsafe(32)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def read_ws_token(folder: Path | None = None) -> str:
+    return ws_token_path(folder).read_text().strip()
 
 
 def peer_uid(stream: trio.SocketStream) -> int:

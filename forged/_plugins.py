@@ -30,7 +30,6 @@ import inspect
 import math
 import os
 import sys
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +40,7 @@ import trio
 
 from . import _wire as w
 from ._errors import CommandError
+from ._log import log, log_exception
 from ._resources import Scope
 from ._settings import PROJECT_DIR, Settings
 from ._tools import Tool, ToolContext, ToolError
@@ -68,10 +68,8 @@ _modules: dict[Path, ModuleType] = {}
 """Plugin modules already imported, by file: every session of a process shares them."""
 
 
-def report(plugin_id: str, where: str, exc: BaseException) -> None:
-    print(f"forged: plugin {plugin_id} failed in {where}: {exc or type(exc).__name__}",
-          file=sys.stderr)
-    traceback.print_exception(exc, file=sys.stderr)
+def _failed(plugin_id: str, where: str, exc: BaseException) -> None:
+    log_exception(f"plugin {plugin_id} failed in {where}: {exc or type(exc).__name__}", exc)
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -114,7 +112,7 @@ def load_plugin_file(path: Path, scope: Scope) -> PluginSource | None:
             raise FileNotFoundError(f"no such plugin: {path}")
         register = _register_of(plugin_id, _import_file(path))
     except Exception as exc:
-        report(plugin_id, "loading", exc)
+        _failed(plugin_id, "loading", exc)
         return None
     return PluginSource(id=plugin_id, register=register, scope=scope, path=path.resolve())
 
@@ -147,7 +145,7 @@ def _package_plugins() -> list[PluginSource]:
         try:
             register = _register_of(entry_point.name, entry_point.load())
         except Exception as exc:
-            report(entry_point.name, "loading", exc)
+            _failed(entry_point.name, "loading", exc)
             continue
         found.append(PluginSource(id=entry_point.name, register=register, scope="user",
                                   origin="package"))
@@ -165,9 +163,9 @@ def discover_plugins(cwd: Path, agent_dir: Path, settings: Settings, *,
     if project_plugins and settings.project_trusted:
         candidates += [(path, "project") for path in project_plugins]
     elif project_plugins:
-        print(f"forged: not loading {len(project_plugins)} plugin(s) of {cwd}: the project "
+        log(f"not loading {len(project_plugins)} plugin(s) of {cwd}: the project "
               "is not trusted (add it to trustedProjects in the global settings.json, or "
-              "pass --trust-project)", file=sys.stderr)
+              "pass --trust-project)")
     candidates += [(path.expanduser(), "temporary") for path in extra]
     for path, scope in candidates:
         source = load_plugin_file(path, scope)
@@ -177,8 +175,7 @@ def discover_plugins(cwd: Path, agent_dir: Path, settings: Settings, *,
     unique: list[PluginSource] = []
     for source in found:
         if source.id in ids:
-            print(f"forged: plugin {source.id} from {source.path} is already loaded; skipped",
-                  file=sys.stderr)
+            log(f"plugin {source.id} from {source.path} is already loaded; skipped")
             continue
         ids.add(source.id)
         unique.append(source)
@@ -337,7 +334,7 @@ class PluginAPI(_SessionFacing):
             except ToolError:
                 raise
             except Exception as exc:
-                report(plugin_id, f"tool {name}", exc)
+                _failed(plugin_id, f"tool {name}", exc)
                 raise ToolError(str(exc) or type(exc).__name__) from exc
             if isinstance(output, w.ToolResult):
                 return output
@@ -355,8 +352,7 @@ class PluginAPI(_SessionFacing):
         ``handler(event, ctx)`` with the event as the client sees it, in order, after it
         was written."""
         if event not in w.EVENT_TYPES and event not in ("before_tool_call", "*"):
-            print(f"forged: plugin {self.id}: there is no event {event!r} to observe",
-                  file=sys.stderr)
+            log(f"plugin {self.id}: there is no event {event!r} to observe")
         self._made.handlers.setdefault(event, []).append(handler)
 
 
@@ -395,19 +391,18 @@ class Plugins:
             if inspect.isawaitable(result):
                 raise TypeError("register(api) must not be async")
         except Exception as exc:
-            report(source.id, "register", exc)
+            _failed(source.id, "register", exc)
             return
         made = api._made
         for name, command in made.commands.items():
             if name in self.commands:
-                print(f"forged: plugin {source.id}: command /{name} is taken by plugin "
-                      f"{self.commands[name].plugin.id}; skipped", file=sys.stderr)
+                log(f"plugin {source.id}: command /{name} is taken by plugin "
+                      f"{self.commands[name].plugin.id}; skipped")
             else:
                 self.commands[name] = command
         for name, tool in made.tools.items():
             if name in self.tools:
-                print(f"forged: plugin {source.id}: tool {name} is taken; skipped",
-                      file=sys.stderr)
+                log(f"plugin {source.id}: tool {name} is taken; skipped")
             else:
                 self.tools[name] = tool
         self.guidelines += made.guidelines
@@ -445,7 +440,7 @@ class Plugins:
         try:
             await call(command.handler, args, PluginContext(self._session, command.plugin.id))
         except Exception as exc:
-            report(command.plugin.id, f"command /{command.name}", exc)
+            _failed(command.plugin.id, f"command /{command.name}", exc)
             raise CommandError(f"Command /{command.name} failed: "
                                f"{exc or type(exc).__name__}") from exc
         finally:
@@ -473,7 +468,7 @@ class Plugins:
             try:
                 verdict = await call(gate, event, PluginContext(self._session, plugin_id))
             except Exception as exc:
-                report(plugin_id, "before_tool_call", exc)
+                _failed(plugin_id, "before_tool_call", exc)
                 return (f"Blocked: plugin {plugin_id} failed in before_tool_call: "
                         f"{exc or type(exc).__name__}")
             if isinstance(verdict, Block):
@@ -494,5 +489,5 @@ class Plugins:
                 try:
                     await call(handler, event, PluginContext(self._session, plugin_id))
                 except Exception as exc:
-                    report(plugin_id, f"on({kind!r})", exc)
+                    _failed(plugin_id, f"on({kind!r})", exc)
 

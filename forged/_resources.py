@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import re
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +18,7 @@ from typing import Any, Literal
 import attrs
 
 from ._errors import CommandError
+from ._log import log
 from ._settings import PROJECT_DIR, Settings
 from ._tools import Tool
 
@@ -30,10 +30,6 @@ TEMPLATE_DESCRIPTION_CHARS = 60
 _SKILL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 Scope = Literal["user", "project", "temporary"]
-
-
-def warn(message: str) -> None:
-    print(f"forged: {message}", file=sys.stderr)
 
 
 @attrs.define(kw_only=True)
@@ -49,7 +45,7 @@ def _context_file_in(directory: Path) -> ContextFile | None:
             try:
                 return ContextFile(path=candidate, content=candidate.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError) as exc:
-                warn(f"cannot read {candidate}: {exc}")
+                log(f"cannot read {candidate}: {exc}")
     return None
 
 
@@ -100,7 +96,7 @@ def _read_text(path: Path) -> str | None:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        warn(f"cannot read {path}: {exc}")
+        log(f"cannot read {path}: {exc}")
         return None
 
 
@@ -225,7 +221,7 @@ def _read_frontmatter(path: Path, kind: str) -> tuple[dict[str, Any] | None, str
     try:
         return split_frontmatter(text)
     except FrontmatterError as exc:
-        warn(f"{kind} {path}: {exc}; skipped")
+        log(f"{kind} {path}: {exc}; skipped")
         return None
 
 
@@ -236,17 +232,17 @@ def _load_skill(path: Path, origin: Origin) -> Skill | None:
     meta = found[0] or {}
     description = meta.get("description")
     if not isinstance(description, str) or not description.strip():
-        warn(f"skill {path}: a description is required; skipped")
+        log(f"skill {path}: a description is required; skipped")
         return None
     expected = path.parent.name if path.name == "SKILL.md" else path.stem
     name = meta.get("name", expected)
     if not isinstance(name, str) or not name:
-        warn(f"skill {path}: name must be a string; skipped")
+        log(f"skill {path}: name must be a string; skipped")
         return None
     for problem in _name_problems(name, expected if path.name == "SKILL.md" else None):
-        warn(f"skill {path}: {problem}")
+        log(f"skill {path}: {problem}")
     if len(description) > MAX_SKILL_DESCRIPTION_CHARS:
-        warn(f"skill {path}: description is longer than {MAX_SKILL_DESCRIPTION_CHARS} "
+        log(f"skill {path}: description is longer than {MAX_SKILL_DESCRIPTION_CHARS} "
              "characters")
     return Skill(name=name, description=description.strip(), path=path, origin=origin,
                  disable_model_invocation=meta.get("disable-model-invocation") is True)
@@ -278,7 +274,7 @@ def load_skills(found_in: Iterable[Origin]) -> list[Skill]:
             if skill is None:
                 continue
             if skill.name in skills:
-                warn(f'skill {path}: the name "{skill.name}" is taken by '
+                log(f'skill {path}: the name "{skill.name}" is taken by '
                      f"{skills[skill.name].path}; skipped")
                 continue
             skills[skill.name] = skill

@@ -12,13 +12,13 @@ cannot be read is never written.
 from __future__ import annotations
 
 import fcntl
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ._log import log
 from ._paths import rewrite
 
 PROJECT_DIR = ".agent-forge"
@@ -55,10 +55,10 @@ def _read(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return {}
     except (OSError, orjson.JSONDecodeError) as exc:
-        print(f"forged: ignoring {path}: {exc}", file=sys.stderr)
+        log(f"ignoring {path}: {exc}")
         return None
     if not isinstance(value, dict):
-        print(f"forged: ignoring {path}: not a JSON object", file=sys.stderr)
+        log(f"ignoring {path}: not a JSON object")
         return None
     return value
 
@@ -170,4 +170,4 @@ class Settings:
                 current.update(values)
                 rewrite(self.path, orjson.dumps(current, option=orjson.OPT_INDENT_2) + b"\n")
         except OSError as exc:
-            print(f"forged: could not save {self.path}: {exc}", file=sys.stderr)
+            log(f"could not save {self.path}: {exc}")

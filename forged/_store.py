@@ -28,7 +28,6 @@ import fcntl
 import os
 import re
 import stat
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -39,6 +38,7 @@ import orjson
 from . import _wire as w
 from ._errors import CommandError, PersistenceError
 from ._jsonl import encode_line
+from ._log import log
 from ._paths import fsync_directory, rewrite
 
 SESSION_VERSION = 3
@@ -424,8 +424,7 @@ def _index(data: bytes) -> tuple[list[_Indexed], int]:
                     break  # the last line is torn
                 value = None
                 number = data.count(b"\n", 0, offset) + 1
-                print(f"forged: skipping line {number} of a session file: not JSON",
-                      file=sys.stderr)
+                log(f"skipping line {number} of a session file: not JSON")
             if isinstance(value, dict):
                 entries.append(_Indexed(
                     value.get("id") if isinstance(value.get("id"), str) else None,

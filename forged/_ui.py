@@ -11,7 +11,6 @@ an action.
 from __future__ import annotations
 
 import math
-import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -19,6 +18,7 @@ from typing import Any, Literal
 import trio
 
 from . import _wire as w
+from ._log import log
 
 NotifyType = Literal["info", "warning", "error"]
 
@@ -48,8 +48,8 @@ class Dialogs:
         """Write the request and wait for its answer; None when it timed out or was
         cancelled. Cancellation of the caller removes the dialog and propagates."""
         if not self.interactive:
-            print(f"forged: no client to answer a {method} dialog ({fields.get('title')!r}); "
-                  "it is cancelled", file=sys.stderr)
+            log(f"no client to answer a {method} dialog ({fields.get('title')!r}); "
+                  "it is cancelled")
             return None
         dialog_id = str(uuid.uuid4())
         pending = self._pending[dialog_id] = _Pending()

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 import trio
 
-from ._jsonl import LineSplitter, LineTooLong
+from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong
 
 Event = dict[str, Any]
 __all__ = ["Client", "CommandFailed", "Event"]
@@ -99,11 +99,11 @@ class Client:
         ``ws-token`` file."""
         from trio_websocket import ConnectionClosed, open_websocket_url
 
-        from ._transports.websocket import MAX_MESSAGE_BYTES, read_token
+        from ._paths import read_ws_token
 
-        headers = [(b"authorization", f"Bearer {token or read_token()}".encode())]
+        headers = [(b"authorization", f"Bearer {token or read_ws_token()}".encode())]
         async with open_websocket_url(url, extra_headers=headers,
-                                      max_message_size=MAX_MESSAGE_BYTES) as socket:
+                                      max_message_size=MAX_LINE_BYTES) as socket:
             async def send(line: bytes) -> None:
                 await socket.send_message(line.decode())
 

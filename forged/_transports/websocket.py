@@ -18,10 +18,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
-import os
-import secrets
 from collections.abc import Sequence
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import trio
@@ -38,32 +35,9 @@ from .._errors import ConfigError
 from .._hub import Hub
 from .._jsonl import MAX_LINE_BYTES
 from .._log import log
-from .._paths import default_socket_path, runtime_dir
 
-MAX_MESSAGE_BYTES = MAX_LINE_BYTES
-TOKEN_FILE = "ws-token"
 MAX_UNAUTHENTICATED = 64
 HANDSHAKE_TIMEOUT_S = 5.0
-
-
-def token_path(folder: Path | None = None) -> Path:
-    return (folder or default_socket_path().parent) / TOKEN_FILE
-
-
-def make_token(folder: Path) -> str:
-    """A fresh token in `folder`/ws-token, readable by the user only."""
-    runtime_dir(folder / "forged.sock")
-    path = token_path(folder)
-    token = secrets.token_urlsafe(32)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(token + "\n")
-    os.chmod(path, 0o600)
-    return token
-
-
-def read_token(folder: Path | None = None) -> str:
-    return token_path(folder).read_text().strip()
 
 
 def check_address(host: str, allow_remote: bool) -> None:
@@ -168,7 +142,7 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], to
                 request: WebSocketRequest | None = None
                 with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
                     request = await wrap_server_stream(connection_nursery, stream,
-                                                       max_message_size=MAX_MESSAGE_BYTES)
+                                                       max_message_size=MAX_LINE_BYTES)
                 if request is None:
                     log(f"dropped {name}: no handshake within {HANDSHAKE_TIMEOUT_S:g} s")
                 elif (refused := refusal(request, token, allowed_origins)) is not None:
