@@ -1,10 +1,31 @@
 """forged: a headless coding-agent daemon speaking the agent-forge RPC protocol.
 
-Layout: one flat package of private modules, dependencies pointing down this list:
-`_cli` (argv, modes) -> `_daemon` (the supervision tree) -> `_connection` (reader, writer) ->
-`_dispatch` (command handlers) -> `_session` (state, queues, cancel scopes) -> `_loop` (one
-run) -> `_providers/`, `_tools/`, `_models`, `_resources` -> `_wire` and `_codec` (the
-protocol's classes and their converter) -> `_jsonl`, `_errors`.
+One package of private modules in layers, from the top; a module imports only from its own
+layer and the layers below it, and no import cycle exists (``tests/test_layout.py`` checks both
+against the import graph). A package named here stands for all its modules::
+
+    __main__ _cli                        the command line: argv to a mode
+    _bridge client                       clients of the daemon (forged connect, status)
+    _daemon _print                       the daemon; -p and --mode json
+    _transports                          stdio, the Unix socket, the WebSocket
+    _hub                                 the daemon's live sessions and their clients
+    _config                              options, models, each session's configuration
+    _dispatch                            a command to its handler
+    _session                             one session: state, queues, events, what runs
+    _run _switching _model_choice        its run driver, its files, its model
+    _compaction _loop _plugins _export   summaries, one run, plugins, the HTML page
+    _models _resources _context _stats _retry
+                                         models, prompts and skills, what the model sees
+    _providers _tools _store _settings _ui
+                                         the model APIs, tools, session files, settings,
+                                         dialogs
+    _connection _codec                   lines in and out; wire classes to JSON
+    _wire                                the protocol's classes
+    _jsonl _paths _errors _log _time _tls _systemd
+                                         the ground floor
+
+The supervision trees are drawn in `forged._transports.stdio` (one session on stdio) and
+`forged._daemon` (many sessions).
 """
 
 import typing
