@@ -43,7 +43,7 @@ from ._errors import CommandError
 from ._log import log, log_exception
 from ._resources import Scope
 from ._settings import PROJECT_DIR, Settings
-from ._tools import Tool, ToolContext, ToolError
+from ._tools import InvalidArguments, Tool, ToolContext, ToolError
 from ._tools.base import text_result
 from ._ui import Dialogs
 
@@ -323,12 +323,14 @@ class PluginAPI(_SessionFacing):
         validator = jsonschema.Draft202012Validator(dict(parameters))
         plugin_id, session = self.id, self._session
 
-        async def run_tool(args: dict[str, Any], context: ToolContext) -> w.ToolResult:
+        def parse(args: dict[str, Any]) -> dict[str, Any]:
             problems = sorted(validator.iter_errors(args), key=lambda e: list(e.path))
             if problems:
-                listed = "\n".join(
-                    f"  - {'/'.join(map(str, p.path)) or 'root'}: {p.message}" for p in problems)
-                raise ToolError(f'Validation failed for tool "{name}":\n{listed}')
+                raise InvalidArguments([f"{'/'.join(map(str, p.path)) or 'root'}: {p.message}"
+                                        for p in problems])
+            return args
+
+        async def run_tool(args: dict[str, Any], context: ToolContext) -> w.ToolResult:
             try:
                 output = await call(run, args, ToolRunContext(session, plugin_id, context))
             except ToolError:
@@ -342,8 +344,7 @@ class PluginAPI(_SessionFacing):
 
         self._made.tools[name] = Tool(
             name=name, description=description, parameters=dict(parameters),
-            snippet=" ".join((snippet or description).split()), params_type=dict,
-            run=run_tool)
+            snippet=" ".join((snippet or description).split()), parse=parse, run=run_tool)
         self._made.guidelines.extend(guidelines)
 
     def on(self, event: str, handler: Callable[..., Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 from functools import partial
 from pathlib import Path
@@ -142,6 +143,22 @@ async def test_read_image_by_magic_bytes(tmp_path: Path) -> None:
 async def test_read_missing_file(tmp_path: Path) -> None:
     message = await fails("read", tmp_path, path="nope.txt")
     assert message == f"ENOENT: no such file or directory, access '{tmp_path / 'nope.txt'}'"
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN_TOOLS))
+def test_a_tool_takes_what_its_schema_shows_the_model(name: str) -> None:
+    """Every property the model is shown is taken, under the name it is shown; what the
+    schema requires is required."""
+    tool = BUILTIN_TOOLS[name]
+    samples = {"string": "x", "number": 7, "boolean": True}
+    properties = tool.parameters["properties"]
+    arguments = {key: samples[spec["type"]] for key, spec in properties.items()}
+    parsed = parse_arguments(tool, arguments)
+    assert {key: getattr(parsed, re.sub("([A-Z])", r"_\1", key).lower())
+            for key in arguments} == arguments
+    for required in tool.parameters["required"]:
+        with pytest.raises(ToolError, match=f"missing required field '{required}'"):
+            parse_arguments(tool, {k: v for k, v in arguments.items() if k != required})
 
 
 async def test_arguments_are_validated_and_coerced(tmp_path: Path) -> None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import sys
 import tempfile
+import typing
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import attrs
+import cattrs
 
 from .. import _codec
 from .. import _wire as w
@@ -79,13 +82,24 @@ class ToolContext:
     """Set by a tool before it lets an abort through: the result the interrupted call gets."""
 
 
+class InvalidArguments(Exception):
+    """A tool call's arguments do not fit the tool's parameters: `problems`, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 @attrs.define(kw_only=True)
 class Tool:
+    """A tool the model can call. `parameters` is the JSON schema the model is shown; `parse`
+    turns a call's arguments into what `run` takes, or raises `InvalidArguments`."""
+
     name: str
     description: str
     snippet: str  # the one line the system prompt lists the tool with
     parameters: dict[str, Any]
-    params_type: type[Any]
+    parse: Callable[[dict[str, Any]], Any]
     run: Callable[[Any, ToolContext], Awaitable[w.ToolResult]]
 
 
@@ -93,9 +107,79 @@ def text_result(text: str, details: dict[str, Any] | None = None) -> w.ToolResul
     return w.ToolResult(content=[w.TextContent(text=text)], details=details)
 
 
-def schema(required: list[str], **properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required,
-            "additionalProperties": False}
+# --- typed parameters --------------------------------------------------------------------------
+
+def param(description: str, default: Any = attrs.NOTHING) -> Any:
+    """A field of a tool's parameter class, with the description the model reads."""
+    return attrs.field(default=default, metadata={"description": description})
+
+
+_JSON_TYPES: dict[Any, str] = {str: "string", int: "number", float: "number", bool: "boolean"}
+
+
+def typed_tool(*, name: str, snippet: str, description: str, params: type[Any],
+               run: Callable[[Any, ToolContext], Awaitable[w.ToolResult]]) -> Tool:
+    """A built-in tool whose parameters are the attrs class `params`: the schema the model
+    sees is made from it (camelCase names, its descriptions, required when without default)
+    and its arguments are converted into it, coerced as JSON-schema validators coerce
+    (``"5"`` is 5)."""
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for field in attrs.fields(attrs.resolve_types(params)):
+        kinds = [kind for kind in typing.get_args(field.type) if kind is not type(None)]
+        json_name = _codec.camel(field.name)
+        properties[json_name] = {"type": _JSON_TYPES[kinds[0] if kinds else field.type],
+                                 "description": field.metadata["description"]}
+        if field.default is attrs.NOTHING:
+            required.append(json_name)
+    schema = {"type": "object", "properties": properties, "required": required,
+              "additionalProperties": False}
+    return Tool(name=name, snippet=snippet, description=description, parameters=schema,
+                parse=functools.partial(_structure, params), run=run)
+
+
+def _structure(params: type[Any], arguments: dict[str, Any]) -> Any:
+    try:
+        return _params_converter.structure(arguments, params)
+    except cattrs.BaseValidationError as exc:
+        raise InvalidArguments(_codec.describe_error(exc).split("; ")) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidArguments([str(exc)]) from None
+
+
+def _coerce_int(value: Any, _: Any) -> int:
+    if type(value) is bool:
+        raise ValueError("expected an integer")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    if isinstance(value, int):
+        return value
+    raise ValueError("expected an integer")
+
+
+def _coerce_float(value: Any, _: Any) -> float:
+    if type(value) is bool:
+        raise ValueError("expected a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError("expected a number") from None
+
+
+def _coerce_bool(value: Any, _: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "false"):
+        return bool(value == "true")
+    raise ValueError("expected a boolean")
+
+
+_params_converter = _codec.new_converter()
+_params_converter.register_structure_hook(int, _coerce_int)
+_params_converter.register_structure_hook(float, _coerce_float)
+_params_converter.register_structure_hook(bool, _coerce_bool)
 
 
 _UNICODE_SPACES = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000]")

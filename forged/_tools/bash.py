@@ -29,12 +29,13 @@ from .base import (
     MAX_LINES,
     ScratchDir,
     Shell,
-    Tool,
     ToolContext,
     ToolError,
     format_size,
+    param,
     text_result,
     truncate_tail,
+    typed_tool,
 )
 
 GUARD = ('trap "kill -KILL 0" TERM; __forged_command=$1; shift; '
@@ -286,8 +287,8 @@ def format_output(spool: OutputSpool) -> tuple[str, dict[str, Any] | None]:
 
 @attrs.define(kw_only=True)
 class BashParams:
-    command: str
-    timeout: float | None = None
+    command: str = param("Bash command to execute")
+    timeout: float | None = param("Timeout in seconds (optional, no default timeout)", None)
 
 
 async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
@@ -324,7 +325,7 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
     return text_result(text, details)
 
 
-BASH = Tool(
+BASH = typed_tool(
     name="bash",
     snippet="Execute bash commands (ls, grep, find, etc.)",
     description=(
@@ -332,17 +333,7 @@ BASH = Tool(
         f"merged. Output is cut to the last {MAX_LINES} lines or {MAX_BYTES // 1024}KB, "
         "whichever comes first; the full output is then saved to a temp file whose path is "
         "given. Optionally pass a timeout in seconds."),
-    parameters={
-        "type": "object",
-        "properties": {
-            "command": {"type": "string", "description": "Bash command to execute"},
-            "timeout": {"type": "number",
-                        "description": "Timeout in seconds (optional, no default timeout)"},
-        },
-        "required": ["command"],
-        "additionalProperties": False,
-    },
-    params_type=BashParams,
+    params=BashParams,
     run=run_bash,
 )
 

@@ -17,15 +17,15 @@ from .. import _wire as w
 from .base import (
     MAX_BYTES,
     MAX_LINES,
-    Tool,
     ToolContext,
     ToolError,
     format_size,
     listing_result,
+    param,
     resolve_path,
-    schema,
     text_result,
     truncate_head,
+    typed_tool,
 )
 
 LIMIT_TEXT = f"{MAX_LINES} lines or {MAX_BYTES // 1024}KB"
@@ -39,9 +39,9 @@ def _not_found(path: Path) -> ToolError:
 
 @attrs.define(kw_only=True)
 class ReadParams:
-    path: str
-    offset: int | None = None
-    limit: int | None = None
+    path: str = param("Path to the file (relative or absolute)")
+    offset: int | None = param("Line number to start from (1-indexed)", None)
+    limit: int | None = param("Maximum number of lines to read", None)
 
 
 def image_type(head: bytes) -> str | None:
@@ -154,7 +154,7 @@ async def run_read(params: ReadParams, ctx: ToolContext) -> w.ToolResult:
     return await trio.to_thread.run_sync(_read_sync, params, path, abandon_on_cancel=True)
 
 
-READ = Tool(
+READ = typed_tool(
     name="read",
     snippet="Read file contents",
     description=(
@@ -162,13 +162,7 @@ READ = Tool(
         f"images are returned as attachments. Text output is limited to {LIMIT_TEXT}, "
         "whichever comes first; use offset and limit to page through large files. "
         "When the output is cut, the notice at the end says which offset continues it."),
-    parameters=schema(
-        ["path"],
-        path={"type": "string", "description": "Path to the file (relative or absolute)"},
-        offset={"type": "number", "description": "Line number to start from (1-indexed)"},
-        limit={"type": "number", "description": "Maximum number of lines to read"},
-    ),
-    params_type=ReadParams,
+    params=ReadParams,
     run=run_read,
 )
 
@@ -177,8 +171,8 @@ READ = Tool(
 
 @attrs.define(kw_only=True)
 class WriteParams:
-    path: str
-    content: str
+    path: str = param("Path to the file (relative or absolute)")
+    content: str = param("Content to write to the file")
 
 
 def _write_sync(params: WriteParams, path: Path) -> w.ToolResult:
@@ -192,18 +186,13 @@ async def run_write(params: WriteParams, ctx: ToolContext) -> w.ToolResult:
     return await trio.to_thread.run_sync(_write_sync, params, resolve_path(params.path, ctx.cwd))
 
 
-WRITE = Tool(
+WRITE = typed_tool(
     name="write",
     snippet="Create or overwrite files",
     description=(
         "Write content to a file. Creates the file if it does not exist and overwrites it if "
         "it does; parent directories are created. Use it for new files or complete rewrites."),
-    parameters=schema(
-        ["path", "content"],
-        path={"type": "string", "description": "Path to the file (relative or absolute)"},
-        content={"type": "string", "description": "Content to write to the file"},
-    ),
-    params_type=WriteParams,
+    params=WriteParams,
     run=run_write,
 )
 
@@ -212,9 +201,9 @@ WRITE = Tool(
 
 @attrs.define(kw_only=True)
 class EditParams:
-    path: str
-    old_text: str
-    new_text: str
+    path: str = param("Path to the file to edit (relative or absolute)")
+    old_text: str = param("Exact text to find and replace")
+    new_text: str = param("New text to replace the old text with")
 
 
 _FUZZY = str.maketrans({
@@ -301,20 +290,14 @@ async def run_edit(params: EditParams, ctx: ToolContext) -> w.ToolResult:
     return await trio.to_thread.run_sync(_edit_sync, params, resolve_path(params.path, ctx.cwd))
 
 
-EDIT = Tool(
+EDIT = typed_tool(
     name="edit",
     snippet="Make surgical edits to files (find exact text and replace)",
     description=(
         "Edit a file by replacing exact text. oldText must match exactly one place in the file "
         "(including whitespace and newlines); include enough surrounding lines to make it "
         "unique. Read the file first."),
-    parameters=schema(
-        ["path", "oldText", "newText"],
-        path={"type": "string", "description": "Path to the file to edit (relative or absolute)"},
-        oldText={"type": "string", "description": "Exact text to find and replace"},
-        newText={"type": "string", "description": "New text to replace the old text with"},
-    ),
-    params_type=EditParams,
+    params=EditParams,
     run=run_edit,
 )
 
@@ -323,8 +306,8 @@ EDIT = Tool(
 
 @attrs.define(kw_only=True)
 class LsParams:
-    path: str = "."
-    limit: int = 500
+    path: str = param("Directory to list (default: current directory)", ".")
+    limit: int = param("Maximum number of entries (default 500)", 500)
 
 
 def _ls_sync(params: LsParams, path: Path) -> w.ToolResult:
@@ -359,18 +342,13 @@ async def run_ls(params: LsParams, ctx: ToolContext) -> w.ToolResult:
                                          abandon_on_cancel=True)
 
 
-LS = Tool(
+LS = typed_tool(
     name="ls",
     snippet="List directory contents",
     description=(
         "List a directory's entries, sorted alphabetically, dotfiles included, directories "
         f"marked with a trailing '/'. At most 500 entries by default (limit) and "
         f"{MAX_BYTES // 1024}KB of output."),
-    parameters=schema(
-        [],
-        path={"type": "string", "description": "Directory to list (default: current directory)"},
-        limit={"type": "number", "description": "Maximum number of entries (default 500)"},
-    ),
-    params_type=LsParams,
+    params=LsParams,
     run=run_ls,
 )

@@ -17,13 +17,13 @@ import trio
 from .. import _wire as w
 from .base import (
     MAX_BYTES,
-    Tool,
     ToolContext,
     ToolError,
     listing_result,
+    param,
     resolve_path,
-    schema,
     text_result,
+    typed_tool,
 )
 
 GREP_LINE_CHARS = 500
@@ -86,13 +86,13 @@ async def _run_rg(args: list[str], cwd: Path, on_line: Any) -> tuple[int, str]:
 
 @attrs.define(kw_only=True)
 class GrepParams:
-    pattern: str
-    path: str = "."
-    glob: str | None = None
-    ignore_case: bool = False
-    literal: bool = False
-    context: int = 0
-    limit: int = 100
+    pattern: str = param("Regex pattern (or literal text) to search")
+    path: str = param("File or directory to search (default: .)", ".")
+    glob: str | None = param("Only files matching this glob, e.g. '*.py'", None)
+    ignore_case: bool = param("Case-insensitive search", False)
+    literal: bool = param("Treat the pattern as a literal string", False)
+    context: int = param("Lines of context around each match", 0)
+    limit: int = param("Maximum number of matches (default 100)", 100)
 
 
 async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
@@ -163,7 +163,7 @@ async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
     return listing_result(lines, notices, details, long_note)
 
 
-GREP = Tool(
+GREP = typed_tool(
     name="grep",
     snippet="Search file contents for patterns (respects .gitignore)",
     description=(
@@ -171,17 +171,7 @@ GREP = Tool(
         "Respects .gitignore. Prints `path:line: text` for matches and `path-line- text` for "
         f"context lines. At most 100 matches by default (limit), lines cut at "
         f"{GREP_LINE_CHARS} chars, output at {MAX_BYTES // 1024}KB."),
-    parameters=schema(
-        ["pattern"],
-        pattern={"type": "string", "description": "Regex pattern (or literal text) to search"},
-        path={"type": "string", "description": "File or directory to search (default: .)"},
-        glob={"type": "string", "description": "Only files matching this glob, e.g. '*.py'"},
-        ignoreCase={"type": "boolean", "description": "Case-insensitive search"},
-        literal={"type": "boolean", "description": "Treat the pattern as a literal string"},
-        context={"type": "number", "description": "Lines of context around each match"},
-        limit={"type": "number", "description": "Maximum number of matches (default 100)"},
-    ),
-    params_type=GrepParams,
+    params=GrepParams,
     run=run_grep,
 )
 
@@ -190,9 +180,9 @@ GREP = Tool(
 
 @attrs.define(kw_only=True)
 class FindParams:
-    pattern: str
-    path: str = "."
-    limit: int = 1000
+    pattern: str = param("Glob pattern to match files")
+    path: str = param("Directory to search in (default: .)", ".")
+    limit: int = param("Maximum number of results (default 1000)", 1000)
 
 
 async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
@@ -231,19 +221,13 @@ async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
     return listing_result(found, notices, details)
 
 
-FIND = Tool(
+FIND = typed_tool(
     name="find",
     snippet="Find files by glob pattern (respects .gitignore)",
     description=(
         "Find files by glob pattern, e.g. '*.py' or 'src/**/*.ts', with ripgrep. Respects "
         "`.gitignore`, includes hidden files. Prints paths relative to the search directory. "
         f"At most 1000 results by default (limit) and {MAX_BYTES // 1024}KB of output."),
-    parameters=schema(
-        ["pattern"],
-        pattern={"type": "string", "description": "Glob pattern to match files"},
-        path={"type": "string", "description": "Directory to search in (default: .)"},
-        limit={"type": "number", "description": "Maximum number of results (default 1000)"},
-    ),
-    params_type=FindParams,
+    params=FindParams,
     run=run_find,
 )
