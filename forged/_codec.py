@@ -7,7 +7,6 @@ field given a number is an error naming the field, never a silent ``str(5)``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
@@ -17,15 +16,9 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from . import _wire as w
 from ._errors import WireError
+from ._jsonl import camel as camel
 
 T = TypeVar("T")
-
-_CAMEL = re.compile(r"_([a-z0-9])")
-
-
-def camel(name: str) -> str:
-    return _CAMEL.sub(lambda m: m.group(1).upper(), name)
-
 
 def _strict(kind: type[Any], expected: str) -> Callable[[Any, type[Any]], Any]:
     def structure(value: Any, _: type[Any]) -> Any:

@@ -3,7 +3,7 @@
 Input is split on ``\\n`` only (never on U+2028, U+2029 or other Unicode line breaks), one
 trailing ``\\r`` is stripped, and a final line without ``\\n`` is still a line. Output escapes
 U+2028 and U+2029 so clients that split on them keep working; everything else non-ASCII is raw
-UTF-8.
+UTF-8. A field's wire name is its Python name in camelCase (`camel`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+
+_CAMEL = re.compile(r"_([a-z0-9])")
+
+
+def camel(name: str) -> str:
+    """``first_kept_entry_id`` -> ``firstKeptEntryId``."""
+    return _CAMEL.sub(lambda m: m.group(1).upper(), name)
+
 
 MAX_LINE_BYTES = 64 * 1024 * 1024 + 64 * 1024
 """Longest accepted input line: 64 MiB of payload plus room for the JSON around it."""

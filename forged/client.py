@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 import trio
 
-from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong
+from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong, camel
 
 Event = dict[str, Any]
 __all__ = ["Client", "CommandFailed", "Event"]
@@ -178,7 +178,7 @@ class Client:
         send, receive = trio.open_memory_channel[Event](1)
         self._waiting[command_id] = send
         await self.send({"type": command_type, "id": command_id,
-                         **{_camel(k): v for k, v in fields.items() if v is not None}})
+                         **{camel(k): v for k, v in fields.items() if v is not None}})
         try:
             return await receive.receive()
         except trio.EndOfChannel:
@@ -335,6 +335,3 @@ class Client:
         await self.call("detach")
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
