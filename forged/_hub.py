@@ -131,7 +131,7 @@ class LiveSession:
         if peer not in self.clients:
             self.clients.append(peer)
         peer.live = self
-        self._update_interactive()
+        self.update_interactive()
         return w.AttachResult(session_id=self.id, seq=self.seq, replayed=len(replayed),
                               missed=missed)
 
@@ -140,9 +140,9 @@ class LiveSession:
             self.clients.remove(peer)
         if peer.live is self:
             peer.live = None
-        self._update_interactive()
+        self.update_interactive()
 
-    def _update_interactive(self) -> None:
+    def update_interactive(self) -> None:
         """Dialogs wait for an answer while some client can give one; else they are
         cancelled (as at the end of stdin)."""
         answering = any(not peer.closing for peer in self.clients)
@@ -320,7 +320,7 @@ class Hub:
         peer.closing = True
         if peer.live is not None:
             live = peer.live
-            live._update_interactive()
+            live.update_interactive()
             await live.dispatcher.wait_idle()
 
     async def handle(self, peer: Peer, command: Any, command_id: str | int | None) -> None:
