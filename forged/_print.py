@@ -41,7 +41,8 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
         config = await open_session_config(attrs.evolve(options, interactive=False),
                                            process_nursery)
         async with open_session(config, outbox.put if events else lambda _: None,
-                                outbox.wait_for_room if events else None) as session:
+                                outbox.wait_for_room if events else None,
+                                in_thread=False) as session:
             dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
 
             def stop(signum: int) -> None:

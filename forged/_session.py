@@ -107,12 +107,19 @@ class _Files:
 
 @contextlib.asynccontextmanager
 async def open_session(config: SessionConfig, sink: Sink,
-                       wait_for_room: Callable[[], Awaitable[None]] | None = None
-                       ) -> AsyncIterator[Session]:
+                       wait_for_room: Callable[[], Awaitable[None]] | None = None, *,
+                       in_thread: bool = True) -> AsyncIterator[Session]:
     """A session that lives while the block runs. Leaving the block aborts what runs (its
     closing events are still emitted), then closes the session file and removes the full
-    outputs its commands kept."""
-    files = await trio.to_thread.run_sync(_Files.read, config)
+    outputs its commands kept.
+
+    Its files are read `in_thread`, so that other sessions go on meanwhile. A process's only
+    session reads them on the loop: nothing else waits yet, and a worker thread would wait
+    for the interpreter lock behind the start-up's imports (~40 ms of cold start)."""
+    if in_thread:
+        files = await trio.to_thread.run_sync(_Files.read, config)
+    else:
+        files = _Files.read(config)
     session: Session | None = None
     try:
         async with trio.open_nursery() as session_nursery:

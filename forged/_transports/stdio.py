@@ -77,7 +77,8 @@ async def serve_stdio(config: SessionConfig, stdin: Any, stdout: Any,
                       process_nursery: trio.Nursery, *, watch_signals: bool) -> None:
     """One session on one pair of streams: returns once input ended and output is flushed."""
     outbox = Outbox(write_now=write_now_to(stdout))
-    async with open_session(config, outbox.put, outbox.wait_for_room) as session:
+    async with open_session(config, outbox.put, outbox.wait_for_room,
+                            in_thread=False) as session:
         dispatcher = Dispatcher(session, outbox.put)
         input_scope = trio.CancelScope()
         settle_scope = trio.CancelScope()  # waits for the last run; bounded once stopping
