@@ -272,7 +272,8 @@ class Hub:
             idle[0].unload_scope.cancel()
             self.live.remove(idle[0])
         try:
-            config = self._make_config(request)
+            # settings, models and plugin files are read off the loop: other sessions go on
+            config = await trio.to_thread.run_sync(self._make_config, request)
         except ForgedError as exc:
             raise CommandError(str(exc)) from exc
         if config.session_path is not None:  # a file a live session holds: that session
