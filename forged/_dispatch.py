@@ -13,8 +13,6 @@ answered: nothing sent after a switch lands in the session it left.
 
 from __future__ import annotations
 
-import sys
-import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ import trio
 from . import _wire as w
 from ._connection import response_line
 from ._errors import CommandError
+from ._log import log_exception
 from ._session import Session
 from ._store import LEAF, entry_tree
 from ._switching import (
@@ -48,19 +47,19 @@ ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
 class Reply:
     """Answers one command, once: later calls are ignored."""
 
-    __slots__ = ("_command", "_sink", "command_id", "sent")
+    __slots__ = ("_sink", "command", "command_id", "sent")
 
     def __init__(self, sink: Sink, command: str, command_id: str | int | None) -> None:
         self._sink = sink
-        self._command = command
+        self.command = command
         self.command_id = command_id
         self.sent = False
 
     def ok(self, data: Any = w.ABSENT) -> None:
-        self._send(response_line(self._command, self.command_id, data=data))
+        self._send(response_line(self.command, self.command_id, data=data))
 
     def fail(self, error: str) -> None:
-        self._send(response_line(self._command, self.command_id, error=error))
+        self._send(response_line(self.command, self.command_id, error=error))
 
     def _send(self, line: bytes) -> None:
         if not self.sent:
@@ -147,7 +146,7 @@ class Dispatcher:
         except CommandError as exc:
             reply.fail(str(exc))
         except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
+            log_exception(f"{command.type} failed: {exc!r}", exc)
             reply.fail(str(exc) or type(exc).__name__)
 
     async def wait_idle(self) -> None:
@@ -184,7 +183,7 @@ class Dispatcher:
             except CommandError as exc:
                 reply.fail(str(exc))
             except Exception as exc:
-                traceback.print_exc(file=sys.stderr)
+                log_exception(f"{reply.command} failed: {exc!r}", exc)
                 reply.fail(str(exc) or type(exc).__name__)
             else:
                 reply.ok(result)

@@ -13,7 +13,8 @@ def log(message: str) -> None:
 
 
 def log_exception(message: str, exc: BaseException) -> None:
-    """`message`, then `exc`'s traceback: a failure of someone else's code (a plugin's)."""
+    """`message`, then `exc`'s traceback: a bug, or a failure of someone else's code (a
+    plugin's)."""
     log(message)
     traceback.print_exception(exc, file=sys.stderr)
 

@@ -11,8 +11,6 @@ synchronously, so cancellation cannot lose them.
 
 from __future__ import annotations
 
-import sys
-import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +19,7 @@ import trio
 
 from . import _wire as w
 from ._errors import PersistenceError, ProviderError
+from ._log import log_exception
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._time import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
@@ -153,7 +152,7 @@ async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
         message.error_message = str(exc)
         turn.error = exc
     except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
+        log_exception(f"the model's stream failed: {exc!r}", exc)
         builder.settle_partial()
         message.stop_reason = "error"
         message.error_message = describe_failure(exc)
@@ -189,7 +188,7 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
         except ToolError as exc:
             result, is_error = text_result(exc.text, exc.details), True
         except Exception as exc:
-            traceback.print_exc(file=sys.stderr)
+            log_exception(f"tool {call.name} failed: {exc!r}", exc)
             result, is_error = text_result(describe_failure(exc)), True
         except BaseException as exc:
             if is_cancellation(exc):

@@ -19,8 +19,6 @@ the driver carries from one run to the next is one `RunState`.
 
 from __future__ import annotations
 
-import sys
-import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -30,7 +28,7 @@ import trio
 from . import _wire as w
 from ._compaction import CompactionHost, NothingToCompact, Reason, check_compactable, compact
 from ._errors import CommandError, PersistenceError, ProviderError
-from ._log import log
+from ._log import log, log_exception
 from ._loop import AgentHost, describe_failure, is_cancellation, run_agent
 from ._retry import is_context_overflow
 from ._settings import Settings
@@ -176,10 +174,10 @@ class Runner:
                     new: list[w.AgentMessage] = []
                     try:
                         new = await run_agent(self._host, prompt, poll_steering=poll_steering)
-                    except Exception:
+                    except Exception as exc:
                         # A bug, not a provider or tool failure (those end the turn): the run
                         # was closed with agent_end; the session lives on.
-                        traceback.print_exc(file=sys.stderr)
+                        log_exception(f"the run failed: {exc!r}", exc)
                     retrying = await self._after_agent_end(new)
                 self._close_run()
                 prompt, poll_steering = ([] if retrying else self._continuation()), False
@@ -386,7 +384,7 @@ class Runner:
             failure = exc if isinstance(exc, CommandError) else CommandError(
                 describe_failure(exc))
             if failure is not exc:
-                traceback.print_exc(file=sys.stderr)
+                log_exception(f"compaction failed: {exc!r}", exc)
             if reason == "manual" or not isinstance(exc, NothingToCompact):
                 end.error_message = FAILURE_PREFIX[reason] + str(failure)
             raise failure from exc
