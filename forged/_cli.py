@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -56,7 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="forged", description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"forged {__version__}")
+    parser.add_argument("--version", "-v", action="version", version=__version__,
+                        help="print the version number and exit")
+    parser.add_argument("--list-models", nargs="?", const="", metavar="SEARCH",
+                        help="list the models forged has keys for (those matching SEARCH), "
+                        "then exit")
+    parser.add_argument("--export", nargs="+", metavar=("FILE", "OUT"),
+                        help="write the session file FILE as an HTML page (to OUT, else "
+                        "beside the current directory's name for it), then exit")
     parser.add_argument("--mode", choices=["rpc", "json", "text"], default=None,
                         help="rpc (default): JSON commands in on stdin, responses and events "
                         "out on stdout; json: run the MESSAGES and print the session header "
@@ -69,6 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
                         "stdin is put before the first")
     add_session_options(parser)
     return parser
+
+
+VALUE_FLAGS = frozenset({"--tools", "-t", "--exclude-tools", "-xt"})
+"""Flags whose value may start with ``-`` (``--tools -write``), as the ancestor takes it."""
+
+
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """`build_parser`'s parse of `argv`, where a value of `VALUE_FLAGS` is taken whatever it
+    starts with."""
+    joined: list[str] = []
+    arguments = iter(argv)
+    for arg in arguments:
+        value = next(arguments, None) if arg in VALUE_FLAGS else None
+        joined.append(arg if value is None else f"{arg}={value}")
+    return build_parser().parse_args(joined)
 
 
 def add_session_options(parser: argparse.ArgumentParser) -> None:
@@ -100,17 +123,91 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
                         "(repeatable)")
     parser.add_argument("--system-prompt", metavar="TEXT|PATH",
                         help="replace the system prompt (and SYSTEM.md) with this text or file")
-    parser.add_argument("--append-system-prompt", metavar="TEXT|PATH",
-                        help="add this text or file to the system prompt (instead of "
-                        "APPEND_SYSTEM.md)")
+    parser.add_argument("--append-system-prompt", action="append", default=[],
+                        metavar="TEXT|PATH", help="add this text or file to the system prompt "
+                        "(instead of APPEND_SYSTEM.md; repeatable, kept in order)")
+    parser.add_argument("--no-skills", "-ns", action="store_true",
+                        help="no discovered or configured skills (--skill paths still load)")
+    parser.add_argument("--no-prompt-templates", "-np", action="store_true",
+                        help="no discovered or configured prompt templates (--prompt-template "
+                        "paths still load)")
+    parser.add_argument("--no-context-files", "-nc", action="store_true",
+                        help="do not read AGENTS.md or CLAUDE.md files")
+    parser.add_argument("--thinking", metavar="LEVEL", choices=THINKING_LEVELS,
+                        help="the starting thinking level (over a --model suffix; clamped to "
+                        "the model)")
+    parser.add_argument("--api-key", metavar="KEY",
+                        help="the API key of the chosen model's provider, for this run only")
+    parser.add_argument("--tools", "-t", metavar="LIST", type=_tool_list,
+                        help="the tools the model gets: names or patterns with * (built-in or "
+                        "plugin), or only +name/-name entries changing the default set "
+                        "(read, bash, edit, write, or the defaultTools setting)")
+    parser.add_argument("--no-tools", "-nt", action="store_true",
+                        help="start with no tool at all (plus any --tools)")
+    parser.add_argument("--no-builtin-tools", "-nbt", action="store_true",
+                        help="no built-in tool by default; plugin tools stay")
+    parser.add_argument("--exclude-tools", "-xt", metavar="LIST", type=_tool_list,
+                        help="remove these tools (names or patterns with *) after every "
+                        "other choice")
+    parser.add_argument("--session-id", metavar="ID", type=_session_id,
+                        help="continue this directory's session with this id, or start one "
+                        "with it")
+    parser.add_argument("--fork", metavar="PATH|ID-PREFIX",
+                        help="start a new session in this directory holding a copy of that "
+                        "session")
+    parser.add_argument("--resume", "-r", dest="continue_", action="store_true",
+                        help="as --continue (forged has no session picker)")
+    parser.add_argument("--approve", "-a", dest="approve", action="store_const", const=True,
+                        help="trust this project's own settings, prompts, skills and plugins "
+                        "for this run")
+    parser.add_argument("--no-approve", "-na", dest="approve", action="store_const",
+                        const=False, help="ignore them for this run, even if the project is "
+                        "trusted")
     parser.add_argument("--plugin", action="append", type=Path, default=[], metavar="PATH",
                         help="load a plugin (a .py file or a package folder) for this run "
                         "(repeatable)")
-    parser.add_argument("--trust-project", action="store_true",
-                        help="load the project's own plugins (.agent-forge/agent/plugins) "
-                        "this time, as if it were in trustedProjects")
+    parser.add_argument("--trust-project", dest="approve", action="store_const", const=True,
+                        help="as --approve")
+    parser.add_argument("--extension", "-e", action="append", default=[], metavar="PATH",
+                        help="refused: TypeScript extensions are not supported (see --plugin)")
+    for flag, takes in IGNORED_FLAGS.items():
+        names = flag.split("|")
+        kind: dict[str, Any] = ({"action": "append", "metavar": "X"} if takes
+                                else {"action": "store_true"})
+        parser.add_argument(*names, dest=f"ignored_{names[0][2:].replace('-', '_')}",
+                            help="accepted, no effect: forged has no terminal, themes or "
+                            "TypeScript extensions, and fetches nothing", **kind)
     parser.add_argument("--script", type=Path,
                         help="with --provider scripted: the JSON script of model replies")
+
+
+IGNORED_FLAGS = {"--no-themes": False, "--theme": True, "--use-theme": True,
+                 "--no-extensions|-ne": False, "--offline": False, "--tui-mode": True,
+                 "--verbose": False}
+"""pi's flags that mean nothing to a program without a screen: accepted with a note (`True`:
+the flag takes a value)."""
+
+THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+def _tool_list(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    modifiers = [name for name in names if name[0] in "+-"]
+    if modifiers and len(modifiers) < len(names):
+        raise argparse.ArgumentTypeError("tool names cannot be mixed with +name or -name "
+                                         "entries")
+    if any("*" in name for name in modifiers):
+        raise argparse.ArgumentTypeError("+name and -name entries take exact tool names, not "
+                                         "patterns")
+    return names
+
+
+def _session_id(text: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?", text):
+        raise argparse.ArgumentTypeError(
+            f"invalid session id {text!r}: letters, digits, '.', '_' and '-', starting and "
+            "ending with a letter or digit")
+    return text
 
 
 def build_config_parser() -> argparse.ArgumentParser:
@@ -152,20 +249,41 @@ def options_from(args: argparse.Namespace) -> Options:
     """The session options of parsed `args`; `ConfigError` for a --cwd that is no folder."""
     from ._config import Options
     from ._resources import ExtraPaths
+    from ._tools import ToolChoice
 
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
     if not cwd.is_dir():
         raise ConfigError(f"--cwd {cwd}: not a directory")
-    return Options(cwd=cwd, provider=args.provider, model=args.model, script=args.script,
-                      session_name=args.session_name, no_session=args.no_session,
-                      session_dir=args.session_dir, session=args.session,
-                      continue_=args.continue_,
-                      models=[p.strip() for p in args.models.split(",") if p.strip()]
-                      if args.models else None,
-                      extra=ExtraPaths(skills=args.skill, prompt_templates=args.prompt_template,
-                                       system_prompt=args.system_prompt,
-                                       append_system_prompt=args.append_system_prompt),
-                      plugins=args.plugin, trust_project=args.trust_project)
+    if args.fork and (args.session or args.continue_ or args.no_session):
+        raise ConfigError("--fork cannot be combined with --session, --continue, --resume or "
+                          "--no-session")
+    if args.session_id and (args.session or args.continue_):
+        raise ConfigError("--session-id cannot be combined with --session, --continue or "
+                          "--resume")
+    if args.extension:
+        raise ConfigError("-e/--extension: TypeScript extensions are not supported; forged "
+                          "loads Python plugins (--plugin, see Plugins in the README)")
+    ignored = [flag.split("|")[0] for flag in IGNORED_FLAGS
+               if getattr(args, f"ignored_{flag.split('|')[0][2:].replace('-', '_')}")]
+    if ignored:
+        log(f"{', '.join(ignored)}: accepted, no effect (forged has no terminal, themes or "
+            "TypeScript extensions, and fetches nothing)")
+    return Options(
+        cwd=cwd, provider=args.provider, model=args.model, script=args.script,
+        session_name=args.session_name, no_session=args.no_session,
+        session_dir=args.session_dir, session=args.session, continue_=args.continue_,
+        models=[p.strip() for p in args.models.split(",") if p.strip()] if args.models
+        else None,
+        extra=ExtraPaths(skills=args.skill, prompt_templates=args.prompt_template,
+                         system_prompt=args.system_prompt,
+                         append_system_prompt=args.append_system_prompt,
+                         no_skills=args.no_skills, no_prompt_templates=args.no_prompt_templates,
+                         no_context_files=args.no_context_files),
+        plugins=args.plugin, approve=args.approve, thinking=args.thinking,
+        api_key=args.api_key, session_id=args.session_id, fork=args.fork,
+        tools=ToolChoice(tools=args.tools, no_tools=args.no_tools,
+                         no_builtin_tools=args.no_builtin_tools,
+                         exclude=args.exclude_tools or []))
 
 
 SUBCOMMANDS = ("serve", "connect", "status")
@@ -267,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         return config_show(argv[2:])
     if argv[:1] and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(argv)
     _tls.start()  # before the session's modules are imported: it builds while they load
     from ._print import run_prompts
     from ._transports.stdio import run_stdio
@@ -277,6 +395,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         log(str(exc))
         return 2
+    if args.export is not None:
+        if len(args.export) > 2:
+            log("--export takes FILE and an optional OUT")
+            return 2
+        from ._oneshot import export
+
+        return export(args.export[0], args.export[1] if len(args.export) > 1 else None)
+    if args.list_models is not None:
+        from ._oneshot import list_models
+
+        try:
+            return list_models(options, args.list_models)
+        except ForgedError as exc:
+            log(str(exc))
+            return 1
     mode = args.mode or ("text" if args.print_mode else "rpc")
     messages = list(args.messages)
     if mode != "rpc":

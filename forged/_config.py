@@ -24,6 +24,7 @@ from ._providers import load_providers
 from ._resources import ExtraPaths
 from ._session import SessionConfig
 from ._settings import Settings
+from ._tools import ToolChoice
 
 
 @attrs.define(kw_only=True)
@@ -42,8 +43,14 @@ class Options:
     models: list[str] | None = None
     extra: ExtraPaths = attrs.Factory(ExtraPaths)
     plugins: list[Path] = attrs.Factory(list)
-    trust_project: bool = False
+    approve: bool | None = None
+    """``--approve`` (True), ``--no-approve`` (False), or neither: ``trustedProjects``."""
     interactive: bool = True
+    thinking: str | None = None
+    api_key: str | None = None
+    tools: ToolChoice = attrs.Factory(ToolChoice)
+    session_id: str | None = None
+    fork: str | None = None
 
 
 @attrs.define(kw_only=True)
@@ -124,12 +131,15 @@ def session_config(options: Options, models: Models) -> SessionConfig:
     directory = agent_dir()
     registry = models.registry
     registry.check_provider(models.provider)
-    settings = Settings(directory, options.cwd, trust_project=options.trust_project)
+    settings = Settings(directory, options.cwd, trust_project=options.approve is True,
+                        distrust_project=options.approve is False)
     if settings.project_untrusted_note:
         log(settings.project_untrusted_note)
     level = str(settings.get("defaultThinkingLevel", "medium"))
     if level not in w.THINKING_LEVELS:
         level = "medium"
+    if options.api_key is not None:
+        use_key(registry, options, models.provider)
     model: w.Model | None
     if models.pattern is not None:
         model, suffix = registry.resolve_pattern(models.pattern, models.provider)
@@ -137,17 +147,36 @@ def session_config(options: Options, models: Models) -> SessionConfig:
     else:
         model = (saved_default(registry, settings, models.provider)
                  or registry.initial_model(models.provider))
+    level = options.thinking or level
     session_dir = options.session_dir or session_dir_for(directory, options.cwd)
+    session_path, fork_from = find_session(options, session_dir), None
+    if options.fork is not None:
+        fork_from = find_stored_session(options.fork, session_dir)
+    elif options.session_id is not None and session_path is None:
+        found = [path for path in stored_files(session_dir, options.session_id)
+                 if path.stem.endswith(f"_{options.session_id}")]
+        session_path = found[0] if found else None
     return SessionConfig(cwd=options.cwd, agent_dir=directory, registry=registry, model=model,
                          thinking_level=clamp_level(model, level) if model else level,
                          session_name=options.session_name, persist=not options.no_session,
-                         session_dir=session_dir,
-                         session_path=find_session(options, session_dir),
-                         keep_model=options.model is not None, settings=settings,
-                         model_scope=options.models, extra=options.extra,
+                         session_dir=session_dir, session_path=session_path,
+                         new_session_id=options.session_id, fork_from=fork_from,
+                         keep_model=options.model is not None or options.thinking is not None,
+                         settings=settings, model_scope=options.models, extra=options.extra,
                          plugins=discover_plugins(options.cwd, directory, settings,
                                                   extra=options.plugins),
-                         interactive=options.interactive)
+                         interactive=options.interactive, tools=options.tools)
+
+
+def use_key(registry: ModelRegistry, options: Options, provider: str | None) -> None:
+    """``--api-key``: the key of the provider of the model ``--model`` (else the first of
+    ``--models``) names."""
+    pattern = options.model or (options.models[0] if options.models else None)
+    if pattern is None:
+        raise ConfigError("--api-key needs --model (or --models): it is the key of that "
+                          "model's provider")
+    model, _ = registry.resolve_pattern(pattern, provider)
+    registry.use_key(model.provider, options.api_key or "")
 
 
 def saved_default(registry: ModelRegistry, settings: Settings,
@@ -173,16 +202,20 @@ def stored_files(folder: Path, id_prefix: str = "") -> list[Path]:
                    if path.is_file()), reverse=True)
 
 
+def find_stored_session(arg: str, session_dir: Path) -> Path:
+    """The session file `arg` names: a path, or a session id prefix in `session_dir`."""
+    if "/" in arg or arg.endswith(".jsonl"):
+        return Path(arg).expanduser().resolve()
+    matches = stored_files(session_dir, arg)
+    if not matches:
+        raise ConfigError(f"No session found matching {arg!r} in {session_dir}")
+    return matches[-1]
+
+
 def find_session(options: Options, session_dir: Path) -> Path | None:
     """The file --session or --continue asks to continue, if any."""
     if options.session is not None:
-        arg = options.session
-        if "/" in arg or arg.endswith(".jsonl"):
-            return Path(arg).expanduser().resolve()
-        matches = stored_files(session_dir, arg)
-        if not matches:
-            raise ConfigError(f"No session found matching {arg!r} in {session_dir}")
-        return matches[-1]
+        return find_stored_session(options.session, session_dir)
     if options.continue_:
         candidates = stored_files(session_dir)
         if candidates:

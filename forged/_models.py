@@ -35,6 +35,8 @@ class ProviderConfig:
     headers: dict[str, str] = attrs.field(factory=dict)
     auth_header: bool = False
     """Send the key as ``Authorization: Bearer`` (models.json ``authHeader``)."""
+    literal_key: bool = False
+    """`api_key` is the key itself (``--api-key``), never a variable's name."""
 
 
 def _model(provider: str, api: str, base_url: str, model_id: str, name: str, *, window: int,
@@ -209,8 +211,16 @@ class ModelRegistry:
         self._headers.update(staged_headers)
 
     # keys and availability
+    def use_key(self, provider: str, key: str) -> None:
+        """`key` for `provider` in this process (``--api-key``), whatever its configuration
+        names."""
+        self.providers[provider] = attrs.evolve(self.providers[provider], api_key=key,
+                                                literal_key=True)
+
     def api_key(self, provider: str) -> str | None:
         config = self.providers.get(provider)
+        if config is not None and config.literal_key:
+            return config.api_key
         return resolve_value(config.api_key) if config else None
 
     def request_headers(self, model: w.Model) -> dict[str, str]:
@@ -229,6 +239,8 @@ class ModelRegistry:
         config = self.providers.get(provider)
         if config is None or not config.api_key:
             return False
+        if config.literal_key:
+            return True
         if config.name in BUILTIN_PROVIDERS and config.api_key == BUILTIN_PROVIDERS[
                 config.name].api_key:
             return bool(os.environ.get(config.api_key))

@@ -117,13 +117,23 @@ class ExtraPaths:
     skills: list[Path] = attrs.Factory(list)
     prompt_templates: list[Path] = attrs.Factory(list)
     system_prompt: str | None = None
-    append_system_prompt: str | None = None
+    append_system_prompt: list[str] = attrs.Factory(list)
+    """Each a text or a file, added in order."""
+    no_skills: bool = False
+    """Only the `skills` given here load (``--no-skills``)."""
+    no_prompt_templates: bool = False
+    no_context_files: bool = False
+    """No ``AGENTS.md`` or ``CLAUDE.md`` is read (``--no-context-files``)."""
 
 
 def origins(kind: str, settings_key: str, cwd: Path, agent_dir: Path, settings: Settings,
-            extra: Sequence[Path]) -> list[Origin]:
+            extra: Sequence[Path], *, discover: bool = True) -> list[Origin]:
     """The project's ``.agent-forge/agent/<kind>``, the user's ``<agentDir>/<kind>``, then the
-    paths in the settings key (relative to the file's folder), then `extra`."""
+    paths in the settings key (relative to the file's folder), then `extra`; only `extra`
+    unless `discover`."""
+    temporary = [Origin(path=path.expanduser().resolve(), scope="temporary") for path in extra]
+    if not discover:
+        return temporary
     found = [Origin(path=agent_dir / kind, scope="user")]
     if settings.project_trusted:  # else the project's own are code from the repository
         found.insert(0, Origin(path=cwd / PROJECT_DIR / "agent" / kind, scope="project"))
@@ -134,8 +144,7 @@ def origins(kind: str, settings_key: str, cwd: Path, agent_dir: Path, settings: 
         if isinstance(listed, list):
             found += [Origin(path=(base / Path(item).expanduser()).resolve(), scope=scope)
                       for item in listed if isinstance(item, str) and item]
-    found += [Origin(path=path.expanduser().resolve(), scope="temporary") for path in extra]
-    return found
+    return found + temporary
 
 
 # --- skills ------------------------------------------------------------------------------------
@@ -454,6 +463,8 @@ class Resources:
     """``--system-prompt``, else ``SYSTEM.md``: replaces forged's own prompt."""
     append_prompt: str | None = None
     """``--append-system-prompt``, else ``APPEND_SYSTEM.md``: added after it."""
+    context_files: bool = True
+    """``AGENTS.md`` and ``CLAUDE.md`` are read (not ``--no-context-files``)."""
 
     @classmethod
     def load(cls, cwd: Path, agent_dir: Path, settings: Settings,
@@ -466,16 +477,19 @@ class Resources:
         return cls(
             cwd=cwd, agent_dir=agent_dir,
             skills=load_skills(origins("skills", "skills", cwd, agent_dir, settings,
-                                       extra.skills)),
-            templates=load_prompt_templates(origins("prompts", "prompts", cwd, agent_dir,
-                                                    settings, extra.prompt_templates)),
+                                       extra.skills, discover=not extra.no_skills)),
+            templates=load_prompt_templates(origins(
+                "prompts", "prompts", cwd, agent_dir, settings, extra.prompt_templates,
+                discover=not extra.no_prompt_templates)),
             base_prompt=(_text_or_file(extra.system_prompt) if extra.system_prompt else
                          _first_file(*(folder / "SYSTEM.md"
                                        for folder in [*prompts_from, agent_dir]))),
-            append_prompt=(_text_or_file(extra.append_system_prompt)
+            append_prompt=("\n\n".join(_text_or_file(text)
+                                        for text in extra.append_system_prompt)
                            if extra.append_system_prompt else
                            _first_file(*(folder / "APPEND_SYSTEM.md"
-                                         for folder in [*prompts_from, agent_dir]))))
+                                         for folder in [*prompts_from, agent_dir]))),
+            context_files=not extra.no_context_files)
 
     def expand(self, text: str) -> str:
         """A prompt's text with ``/skill:name`` and then ``/template`` expanded."""
@@ -483,7 +497,8 @@ class Resources:
 
     def system_prompt(self, tools: Sequence[Tool], guidelines: Sequence[str] = ()) -> str:
         return build_system_prompt(
-            tools, self.cwd, find_context_files(self.cwd, self.agent_dir),
+            tools, self.cwd,
+            find_context_files(self.cwd, self.agent_dir) if self.context_files else [],
             base=self.base_prompt, append=self.append_prompt, skills=self.skills,
             guidelines=guidelines)
 

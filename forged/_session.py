@@ -41,7 +41,7 @@ from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, open_store
 from ._time import now_ms
-from ._tools import BUILTIN_TOOLS, Tool
+from ._tools import BUILTIN_TOOLS, Tool, ToolChoice, select_tools
 from ._tools.base import ScratchDir, Shell
 from ._tools.bash import run_direct
 from ._ui import Dialogs
@@ -80,6 +80,11 @@ class SessionConfig:
     plugins: list[PluginSource] = attrs.Factory(list)
     interactive: bool = True
     """A client can answer dialogs (False in print mode: they resolve as cancelled)."""
+    tools: ToolChoice = attrs.Factory(ToolChoice)
+    new_session_id: str | None = None
+    """The id a new session file gets (``--session-id``; else a fresh one)."""
+    fork_from: Path | None = None
+    """A session file whose whole branch the new session starts with (``--fork``)."""
 
     @property
     def new_files_dir(self) -> Path | None:
@@ -102,7 +107,9 @@ class _Files:
         settings = config.settings or Settings(config.agent_dir, config.cwd)
         return cls(settings=settings,
                    resources=Resources.load(config.cwd, config.agent_dir, settings, config.extra),
-                   store=open_store(config.session_path, config.new_files_dir, config.cwd))
+                   store=open_store(config.session_path, config.new_files_dir, config.cwd,
+                                    session_id=config.new_session_id,
+                                    fork_from=config.fork_from))
 
 
 @contextlib.asynccontextmanager
@@ -277,7 +284,7 @@ class Session:
         self._wait_for_room = wait_for_room
         self.plugins = Plugins([], self)  # `emit` tells them; the real ones register last
         self.queues = Queues(self.emit, settings)
-        self.tools: dict[str, Tool] = dict(BUILTIN_TOOLS)
+        self.tools: dict[str, Tool] = {}
         self.scratch = ScratchDir()
         self.shell = Shell.from_settings(settings.get("shellPath"),
                                          settings.get("shellCommandPrefix"))
@@ -294,11 +301,16 @@ class Session:
         if config.session_name:
             self.set_session_name(config.session_name)
         self.plugins = Plugins(config.plugins, self)
+        plugin_tools: dict[str, Tool] = {}
         for name, tool in self.plugins.tools.items():
-            if name in self.tools:
+            if name in BUILTIN_TOOLS:
                 log(f"a plugin's tool {name} is a built-in tool's name; skipped")
             else:
-                self.tools[name] = tool
+                plugin_tools[name] = tool
+        self.tools, unknown = select_tools(
+            plugin_tools, attrs.evolve(config.tools, default=settings.default_tools()))
+        if unknown:
+            log(f"no tool is called {', '.join(unknown)}; ignored")
 
     def _install(self, store: SessionFile, *, restore: bool) -> None:
         """Make `store` the session's file: its context, its name, and (when `restore`) the

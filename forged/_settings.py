@@ -102,21 +102,25 @@ class Settings:
     A project's ``.agent-forge/`` is code and instructions from whoever wrote the repository:
     its settings (a ``shellPath`` runs), skills, templates, system prompts and plugins count
     only when the project is trusted: listed in the global ``trustedProjects`` (a project
-    cannot trust itself), or the session was started with ``--trust-project``."""
+    cannot trust itself), or the session was started with ``--approve``."""
 
     def __init__(self, agent_dir: Path, cwd: Path | None = None, *,
-                 trust_project: bool = False) -> None:
+                 trust_project: bool = False, distrust_project: bool = False) -> None:
+        """`trust_project` (``--approve``) or `distrust_project` (``--no-approve``) decides
+        for this process instead of ``trustedProjects``."""
         self.path = agent_dir / "settings.json"
         self.project_path = cwd / PROJECT_DIR / "settings.json" if cwd is not None else None
         self._global = _read(self.path) or {}
-        self.project_trusted = cwd is not None and (trust_project or _listed(
-            cwd, self._global.get("trustedProjects")))
+        listed = cwd is not None and _listed(cwd, self._global.get("trustedProjects"))
+        self.project_trusted = cwd is not None and not distrust_project and (
+            trust_project or listed)
         self.project_untrusted_note: str | None = None
         """Why the project's own files were skipped, when they were."""
         if cwd is not None and not self.project_trusted and (cwd / PROJECT_DIR).is_dir():
             self.project_untrusted_note = (
+                f"{cwd / PROJECT_DIR} skipped: --no-approve" if listed else
                 f"{cwd / PROJECT_DIR} skipped: the project is not trusted (add it to "
-                "trustedProjects in the global settings.json, or pass --trust-project)")
+                "trustedProjects in the global settings.json, or pass --approve)")
         self._project = ((_read(self.project_path) or {})
                          if self.project_path and self.project_trusted else {})
         self.merged = merge(self._global, self._project)
@@ -131,6 +135,19 @@ class Settings:
 
     def project_value(self, key: str, default: Any = None) -> Any:
         return self._project.get(key, default)
+
+    def default_tools(self) -> list[str] | None:
+        """``defaultTools`` of both files: a project list of plain names replaces the global
+        one, a list of only ``+name``/``-name`` entries goes after it (it changes it)."""
+        found: list[str] | None = None
+        for layer in (self._global, self._project):
+            value = layer.get("defaultTools")
+            if not isinstance(value, list):
+                continue
+            names = [item for item in value if isinstance(item, str) and item]
+            modifiers_only = bool(names) and all(name[0] in "+-" for name in names)
+            found = [*(found or []), *names] if modifiers_only and found else names
+        return found
 
     def explain(self) -> list[tuple[str, Any, str]]:
         """Every key in effect by dotted path, its value, and where it came from: the

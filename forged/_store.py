@@ -105,11 +105,13 @@ class SessionFile:
     # --- creating and opening ------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path | None, cwd: Path,
-               parent_session: str | None = None) -> SessionFile:
-        """A new session; nothing is written until its first message entry."""
+    def create(cls, directory: Path | None, cwd: Path, parent_session: str | None = None, *,
+               session_id: str | None = None) -> SessionFile:
+        """A new session (with `session_id`, else a fresh one); nothing is written until its
+        first message entry."""
         header: Entry = {"type": "session", "version": SESSION_VERSION,
-                         "id": str(uuid.uuid4()), "timestamp": iso_now(), "cwd": str(cwd)}
+                         "id": session_id or str(uuid.uuid4()), "timestamp": iso_now(),
+                         "cwd": str(cwd)}
         if parent_session is not None:
             header["parentSession"] = parent_session
         path = None if directory is None else directory / new_file_name(header["timestamp"],
@@ -118,10 +120,10 @@ class SessionFile:
 
     @classmethod
     def branched(cls, directory: Path | None, cwd: Path, parent_session: str | None,
-                 entries: list[Entry]) -> SessionFile:
+                 entries: list[Entry], *, session_id: str | None = None) -> SessionFile:
         """A new session holding copies of `entries` (a branch of another session); written at
         once when they include a message, like any session with a message."""
-        session = cls.create(directory, cwd, parent_session)
+        session = cls.create(directory, cwd, parent_session, session_id=session_id)
         for entry in entries:
             session._add(_Indexed(entry.get("id"), entry.get("parentId"), str(entry["type"]),
                                   -1, -1, entry))

@@ -20,17 +20,27 @@ from ._context import user_text
 from ._errors import CommandError
 from ._paths import rewrite
 from ._stats import UsageTotals
-from ._store import SESSION_START, SessionFile
+from ._store import LEAF, SESSION_START, SessionFile
 
 Maker = Callable[[SessionFile], SessionFile]
 
 
-def open_store(session_path: Path | None, session_dir: Path | None, cwd: Path) -> SessionFile:
+def open_store(session_path: Path | None, session_dir: Path | None, cwd: Path, *,
+               session_id: str | None = None, fork_from: Path | None = None) -> SessionFile:
     """The file a session starts with: `session_path` to continue, else a new one in
-    `session_dir` (None: in memory)."""
+    `session_dir` (None: in memory) with `session_id` (else a fresh one), holding a copy of
+    `fork_from`'s active branch if given."""
     if session_path is not None:
         return open_or_create(session_path, cwd)
-    return SessionFile.create(session_dir, cwd)
+    if fork_from is not None:
+        source = SessionFile.open(fork_from, cwd)
+        try:
+            entries = source.branch(LEAF)
+        finally:
+            source.close()
+        return SessionFile.branched(session_dir, cwd, str(fork_from), entries,
+                                    session_id=session_id)
+    return SessionFile.create(session_dir, cwd, session_id=session_id)
 
 
 def open_or_create(path: Path, cwd: Path) -> SessionFile:

@@ -21,6 +21,7 @@ from forged._models import ModelRegistry, register_scripted
 from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
 from forged._session import SessionConfig
+from forged._tools import ToolChoice
 from forged._transports.stdio import serve_stdio
 from forged.client import Client as ForgedClient
 
@@ -135,7 +136,8 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
                       registry: ModelRegistry | None = None, persist: bool = True,
                       session_path: Path | None = None,
                       plugins: list[PluginSource] | None = None,
-                      allow_exhausted: bool = False) -> AsyncIterator[Client]:
+                      allow_exhausted: bool = False,
+                      tools: ToolChoice | None = None) -> AsyncIterator[Client]:
     """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams."""
     cwd = tmp_path / "project"
     cwd.mkdir(exist_ok=True)
@@ -150,7 +152,8 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         chosen = registry.find("scripted", api) if model else None
         config = SessionConfig(cwd=cwd, agent_dir=agent_dir, registry=registry, model=chosen,
                                thinking_level="medium", persist=persist,
-                               session_path=session_path, plugins=plugins or [])
+                               session_path=session_path, plugins=plugins or [],
+                               tools=tools or ToolChoice())
         client_stream, forged_stream = trio.testing.memory_stream_pair()
         client = Client(client_stream, server, cwd, config)
         nursery.start_soon(client.pump)

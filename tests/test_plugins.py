@@ -23,6 +23,7 @@ from forged._plugins import (
 )
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._settings import Settings
+from forged._tools import ToolChoice
 
 from .harness import Client, open_client
 
@@ -216,7 +217,8 @@ async def test_a_gate_blocks_with_its_reason_and_observers_see_events_in_order(
     replies = [Reply(content=[
         ScriptToolCall(name="write", id="w1", arguments={"path": "a.txt", "content": "x"}),
         ScriptToolCall(name="ls", id="l1", arguments={})]), DONE]
-    async with open_client(tmp_path, replies, plugins=[plugin(register)]) as client:
+    async with open_client(tmp_path, replies, plugins=[plugin(register)],
+                           tools=ToolChoice(tools=["+ls"])) as client:
         await client.prompt_and_settle("write")
         await trio.testing.wait_all_tasks_blocked()
     assert not (tmp_path / "project" / "a.txt").exists()

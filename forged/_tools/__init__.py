@@ -5,8 +5,12 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
+from collections.abc import Mapping
 from typing import Any
+
+import attrs
 
 from .base import InvalidArguments as InvalidArguments
 from .base import Tool as Tool
@@ -30,3 +34,76 @@ def parse_arguments(tool: Tool, arguments: dict[str, Any]) -> Any:
         listed = "\n".join(f"  - {problem}" for problem in exc.problems)
         raise ToolError(f'Validation failed for tool "{tool.name}":\n{listed}\n\n'
                         f"Received arguments:\n{json.dumps(arguments, indent=2)}") from None
+
+
+DEFAULT_TOOLS = ("read", "bash", "edit", "write")
+"""What the model gets when nothing chooses otherwise, as in the ancestor."""
+
+
+@attrs.define(kw_only=True)
+class ToolChoice:
+    """Which tools a session's model gets: ``--tools``, ``--no-tools``, ``--no-builtin-tools``,
+    ``--exclude-tools`` and the ``defaultTools`` setting."""
+
+    tools: list[str] | None = None
+    """Names or ``*`` patterns (the whole set), or only ``+name``/``-name`` entries (changes to
+    the default set)."""
+    no_tools: bool = False
+    no_builtin_tools: bool = False
+    exclude: list[str] = attrs.Factory(list)
+    default: list[str] | None = None
+    """The ``defaultTools`` setting: plain names replace `DEFAULT_TOOLS`, ``+name``/``-name``
+    entries change it."""
+
+
+def _modifiers_only(names: list[str]) -> bool:
+    return bool(names) and all(name[:1] in ("+", "-") for name in names)
+
+
+def _apply(base: list[str], modifiers: list[str]) -> list[str]:
+    names = list(base)
+    for entry in modifiers:
+        name = entry[1:]
+        if entry[0] == "+" and name and name not in names:
+            names.append(name)
+        elif entry[0] == "-" and name in names:
+            names.remove(name)
+    return names
+
+
+def select_tools(plugin_tools: Mapping[str, Tool], choice: ToolChoice
+                 ) -> tuple[dict[str, Tool], list[str]]:
+    """The tools the model gets, built-ins first, and the names `choice` asks for that no
+    tool has. Plugin tools are added on top unless a plain ``--tools`` list leaves them out
+    or ``--no-tools`` is given."""
+    default = list(DEFAULT_TOOLS)
+    if choice.default is not None:
+        plain = [name for name in choice.default if name[:1] not in ("+", "-")]
+        default = _apply(plain if plain or not choice.default else default, choice.default)
+    if choice.no_tools or choice.no_builtin_tools:
+        default = []
+    wanted: list[str]
+    allowed: list[str] | None  # for plugin tools; None: all of them
+    if choice.tools is not None and _modifiers_only(choice.tools):
+        wanted = _apply(default, choice.tools)
+        removed = {entry[1:] for entry in choice.tools if entry[0] == "-"}
+        allowed = wanted if choice.no_tools else [
+            name for name in plugin_tools if name not in removed]
+    elif choice.tools is not None:
+        wanted = allowed = choice.tools
+    else:
+        wanted, allowed = default, ([] if choice.no_tools else None)
+
+    def matches(patterns: list[str], name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+    chosen = {name: tool for name, tool in BUILTIN_TOOLS.items() if matches(wanted, name)}
+    chosen.update((name, tool) for name, tool in plugin_tools.items()
+                  if name not in chosen and (allowed is None or matches(allowed, name)))
+    for name in list(chosen):
+        if matches(choice.exclude, name):
+            del chosen[name]
+    known = {*BUILTIN_TOOLS, *plugin_tools}
+    asked = [entry.lstrip("+-") for entry in [*(choice.tools or []), *(choice.default or [])]]
+    unknown = [name for name in dict.fromkeys(asked) if "*" not in name and name not in known]
+    return chosen, unknown
