@@ -29,8 +29,10 @@ A client writes JSON commands (one per line) to stdin and reads responses and ev
 
 EPILOG = """\
 environment:
-  AGENT_FORGE_DIR     the agent directory (default ~/.agent-forge/agent): models.json,
-                      AGENTS.md and sessions live here
+  AGENT_FORGE_DIR     the agent directory (else $PI_CODING_AGENT_DIR, else
+                      ~/.agent-forge/agent): models.json, AGENTS.md and sessions live here
+  PI_CODING_AGENT_SESSION_DIR
+                      where session files go (over the sessionDir setting)
   ANTHROPIC_API_KEY   key for the built-in anthropic provider
   OPENAI_API_KEY      key for the built-in openai provider
 
@@ -375,6 +377,7 @@ def serve(args: argparse.Namespace) -> int:
         socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
         ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
         drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes)
+    mark_process()
     os.close(reserve_stdout())  # the daemon writes no protocol to stdout: logs go to stderr
     return run_reporting(run_daemon, options, serve_options)
 
@@ -424,11 +427,19 @@ def main(argv: list[str] | None = None) -> int:
         log("MESSAGE arguments need -p or --mode json (in rpc mode prompts come "
               "as commands on stdin)")
         return 2
+    mark_process()
     protocol_fd = reserve_stdout()
     if mode == "rpc":
         return run_reporting(run_stdio, options, 0, protocol_fd)
     return run_reporting(partial(run_prompts, events=mode == "json"), options, messages,
                          protocol_fd)
+
+
+def mark_process() -> None:
+    """What every process forged starts inherits, as the ancestor's do: ``AI_AGENT`` names
+    the agent, ``PI_CODING_AGENT`` says a pi-compatible agent runs it."""
+    os.environ["AI_AGENT"] = "forged"
+    os.environ["PI_CODING_AGENT"] = "true"
 
 
 def run_reporting(main: Callable[..., Awaitable[int | None]], *args: Any) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import gc
 import glob
+import os
 from pathlib import Path
 
 import attrs
@@ -148,7 +149,7 @@ def session_config(options: Options, models: Models) -> SessionConfig:
         model = (saved_default(registry, settings, models.provider)
                  or registry.initial_model(models.provider))
     level = options.thinking or level
-    session_dir = options.session_dir or session_dir_for(directory, options.cwd)
+    session_dir = sessions_folder(options.cwd, settings, options.session_dir)
     session_path, fork_from = find_session(options, session_dir), None
     if options.fork is not None:
         fork_from = find_stored_session(options.fork, session_dir)
@@ -193,6 +194,18 @@ def saved_default(registry: ModelRegistry, settings: Settings,
 
 # --- stored sessions ---------------------------------------------------------------------------
 
+def sessions_folder(cwd: Path, settings: Settings, asked: Path | None = None) -> Path:
+    """Where `cwd`'s session files are: `asked` (``--session-dir``), else
+    ``PI_CODING_AGENT_SESSION_DIR``, else the ``sessionDir`` setting (relative to `cwd`), else
+    ``<agentDir>/sessions/--<cwd>--``."""
+    if asked is not None:
+        return asked
+    configured = os.environ.get("PI_CODING_AGENT_SESSION_DIR") or settings.get("sessionDir")
+    if isinstance(configured, str) and configured:
+        return (cwd / Path(configured).expanduser()).resolve()
+    return session_dir_for(agent_dir(), cwd)
+
+
 def stored_files(folder: Path, id_prefix: str = "") -> list[Path]:
     """The session files in `folder` whose session id starts with `id_prefix` (taken
     literally, never as a pattern), newest name first."""
@@ -226,7 +239,7 @@ def find_session(options: Options, session_dir: Path) -> Path | None:
 def list_stored(cwd: Path) -> list[w.StoredSessionInfo]:
     """The stored sessions of `cwd`, newest first."""
     found: list[w.StoredSessionInfo] = []
-    for path in stored_files(session_dir_for(agent_dir(), cwd)):
+    for path in stored_files(sessions_folder(cwd, Settings(agent_dir(), cwd))):
         session_id = path.stem.rpartition("_")[2]
         modified = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.UTC)
         found.append(w.StoredSessionInfo(
@@ -240,7 +253,9 @@ def find_stored(session_id: str) -> tuple[Path, Path] | None:
     literal: never a pattern, never a path."""
     if not session_id or "/" in session_id or "\0" in session_id:
         return None
-    for path in (agent_dir() / "sessions").glob(f"*/*_{glob.escape(session_id)}.jsonl"):
+    name = f"*_{glob.escape(session_id)}.jsonl"
+    configured = sessions_folder(Path.cwd(), Settings(agent_dir()))
+    for path in [*configured.glob(name), *(agent_dir() / "sessions").glob(f"*/{name}")]:
         try:
             with open(path, "rb") as file:
                 header = orjson.loads(file.readline())

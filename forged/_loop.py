@@ -49,6 +49,7 @@ class AgentHost(Protocol):
     async def before_tool_call(self, call: w.ToolCall) -> str | None: ...
     def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool: ...
     async def wait_for_room(self) -> None: ...
+    def command_env(self) -> dict[str, str | None]: ...
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -178,7 +179,7 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
                                             args=call.arguments, partial_result=partial))
 
         context = ToolContext(cwd=host.cwd, update=update, shell=host.shell,
-                              scratch=host.scratch)
+                              scratch=host.scratch, env=host.command_env())
         try:
             blocked = await host.before_tool_call(call)
             await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs

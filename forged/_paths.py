@@ -28,9 +28,12 @@ WS_TOKEN_FILE = "ws-token"
 
 
 def agent_dir() -> Path:
-    configured = os.environ.get("AGENT_FORGE_DIR")
-    if configured:
-        return Path(configured).expanduser()
+    """``AGENT_FORGE_DIR``, else the ancestor's ``PI_CODING_AGENT_DIR`` (a launcher that sets
+    it finds forged's files where it looks), else ``~/.agent-forge/agent``."""
+    for variable in ("AGENT_FORGE_DIR", "PI_CODING_AGENT_DIR"):
+        configured = os.environ.get(variable)
+        if configured:
+            return Path(configured).expanduser()
     return Path.home() / ".agent-forge" / "agent"
 
 

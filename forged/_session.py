@@ -482,6 +482,16 @@ class Session:
     def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool:
         return self.run.plan_retry(message, error)
 
+    def command_env(self) -> dict[str, str | None]:
+        """What the ``bash`` tool's commands are told of the session, as the ancestor tells
+        them (read when each command starts)."""
+        model = self.model
+        return {"PI_SESSION_ID": self.session_id,
+                "PI_SESSION_FILE": str(self.store.path) if self.store.path else None,
+                "PI_PROVIDER": model.provider if model else None,
+                "PI_MODEL": model.id if model else None,
+                "PI_REASONING_LEVEL": self.thinking_level}
+
     async def before_tool_call(self, call: w.ToolCall) -> str | None:
         """Why a plugin blocks `call`, or None to run it."""
         return await self.plugins.before_tool_call(call.id, call.name, call.arguments)

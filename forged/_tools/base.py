@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 import typing
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,9 @@ class ToolContext:
     """Where kept files go (else the system's temporary folder, never removed)."""
     aborted_result: w.ToolResult | None = None
     """Set by a tool before it lets an abort through: the result the interrupted call gets."""
+    env: Mapping[str, str | None] = attrs.Factory(dict)
+    """What a command the tool runs sees of the session (``PI_SESSION_ID``, ...; None:
+    unset), over forged's own environment."""
 
 
 class InvalidArguments(Exception):

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import tempfile
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -208,12 +208,25 @@ class Execution:
     timed_out: bool = False
 
 
+def _environment(changes: Mapping[str, str | None] | None) -> dict[str, str] | None:
+    if not changes:
+        return None
+    env = dict(os.environ)
+    for name, value in changes.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
 async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s: float | None,
                       on_output: Any, shell: Shell | None = None,
-                      wait_for_room: Callable[[], Awaitable[None]] | None = None) -> Execution:
+                      wait_for_room: Callable[[], Awaitable[None]] | None = None,
+                      env: Mapping[str, str | None] | None = None) -> Execution:
     """Run `command` in its own process group, feeding output to `spool` and `on_output`
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
-    instead of filling memory).
+    instead of filling memory). `env` changes forged's environment for it (None: unset).
 
     Cancellation: the process group is killed (SIGTERM, then SIGKILL after `KILL_GRACE_S`)
     before `Cancelled` propagates; nothing of it survives. The shell `GUARD` runs the command
@@ -222,7 +235,8 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
     process = await trio.lowlevel.open_process(
-        guarded(shell or Shell(), command), cwd=cwd, stdin=subprocess.DEVNULL,
+        guarded(shell or Shell(), command), cwd=cwd, env=_environment(env),
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         preexec_fn=partial(_die_with_forged, os.getpid()))
     assert process.stdout is not None
@@ -308,7 +322,7 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
 
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
-                                      on_output=on_output, shell=ctx.shell)
+                                      on_output=on_output, shell=ctx.shell, env=ctx.env)
         text, details = format_output(spool)
     except trio.Cancelled:
         text, details = format_output(spool)
