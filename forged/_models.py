@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 import orjson
@@ -111,28 +114,97 @@ class ModelDefinition:
     cost: w.ModelCost = attrs.field(factory=w.ModelCost)
     headers: dict[str, str] | None = None
     thinking_levels: list[str] | None = None
+    thinking_level_map: dict[str, str | None] | None = None
+    compat: dict[str, Any] | None = None
+
+
+@attrs.define(kw_only=True)
+class ModelOverride:
+    """``modelOverrides``: changes to a built-in model; objects merge field by field."""
+
+    name: str | None = None
+    reasoning: bool | None = None
+    input: list[str] | None = None
+    cost: dict[str, float] | None = None
+    context_window: int | None = None
+    max_tokens: int | None = None
+    headers: dict[str, str] | None = None
+    thinking_level_map: dict[str, str | None] | None = None
+    compat: dict[str, Any] | None = None
 
 
 @attrs.define(kw_only=True)
 class ProviderDefinition:
+    name: str | None = None
     base_url: str | None = None
     api: str | None = None
     api_key: str | None = None
     headers: dict[str, str] | None = None
     auth_header: bool | None = None
+    compat: dict[str, Any] | None = None
     models: list[ModelDefinition] | None = None
+    model_overrides: dict[str, ModelOverride] | None = None
 
 
-@attrs.define(kw_only=True)
-class ModelsFile:
-    providers: dict[str, ProviderDefinition] = attrs.field(factory=dict)
+_command_values: dict[str, str | None] = {}
 
 
 def resolve_value(value: str | None) -> str | None:
-    """An API key or header value: the named environment variable if set, else the literal."""
+    """An API key or header value, as the ancestor resolves it: ``!command`` is the trimmed
+    output of the command (run once per process, 10 s at most; None if it fails);
+    ``$NAME`` and ``${NAME}`` in a value are environment variables (``$$`` is ``$``, ``$!``
+    is ``!``; None if one is unset); a value that names a set environment variable is its
+    value; anything else is the value itself."""
     if not value:
         return None
+    if value.startswith("!"):
+        if value not in _command_values:
+            _command_values[value] = _run_command(value[1:])
+        return _command_values[value]
+    if "$" in value:
+        return _interpolate(value)
     return os.environ.get(value, value)
+
+
+def _run_command(command: str) -> str | None:
+    try:
+        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
+                              timeout=10, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+_REFERENCE = re.compile(r"\$(?:([$!])|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _interpolate(value: str) -> str | None:
+    missing = False
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal missing
+        if match.group(1):
+            return match.group(1)
+        found = os.environ.get(match.group(2) or match.group(3))
+        missing = missing or not found
+        return found or ""
+
+    resolved = _REFERENCE.sub(replace, value)
+    return None if missing else resolved
+
+
+def levels_of(reasoning: bool, level_map: dict[str, str | None] | None,
+              listed: list[str] | None = None) -> list[str]:
+    """The levels a model supports: `listed`, else those its ``thinkingLevelMap`` does not
+    mark null, the levels it leaves out being supported through ``high``."""
+    if listed:
+        return listed
+    if not reasoning:
+        return ["off"]
+    if level_map is None:
+        return list(_BASIC)
+    return [level for level in LEVELS if level == "off" or (
+        level_map[level] is not None if level in level_map else level in _BASIC)]
 
 
 class ModelRegistry:
@@ -158,57 +230,80 @@ class ModelRegistry:
         self.models.append(model)
 
     def load_models_json(self, path: Path) -> None:
-        """Merge custom providers; on any error they are dropped and the reason kept."""
+        """Merge the custom providers of `path`, as the ancestor reads it. A provider that
+        cannot be used (an unknown api, models without a key, a malformed field) is skipped
+        with a line on stderr, and the reasons are kept; a file that is not JSON is ignored
+        whole."""
         if not path.exists():
             return
         try:
-            parsed = _codec.structure(orjson.loads(path.read_bytes()), ModelsFile)
-            self._merge(parsed)
-        except (OSError, orjson.JSONDecodeError, ConfigError, WireError) as exc:
+            data = orjson.loads(path.read_bytes())
+            providers = data.get("providers", {}) if isinstance(data, dict) else None
+            if not isinstance(providers, dict):
+                raise ConfigError("expected {\"providers\": {...}}")
+        except (OSError, orjson.JSONDecodeError, ConfigError) as exc:
             self.error = f"{path}: {exc}"
             log(f"ignoring custom models: {self.error}")
+            return
+        problems: list[str] = []
+        for name, raw in providers.items():
+            try:
+                self._merge(name, _codec.structure(raw, ProviderDefinition))
+            except (ConfigError, WireError) as exc:
+                problems.append(f"provider {name!r}: {exc}")
+                log(f"{path}: skipping provider {name!r}: {exc}")
+        self.error = f"{path}: {'; '.join(problems)}" if problems else None
 
-    def _merge(self, parsed: ModelsFile) -> None:
-        staged_providers: dict[str, ProviderConfig] = {}
-        staged_models: list[w.Model] = []
-        staged_headers: dict[tuple[str, str], dict[str, str]] = {}
-        for name, definition in parsed.providers.items():
-            builtin = self.providers.get(name)
-            if (definition.models and builtin is None
-                    and (not definition.base_url or not definition.api_key)):
-                raise ConfigError(f"provider {name!r} with models needs baseUrl and apiKey")
-            base_url = definition.base_url or (builtin.base_url if builtin else None)
-            if base_url is None:
-                raise ConfigError(f"provider {name!r} needs a baseUrl")
-            staged_providers[name] = ProviderConfig(
-                name=name, base_url=base_url,
-                api_key=definition.api_key or (builtin.api_key if builtin else None),
-                headers={**(builtin.headers if builtin else {}), **(definition.headers or {})},
-                auth_header=(definition.auth_header if definition.auth_header is not None
-                             else builtin is not None and builtin.auth_header))
-            if definition.base_url and builtin is not None:
-                for model in self.models:
-                    if model.provider == name:
-                        staged_models.append(attrs.evolve(model, base_url=base_url))
-            for model_def in definition.models or []:
-                api = model_def.api or definition.api
-                if api not in APIS:
-                    raise ConfigError(f"model {name}/{model_def.id}: unknown api {api!r}")
-                if model_def.context_window <= 0 or model_def.max_tokens <= 0:
-                    raise ConfigError(f"model {name}/{model_def.id}: limits must be positive")
-                levels = model_def.thinking_levels or (_BASIC if model_def.reasoning else ["off"])
-                staged_models.append(w.Model(
-                    id=model_def.id, name=model_def.name or model_def.id, api=api,
-                    provider=name, base_url=model_def.base_url or base_url,
-                    reasoning=model_def.reasoning, input=model_def.input,
-                    context_window=model_def.context_window, max_tokens=model_def.max_tokens,
-                    cost=model_def.cost, thinking_levels=levels))
-                if model_def.headers:
-                    staged_headers[(name, model_def.id)] = model_def.headers
-        self.providers.update(staged_providers)
-        for model in staged_models:
+    def _merge(self, name: str, definition: ProviderDefinition) -> None:
+        """Add or change provider `name`; nothing changes when it raises `ConfigError`."""
+        builtin = self.providers.get(name)
+        if definition.models and builtin is None and not definition.api_key:
+            raise ConfigError("its models need an apiKey")
+        base_url = definition.base_url or (builtin.base_url if builtin else None)
+        if base_url is None:
+            raise ConfigError("it needs a baseUrl")
+        config = ProviderConfig(
+            name=name, base_url=base_url,
+            api_key=definition.api_key or (builtin.api_key if builtin else None),
+            headers={**(builtin.headers if builtin else {}), **(definition.headers or {})},
+            auth_header=(definition.auth_header if definition.auth_header is not None
+                         else builtin is not None and builtin.auth_header))
+        models: list[w.Model] = []
+        headers: dict[tuple[str, str], dict[str, str]] = {}
+        overrides = definition.model_overrides or {}
+        for model in self.models:
+            if model.provider != name:
+                continue
+            changed = _overridden(model, overrides.get(model.id), definition.compat)
+            if definition.base_url or changed is not model:
+                models.append(attrs.evolve(changed, base_url=base_url))
+            override = overrides.get(model.id)
+            if override is not None and override.headers:
+                headers[(name, model.id)] = {**self._headers.get((name, model.id), {}),
+                                             **override.headers}
+        for model_def in definition.models or []:
+            api = model_def.api or definition.api
+            if api not in APIS:
+                raise ConfigError(f"model {model_def.id}: unknown api {api!r} (forged speaks "
+                                  f"{', '.join(APIS)})")
+            if model_def.context_window <= 0 or model_def.max_tokens <= 0:
+                raise ConfigError(f"model {model_def.id}: limits must be positive")
+            models.append(w.Model(
+                id=model_def.id, name=model_def.name or model_def.id, api=api,
+                provider=name, base_url=model_def.base_url or base_url,
+                reasoning=model_def.reasoning, input=model_def.input,
+                context_window=model_def.context_window, max_tokens=model_def.max_tokens,
+                cost=model_def.cost,
+                thinking_levels=levels_of(model_def.reasoning, model_def.thinking_level_map,
+                                          model_def.thinking_levels),
+                thinking_level_map=model_def.thinking_level_map,
+                compat=_merged(definition.compat, model_def.compat)))
+            if model_def.headers:
+                headers[(name, model_def.id)] = model_def.headers
+        self.providers[name] = config
+        for model in models:
             self._upsert(model)
-        self._headers.update(staged_headers)
+        self._headers.update(headers)
 
     # keys and availability
     def use_key(self, provider: str, key: str) -> None:
@@ -330,6 +425,46 @@ class ModelRegistry:
                 if model.provider == name and model.id == model_id:
                     return model
         return available[0] if available else None
+
+
+def _merged(base: dict[str, Any] | None, over: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`over` on `base`, objects merged one level deep (``compat``, a routing object in it)."""
+    if base is None or over is None:
+        return over if base is None else base
+    merged = dict(base)
+    for key, value in over.items():
+        inner = merged.get(key)
+        merged[key] = ({**inner, **value} if isinstance(inner, dict) and isinstance(value, dict)
+                       else value)
+    return merged
+
+
+_COST_FIELDS = {"input": "input", "output": "output", "cacheRead": "cache_read",
+                "cacheWrite": "cache_write"}
+
+
+def _overridden(model: w.Model, override: ModelOverride | None,
+                compat: dict[str, Any] | None) -> w.Model:
+    """`model` with a provider's ``compat`` and its ``modelOverrides`` entry applied."""
+    if override is None and compat is None:
+        return model
+    override = override or ModelOverride()
+    cost = model.cost
+    if override.cost:
+        cost = attrs.evolve(cost, **{_COST_FIELDS[key]: float(value)
+                                     for key, value in override.cost.items()
+                                     if key in _COST_FIELDS})
+    reasoning = model.reasoning if override.reasoning is None else override.reasoning
+    level_map = override.thinking_level_map or model.thinking_level_map
+    return attrs.evolve(
+        model, name=override.name or model.name, reasoning=reasoning,
+        input=override.input or model.input, cost=cost,
+        context_window=override.context_window or model.context_window,
+        max_tokens=override.max_tokens or model.max_tokens,
+        thinking_levels=(levels_of(reasoning, level_map) if override.thinking_level_map
+                         or override.reasoning is not None else model.thinking_levels),
+        thinking_level_map=level_map,
+        compat=_merged(_merged(model.compat, compat), override.compat))
 
 
 # --- thinking levels ---------------------------------------------------------------------------

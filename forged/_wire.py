@@ -121,6 +121,10 @@ class Model:
     max_tokens: int
     cost: ModelCost
     thinking_levels: list[str]
+    thinking_level_map: dict[str, str | None] | None = None
+    """models.json ``thinkingLevelMap``: the value the provider is sent for a level."""
+    compat: dict[str, Any] | None = None
+    """models.json ``compat``: how the provider differs from its API's standard."""
 
 
 # --- messages ----------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ import pytest
 
 from forged import _wire as w
 from forged._errors import ConfigError
-from forged._models import ModelRegistry, clamp_level, supported_levels
+from forged._models import ModelRegistry, clamp_level, resolve_value, supported_levels
 from forged._providers import ProviderRequest
 from forged._providers.anthropic import build_body, build_headers
+from forged._providers.openai import chat_params
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client
@@ -79,7 +80,28 @@ def test_a_bad_models_json_is_reported_and_ignored(tmp_path: Path, content: str,
     count = len(registry.models)
     registry.load_models_json(path)
     assert registry.error is not None and len(registry.models) == count
-    assert "ignoring custom models" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert ("ignoring custom models" if content.startswith("{not") else
+            "skipping provider 'x'") in err and err.count("\n") == 1
+
+
+def test_a_bad_provider_is_skipped_and_the_others_load(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps({"providers": {
+        "pigeon": {"baseUrl": "u", "apiKey": "k", "api": "carrier-pigeon",
+                   "models": [{"id": "a"}]},
+        "keyless": {"baseUrl": "u", "api": "openai-completions", "models": [{"id": "b"}]},
+        "good": {"baseUrl": "http://127.0.0.1:9/v1", "apiKey": "k",
+                 "api": "openai-completions", "models": [{"id": "c"}]}}}))
+    registry = ModelRegistry()
+    registry.load_models_json(path)
+    assert registry.find("good", "c") is not None
+    assert registry.find("pigeon", "a") is None and registry.find("keyless", "b") is None
+    err = capsys.readouterr().err
+    assert "skipping provider 'pigeon': model a: unknown api 'carrier-pigeon'" in err
+    assert "skipping provider 'keyless': its models need an apiKey" in err
+    assert registry.error is not None and "keyless" in registry.error
 
 
 def test_model_patterns() -> None:
@@ -186,3 +208,83 @@ def test_errors_say_what_is_unknown() -> None:
     with pytest.raises(ConfigError, match=r"^Unknown provider 'nosuch' \(known: anthropic, "
                        r"openai\)$"):
         registry.check_provider("nosuch")
+
+
+def test_values_are_resolved_as_the_ancestor_resolves_them(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TEAM", "blue")
+    monkeypatch.delenv("NOT_SET", raising=False)
+    assert resolve_value("$TEAM") == "blue"
+    assert resolve_value("team-${TEAM}-x") == "team-blue-x"
+    assert resolve_value("$$TEAM and $!") == "$TEAM and !"
+    assert resolve_value("$NOT_SET") is None  # an unset variable: no value at all
+    assert resolve_value("TEAM") == "blue"  # a variable's bare name, as before
+    assert resolve_value("sk-literal") == "sk-literal"
+    counter = tmp_path / "count"
+    command = f"!echo run >> {counter}; echo from-a-command"
+    assert resolve_value(command) == "from-a-command"
+    assert resolve_value(command) == "from-a-command"
+    assert counter.read_text() == "run\n"  # once per process
+    assert resolve_value("!exit 3") is None
+
+
+def test_model_overrides_and_provider_compat_change_built_in_models(tmp_path: Path) -> None:
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps({"providers": {"anthropic": {
+        "compat": {"supportsTemperature": False},
+        "modelOverrides": {
+            "claude-sonnet-4-5": {"name": "Sonnet (team)", "contextWindow": 1_000_000,
+                                  "cost": {"input": 1.5}, "headers": {"x-team": "blue"},
+                                  "compat": {"forceAdaptiveThinking": True}},
+            "no-such-model": {"name": "ignored"}}}}}))
+    registry = ModelRegistry()
+    before = registry.find("anthropic", "claude-sonnet-4-5")
+    registry.load_models_json(path)
+    assert registry.error is None
+    sonnet = registry.find("anthropic", "claude-sonnet-4-5")
+    assert sonnet is not None and before is not None
+    assert (sonnet.name, sonnet.context_window, sonnet.max_tokens) == (
+        "Sonnet (team)", 1_000_000, before.max_tokens)
+    assert (sonnet.cost.input, sonnet.cost.output) == (1.5, before.cost.output)
+    assert sonnet.compat == {"supportsTemperature": False, "forceAdaptiveThinking": True}
+    assert registry.request_headers(sonnet) == {"x-team": "blue"}
+    opus = registry.find("anthropic", "claude-opus-4-6")
+    assert opus is not None and opus.compat == {"supportsTemperature": False}
+    assert registry.resolve_pattern("Sonnet (team)")[0] is sonnet
+
+
+def _chat(model: w.Model, level: str) -> dict[str, object]:
+    return chat_params(ProviderRequest(model=model, system_prompt="be brief", messages=[],
+                                       tools=[], thinking_level=level, api_key="k",
+                                       headers={}, session_id="s"))
+
+
+def test_thinking_level_map_and_compat_shape_the_request(tmp_path: Path) -> None:
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps({"providers": {"local": {
+        "baseUrl": "http://127.0.0.1:9/v1", "apiKey": "k", "api": "openai-completions",
+        "models": [
+            {"id": "mapped", "reasoning": True,
+             "thinkingLevelMap": {"minimal": None, "low": "lite", "xhigh": "deep"}},
+            {"id": "quirky", "reasoning": True,
+             "compat": {"supportsUsageInStreaming": False, "maxTokensField": "max_tokens",
+                        "supportsReasoningEffort": False, "supportsStore": True,
+                        "supportsDeveloperRole": True}}]}}}))
+    registry = ModelRegistry()
+    registry.load_models_json(path)
+    mapped, quirky = registry.find("local", "mapped"), registry.find("local", "quirky")
+    assert mapped is not None and quirky is not None
+    assert mapped.thinking_levels == ["off", "low", "medium", "high", "xhigh"]
+    assert supported_levels(mapped) == mapped.thinking_levels
+    assert _chat(mapped, "low")["reasoning_effort"] == "lite"
+    assert _chat(mapped, "medium")["reasoning_effort"] == "medium"
+    assert _chat(mapped, "xhigh")["reasoning_effort"] == "deep"
+    body = _chat(mapped, "off")
+    assert "reasoning_effort" not in body and body["stream_options"] == {"include_usage": True}
+    assert body["max_completion_tokens"] and "store" not in body
+    quirks = _chat(quirky, "high")
+    assert "stream_options" not in quirks and "reasoning_effort" not in quirks
+    assert quirks["max_tokens"] and "max_completion_tokens" not in quirks
+    assert quirks["store"] is False
+    assert quirks["messages"][0] == {"role": "developer", "content": "be brief"}
+    assert body["messages"][0]["role"] == "system"  # not api.openai.com: system

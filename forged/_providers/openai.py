@@ -37,8 +37,21 @@ def _text_of(content: list[w.UserContent]) -> str:
     return "\n".join(block.text for block in content if isinstance(block, w.TextContent))
 
 
+def _compat(model: w.Model, key: str, default: Any) -> Any:
+    """A models.json ``compat`` field of `model`, else `default`."""
+    return (model.compat or {}).get(key, default)
+
+
 def _uses_developer_role(model: w.Model) -> bool:
-    return model.reasoning and "api.openai.com" in model.base_url
+    return model.reasoning and bool(_compat(model, "supportsDeveloperRole",
+                                            "api.openai.com" in model.base_url))
+
+
+def reasoning_effort(model: w.Model, level: str) -> str | None:
+    """What `level` is sent as: the model's ``thinkingLevelMap`` value, else the level."""
+    if model.thinking_level_map is not None and level in model.thinking_level_map:
+        return model.thinking_level_map[level]
+    return REASONING_EFFORT.get(level)
 
 
 def build_headers(request: ProviderRequest) -> dict[str, str]:
@@ -117,15 +130,20 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
         "model": model.id,
         "messages": chat_messages(request, llm_messages(request.messages, model)),
         "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_completion_tokens": max_output_tokens(request),
     }
+    if _compat(model, "supportsUsageInStreaming", True):
+        params["stream_options"] = {"include_usage": True}
+    params[_compat(model, "maxTokensField", "max_completion_tokens")] = max_output_tokens(request)
+    if _compat(model, "supportsStore", False):
+        params["store"] = False
     if request.tools:
         params["tools"] = [{"type": "function", "function": {
             "name": tool.name, "description": tool.description, "parameters": tool.parameters}}
             for tool in request.tools]
-    if model.reasoning and request.thinking_level != "off":
-        params["reasoning_effort"] = REASONING_EFFORT[request.thinking_level]
+    effort = reasoning_effort(model, request.thinking_level)
+    if (model.reasoning and request.thinking_level != "off" and effort is not None
+            and _compat(model, "supportsReasoningEffort", True)):
+        params["reasoning_effort"] = effort
     return params
 
 
@@ -254,9 +272,9 @@ def responses_params(request: ProviderRequest) -> dict[str, Any]:
         params["tools"] = [{"type": "function", "name": tool.name,
                             "description": tool.description, "parameters": tool.parameters,
                             "strict": False} for tool in request.tools]
-    if model.reasoning and request.thinking_level != "off":
-        params["reasoning"] = {"effort": REASONING_EFFORT[request.thinking_level],
-                               "summary": "auto"}
+    effort = reasoning_effort(model, request.thinking_level)
+    if model.reasoning and request.thinking_level != "off" and effort is not None:
+        params["reasoning"] = {"effort": effort, "summary": "auto"}
         params["include"] = ["reasoning.encrypted_content"]
     if request.session_id:
         params["prompt_cache_key"] = request.session_id
