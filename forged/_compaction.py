@@ -312,6 +312,8 @@ def serialize(messages: list[w.AgentMessage]) -> str:
                             " more characters truncated]")
                 if text:
                     parts.append(f"[Tool result]: {text}")
+            case w.BashExecutionMessage() if message.exclude_from_context:
+                continue  # the user kept it from the model: from its summary too
             case _:
                 text = _text(as_user_message(message).content)
                 if text:

@@ -210,7 +210,9 @@ class Dispatcher:
                 return
 
     def bash(self, command: w.Bash, reply: Reply) -> None:
-        self._in_task(reply, self.session.bash.start(command.command, reply.command_id))
+        self._in_task(reply, self.session.bash.start(
+            command.command, reply.command_id,
+            exclude_from_context=bool(command.exclude_from_context)))
 
     def abort_bash(self, _: w.AbortBash, reply: Reply) -> None:
         self.session.bash.abort()
@@ -263,10 +265,9 @@ class Dispatcher:
         self.session.queues.add(kind, text, images)
 
     def extension_ui_response(self, command: w.ExtensionUiResponse, reply: Reply) -> None:
-        """Answer an open dialog; an id that is not open changes nothing (docs/protocol.md,
-        Dialogs)."""
+        """Answer an open dialog; an id that is not open changes nothing. It is the one
+        command no response answers (docs/protocol.md, Dialogs), as in the ancestor."""
         self.session.ui.respond(reply.command_id, command)
-        reply.ok()
 
     def abort(self, _: w.Abort, reply: Reply) -> None:
         self.session.abort(reply.ok)

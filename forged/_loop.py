@@ -11,6 +11,7 @@ synchronously, so cancellation cannot lose them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
@@ -136,7 +137,9 @@ async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
     provider, request = host.model_request()
     builder = AssistantBuilder(request.model, host.emit, host.wait_for_room)
     message = builder.message
+    message.stop_reason = "pending"  # as the event is written: still streaming
     host.emit(w.MessageStart(message=message))
+    message.stop_reason = "stop"
 
     def finish() -> w.AssistantMessage:
         host.end_message(message)
@@ -180,35 +183,57 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
 
         context = ToolContext(cwd=host.cwd, update=update, shell=host.shell,
                               scratch=host.scratch, env=host.command_env())
+        clock = _Clock()
         try:
             blocked = await host.before_tool_call(call)
             await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
             if blocked is not None:
                 raise ToolError(blocked)
-            result, is_error = await execute(host.tools.get(call.name), call, context), False
+            result = await execute(host.tools.get(call.name), call, context, clock)
+            is_error = False
         except ToolError as exc:
-            result, is_error = text_result(exc.text, exc.details), True
+            result, is_error = text_result(exc.text, exc.details, exc.structured), True
         except Exception as exc:
             log_exception(f"tool {call.name} failed: {exc!r}", exc)
             result, is_error = text_result(describe_failure(exc)), True
         except BaseException as exc:
             if is_cancellation(exc):
                 aborted = context.aborted_result or text_result("Operation aborted")
-                _finish_tool(host, call, aborted, True, new, turn)
+                _finish_tool(host, call, aborted, True, new, turn, clock.elapsed_ms())
             raise
-        _finish_tool(host, call, result, is_error, new, turn)
+        _finish_tool(host, call, result, is_error, new, turn, clock.elapsed_ms())
 
 
-async def execute(tool: Tool | None, call: w.ToolCall, context: ToolContext) -> w.ToolResult:
+class _Clock:
+    """How long a tool ran, on a monotonic clock; None if it never started."""
+
+    def __init__(self) -> None:
+        self._started: float | None = None
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+
+    def elapsed_ms(self) -> int | None:
+        if self._started is None:
+            return None
+        return round((time.perf_counter() - self._started) * 1000)
+
+
+async def execute(tool: Tool | None, call: w.ToolCall, context: ToolContext,
+                  clock: _Clock | None = None) -> w.ToolResult:
+    """Run `call` with `tool`; `clock` starts once its arguments were accepted."""
     if tool is None:
         raise ToolError(f"Tool {call.name} not found")
-    return await tool.run(parse_arguments(tool, call.arguments), context)
+    arguments = parse_arguments(tool, call.arguments)
+    if clock is not None:
+        clock.start()
+    return await tool.run(arguments, context)
 
 
 def _finish_tool(host: AgentHost, call: w.ToolCall, result: w.ToolResult, is_error: bool,
-                 new: list[w.AgentMessage], turn: _Turn) -> None:
+                 new: list[w.AgentMessage], turn: _Turn, duration_ms: int | None) -> None:
     host.emit(w.ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name, result=result,
-                                 is_error=is_error))
+                                 is_error=is_error, duration_ms=duration_ms))
     message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
                                   content=result.content, details=result.details,
                                   is_error=is_error, timestamp=now_ms())

@@ -22,8 +22,8 @@ class ModelChoice:
     """The model and level of one session, which `store` (the current file) records."""
 
     def __init__(self, registry: ModelRegistry, settings: Settings, model: w.Model | None,
-                 level: str, scope: list[str] | None,
-                 store: Callable[[], SessionFile]) -> None:
+                 level: str, scope: list[str] | None, store: Callable[[], SessionFile],
+                 emit: Callable[[w.Event], None]) -> None:
         self.registry = registry
         self.model = model
         self.preferred = level
@@ -31,6 +31,7 @@ class ModelChoice:
         self._scope = scope
         """``--models``: the patterns `cycle_model` cycles through (else ``enabledModels``)."""
         self._store = store
+        self._emit = emit
 
     @property
     def thinking_level(self) -> str:
@@ -115,3 +116,4 @@ class ModelChoice:
         if self.thinking_level != previous:
             self._store().append("thinking_level_change", thinkingLevel=self.thinking_level)
             self._settings.remember(defaultThinkingLevel=self.thinking_level)
+            self._emit(w.ThinkingLevelChanged(level=self.thinking_level))

@@ -157,17 +157,18 @@ class Runner:
         """Run `prompt` (or the `manual` compaction), then every retry, overflow recovery
         and queued message that follows; ``agent_settled`` ends it when a run took place."""
         retrying = False
-        ran = False
+        ran = aborted = False
         try:
             if manual is not None:
                 assert self.run_scope is not None
-                with self.run_scope:
+                with self.run_scope as scope:
                     await manual()
+                aborted = scope.cancelled_caught
                 self._close_run()
                 prompt = self._continuation()
             while prompt or retrying:
                 assert self.run_scope is not None
-                with self.run_scope:
+                with self.run_scope as scope:
                     if not ran and manual is None:
                         await self._compact_before_prompt()
                     ran = True
@@ -179,8 +180,12 @@ class Runner:
                         # was closed with agent_end; the session lives on.
                         log_exception(f"the run failed: {exc!r}", exc)
                     retrying = await self._after_agent_end(new)
+                aborted = scope.cancelled_caught
                 self._close_run()
                 prompt, poll_steering = ([] if retrying else self._continuation()), False
+        except BaseException as exc:
+            aborted = aborted or is_cancellation(exc)  # the session is closing
+            raise
         finally:
             self.run_scope = None
             self.busy = False
@@ -194,7 +199,7 @@ class Runner:
                     log(f"a bash command's output is not in the session: {exc}")
             self._deferred.clear()
             if ran:
-                self._host.emit(w.AgentSettled())
+                self._host.emit(w.AgentSettled(aborted=aborted))
             self._settled.set()
 
     def _continuation(self) -> list[w.AgentMessage]:

@@ -237,11 +237,12 @@ class DirectBash:
         if self.scope is not None:
             self.scope.cancel()
 
-    def start(self, command: str, command_id: str | int | None
-              ) -> Callable[[], Awaitable[w.BashResult]]:
+    def start(self, command: str, command_id: str | int | None, *,
+              exclude_from_context: bool = False) -> Callable[[], Awaitable[w.BashResult]]:
         """Take the slot now (a second command fails at once, in arrival order) and return
         what runs it: output streamed as ``bash_execution_update`` events, the result
-        entering the context (when a run is active, once it settles)."""
+        entering the context (when a run is active, once it settles); with
+        `exclude_from_context` it is kept in the session but never shown to the model."""
         if self.scope is not None:
             raise CommandError("A bash command is already running")
         scope = self.scope = trio.CancelScope()
@@ -258,6 +259,8 @@ class DirectBash:
             finally:
                 self.scope = None
                 self._done.set()
+            if exclude_from_context:
+                message.exclude_from_context = True
             session.run.record(message)
             return w.BashResult(output=message.output, exit_code=message.exit_code,
                                 cancelled=message.cancelled, truncated=message.truncated,
@@ -296,10 +299,10 @@ class Session:
         self.store = files.store
         self.choice = ModelChoice(config.registry, settings, config.model,
                                   config.thinking_level, config.model_scope,
-                                  lambda: self.store)
+                                  lambda: self.store, self.emit)
         self._install(files.store, restore=not config.keep_model)
         if config.session_name:
-            self.set_session_name(config.session_name)
+            self.set_session_name(config.session_name, announce=False)
         self.plugins = Plugins(config.plugins, self)
         plugin_tools: dict[str, Tool] = {}
         for name, tool in self.plugins.tools.items():
@@ -345,12 +348,15 @@ class Session:
     def thinking_level(self) -> str:
         return self.choice.thinking_level
 
-    def set_session_name(self, name: str) -> None:
+    def set_session_name(self, name: str, *, announce: bool = True) -> None:
+        """Name the session (``session_info_changed`` says so, unless it is opening)."""
         name = name.strip()
         if not name:
             raise CommandError("Session name cannot be empty")
         self.store.append("session_info", name=name)
         self.session_name = name
+        if announce:
+            self.emit(w.SessionInfoChanged(name=name))
 
     def start_task(self, task: Callable[[], Awaitable[None]]) -> None:
         """Run `task` in the session's nursery (cancelled when the session closes)."""

@@ -38,7 +38,8 @@ THINKING_LEVELS: tuple[ThinkingLevel, ...] = (
     "off", "minimal", "low", "medium", "high", "xhigh", "max",
 )
 QueueMode = Literal["all", "one-at-a-time"]
-StopReason = Literal["stop", "length", "toolUse", "error", "aborted"]
+StopReason = Literal["pending", "stop", "length", "toolUse", "error", "aborted"]
+"""``pending`` only in an assistant ``message_start``: the message is still streaming."""
 
 
 # --- content blocks ----------------------------------------------------------------------------
@@ -170,6 +171,8 @@ class BashExecutionMessage:
     truncated: bool
     full_output_path: str | None = keep_null()
     timestamp: int
+    exclude_from_context: bool | None = None
+    """Kept in the session, never shown to the model (``bash`` with ``excludeFromContext``)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -214,6 +217,8 @@ AgentMessage = (
 class ToolResult:
     content: list[UserContent]
     details: dict[str, Any] | None = None
+    structured_content: dict[str, Any] | None = None
+    """The result as data, for programs (``bash``: output, exit code, ...)."""
 
 
 # --- assistant message events (inside message_update) ------------------------------------------
@@ -303,6 +308,8 @@ class AgentEnd:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class AgentSettled:
     type: str = tag("agent_settled")
+    aborted: bool = False
+    """The last run ended because it was aborted."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -360,6 +367,20 @@ class ToolExecutionEnd:
     tool_name: str
     result: ToolResult
     is_error: bool
+    duration_ms: int | None = None
+    """How long the tool ran (absent when it did not: unknown, refused or blocked)."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class SessionInfoChanged:
+    type: str = tag("session_info_changed")
+    name: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ThinkingLevelChanged:
+    type: str = tag("thinking_level_changed")
+    level: str
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -466,7 +487,7 @@ Event = (
     | MessageEnd | ToolExecutionStart | ToolExecutionUpdate | ToolExecutionEnd | QueueUpdate
     | BashExecutionUpdate | CompactionStart | CompactionEnd | AutoRetryStart | AutoRetryEnd
     | SummarizationRetryScheduled | SummarizationRetryAttemptStart | SummarizationRetryFinished
-    | ExtensionUiRequest | ExtensionUiResolved
+    | ExtensionUiRequest | ExtensionUiResolved | SessionInfoChanged | ThinkingLevelChanged
 )
 
 EVENT_TYPES: frozenset[str] = frozenset(attrs.fields(cls).type.default for cls in get_args(Event))
@@ -607,6 +628,7 @@ class AbortRetry:
 class Bash:
     type: str = tag("bash")
     command: str
+    exclude_from_context: bool | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

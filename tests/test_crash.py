@@ -127,7 +127,7 @@ async def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path) -> None:
             stdin=b'{"type":"prompt","message":"again"}\n', capture_stdout=True,
             capture_stderr=True, env=child_env(work / "agent"))
         events = [orjson.loads(line) for line in result.stdout.splitlines()]
-        assert events[-1] == {"type": "agent_settled"}
+        assert events[-1] == {"type": "agent_settled", "aborted": False}
         lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
         assert len(lines) == before + 2
         assert [line["message"]["role"] for line in lines[-2:]] == ["user", "assistant"]

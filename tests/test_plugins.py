@@ -415,7 +415,7 @@ async def test_a_noisy_failing_plugin_cannot_touch_the_protocol_stream(tmp_path:
     ends = [e for e in events if e["type"] == "tool_execution_end"]
     assert [e["isError"] for e in ends] == [True, True, False]
     assert ends[2]["result"]["content"][0]["text"] == "still working\n"
-    assert events[-1] == {"type": "agent_settled"}
+    assert events[-1] == {"type": "agent_settled", "aborted": False}
     err = result.stderr.decode()
     for noise in ("register prints", "register writes to fd 1", "a hook prints",
                   "a hook's child prints", "plugin noisy failed in before_tool_call"):

@@ -201,7 +201,7 @@ async def test_stdin_eof_lets_the_run_finish(tmp_path: Path, forged_rpc: list[st
             stdin=b'{"type":"prompt","message":"hi"}', capture_stdout=True,
             capture_stderr=True, env=child_env(agent_dir), cwd=tmp_path)
     events = [orjson.loads(line) for line in result.stdout.splitlines()]
-    assert events[-1] == {"type": "agent_settled"}
+    assert events[-1] == {"type": "agent_settled", "aborted": False}
     assert events[-3]["type"] == "turn_end"
     assert events[-3]["message"]["content"][0]["text"] == "slow answer"
 

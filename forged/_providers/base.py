@@ -296,7 +296,8 @@ LlmMessage = w.UserMessage | w.AssistantMessage | w.ToolResultMessage
 
 def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMessage]:
     """The context a provider sends: failed and aborted replies left out, bash runs as user
-    text, thinking from another model as plain text, and every tool call answered."""
+    text (unless excluded from the context), thinking from another model as plain text, and
+    every tool call answered."""
     out: list[LlmMessage] = []
     unanswered: dict[str, str] = {}
 
@@ -329,7 +330,7 @@ def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMess
             if message.tool_call_id in unanswered:
                 del unanswered[message.tool_call_id]
                 out.append(message)
-        else:
+        elif not (isinstance(message, w.BashExecutionMessage) and message.exclude_from_context):
             answer_missing()
             out.append(as_user_message(message))
     answer_missing()

@@ -24,12 +24,14 @@ MAX_BYTES = 50 * 1024
 
 
 class ToolError(Exception):
-    """The tool failed; `text` (and `details`) become an error result for the model."""
+    """The tool failed; `text` (and `details`, `structured`) become an error result."""
 
-    def __init__(self, text: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, text: str, details: dict[str, Any] | None = None,
+                 structured: dict[str, Any] | None = None) -> None:
         super().__init__(text)
         self.text = text
         self.details = details
+        self.structured = structured
 
 
 @attrs.define(kw_only=True, frozen=True)
@@ -106,8 +108,10 @@ class Tool:
     run: Callable[[Any, ToolContext], Awaitable[w.ToolResult]]
 
 
-def text_result(text: str, details: dict[str, Any] | None = None) -> w.ToolResult:
-    return w.ToolResult(content=[w.TextContent(text=text)], details=details)
+def text_result(text: str, details: dict[str, Any] | None = None,
+                structured: dict[str, Any] | None = None) -> w.ToolResult:
+    return w.ToolResult(content=[w.TextContent(text=text)], details=details,
+                        structured_content=structured)
 
 
 # --- typed parameters --------------------------------------------------------------------------

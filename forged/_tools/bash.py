@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
@@ -72,6 +73,8 @@ EXIT_DRAIN_S = 0.5
 """After the shell exits, how long output from leftover background processes is still read."""
 UPDATE_INTERVAL_S = 0.05
 ROLLING_BYTES = 2 * MAX_BYTES
+STRUCTURED_OUTPUT_BYTES = 1024 * 1024
+"""How much of a command's output its result's ``structuredContent`` carries."""
 
 
 class OutputSpool:
@@ -130,6 +133,27 @@ class OutputSpool:
             while data and 0x80 <= data[0] < 0xC0:
                 data = data[1:]
         return data.decode("utf-8", "replace")
+
+    def whole_text(self, max_bytes: int) -> tuple[str, bool]:
+        """The whole output, or when longer than `max_bytes` its first and last halves with
+        the bytes left out between them; and whether any were."""
+        if self._file is None:  # never spilled: all of it is in memory
+            return b"".join(self._tail).decode("utf-8", "replace"), False
+        assert self.path is not None
+        self._file.flush()
+        with open(self.path, "rb") as file:
+            if self.total_bytes <= max_bytes:
+                return file.read().decode("utf-8", "replace"), False
+            half = max_bytes // 2
+            head = file.read(half)
+            file.seek(self.total_bytes - (max_bytes - half))
+            tail = file.read()
+        head_text = codecs.getincrementaldecoder("utf-8")("replace").decode(head)
+        while tail and 0x80 <= tail[0] < 0xC0:
+            tail = tail[1:]
+        left_out = self.total_bytes - len(head) - (max_bytes - half)
+        return (f"{head_text}\n\n[... {left_out} bytes omitted ...]\n\n"
+                f"{tail.decode('utf-8', 'replace')}"), True
 
     @property
     def total_lines(self) -> int:
@@ -320,10 +344,12 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
             "truncation": truncation.details() if truncation.truncated else None,
             "fullOutputPath": spool.path}))
 
+    started = time.perf_counter()
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
                                       on_output=on_output, shell=ctx.shell, env=ctx.env)
         text, details = format_output(spool)
+        whole, cut = await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
     except trio.Cancelled:
         text, details = format_output(spool)
         body = "" if text == "(no output)" else f"{text}\n\n"
@@ -334,9 +360,15 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
     if execution.timed_out:
         body = "" if text == "(no output)" else f"{text}\n\n"
         raise ToolError(f"{body}Command timed out after {params.timeout:g} seconds", details)
+    structured: dict[str, Any] = {"output": whole, "truncated": cut}
+    if cut and details is not None:
+        structured["full_output_path"] = details["fullOutputPath"]
+    structured["exit_code"] = execution.exit_code
+    structured["wall_time_seconds"] = round(time.perf_counter() - started, 1)
     if execution.exit_code not in (0, None):
-        raise ToolError(f"{text}\n\nCommand exited with code {execution.exit_code}", details)
-    return text_result(text, details)
+        raise ToolError(f"{text}\n\nCommand exited with code {execution.exit_code}", details,
+                        structured)
+    return text_result(text, details, structured)
 
 
 BASH = typed_tool(
