@@ -128,7 +128,8 @@ class Dispatcher:
             w.Bash: self.bash,
             w.AbortBash: self.abort_bash,
             w.GetCommands: lambda _, reply: reply.ok(w.CommandList(
-                commands=self.session.commands())),
+                commands=self.session.commands(),
+                untrusted_project=self.session.settings.project_untrusted_note)),
             w.ExtensionUiResponse: self.extension_ui_response,
         }
 

@@ -88,6 +88,29 @@ def apply_section(target: object, section: object, keys: Mapping[str, str]) -> N
             setattr(target, name, value)
 
 
+PROTECTED = ("settings.json", "SYSTEM.md", "APPEND_SYSTEM.md", "agent/skills", "agent/prompts",
+             "agent/plugins", "agent/SYSTEM.md", "agent/APPEND_SYSTEM.md")
+"""What of a project's ``.agent-forge/`` needs trust: settings, prompts, skills and plugins
+(a bare folder does not)."""
+
+
+def saved_trust(agent_dir: Path, cwd: Path) -> bool | None:
+    """The decision ``<agentDir>/trust.json`` keeps for `cwd` or its nearest folder that has
+    one (the ancestor's file: ``{"<folder>": true | false | null}``), if any."""
+    try:
+        data = orjson.loads((agent_dir / "trust.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    decisions = {Path(key).expanduser().resolve(): value for key, value in data.items()
+                 if isinstance(value, bool)}
+    for folder in (cwd, *cwd.parents):
+        if folder in decisions:
+            return bool(decisions[folder])
+    return None
+
+
 def _listed(cwd: Path, trusted: Any) -> bool:
     """`cwd` is in, or below, a folder of the ``trustedProjects`` list."""
     if not isinstance(trusted, list):
@@ -111,14 +134,22 @@ class Settings:
         self.path = agent_dir / "settings.json"
         self.project_path = cwd / PROJECT_DIR / "settings.json" if cwd is not None else None
         self._global = _read(self.path) or {}
-        listed = cwd is not None and _listed(cwd, self._global.get("trustedProjects"))
+        decided: bool | None = None
+        if cwd is not None:
+            decided = saved_trust(agent_dir, cwd)
+            if decided is None and _listed(cwd, self._global.get("trustedProjects")):
+                decided = True
         self.project_trusted = cwd is not None and not distrust_project and (
-            trust_project or listed)
+            trust_project or bool(decided) or (
+                decided is None and self._global.get("defaultProjectTrust") == "always"))
         self.project_untrusted_note: str | None = None
         """Why the project's own files were skipped, when they were."""
-        if cwd is not None and not self.project_trusted and (cwd / PROJECT_DIR).is_dir():
+        if cwd is not None and not self.project_trusted and any(
+                (cwd / PROJECT_DIR / name).exists() for name in PROTECTED):
             self.project_untrusted_note = (
-                f"{cwd / PROJECT_DIR} skipped: --no-approve" if listed else
+                f"{cwd / PROJECT_DIR} skipped: --no-approve" if distrust_project else
+                f"{cwd / PROJECT_DIR} skipped: trust.json does not trust the project"
+                if decided is False else
                 f"{cwd / PROJECT_DIR} skipped: the project is not trusted (add it to "
                 "trustedProjects in the global settings.json, or pass --approve)")
         self._project = ((_read(self.project_path) or {})

@@ -927,6 +927,9 @@ class CommandInfo:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class CommandList:
     commands: list[CommandInfo]
+    untrusted_project: str | None = None
+    """Why the project's own prompts, skills and plugins are not among them, when they
+    are not."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

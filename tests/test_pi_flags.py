@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -19,6 +20,8 @@ from forged._models import ModelRegistry, register_scripted
 from forged._session import Session, open_session, user_message
 from forged._store import SessionFile
 from forged._wire import UserMessage
+
+from .harness import open_client
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -298,3 +301,61 @@ async def test_export_writes_a_session_file_as_html(
 
 def _user(text: str) -> UserMessage:
     return user_message(text, None)
+
+
+# --- project trust ------------------------------------------------------------------------------
+
+def untrusted_project(project: Path) -> None:
+    """A project whose own folder has a settings file and a prompt template."""
+    (project / ".agent-forge" / "agent" / "prompts").mkdir(parents=True)
+    (project / ".agent-forge" / "agent" / "prompts" / "ship.md").write_text("Ship it")
+    (project / ".agent-forge" / "settings.json").write_text(json.dumps({"steeringMode": "all"}))
+    (project / "AGENTS.md").write_text("PROJECT-CONTEXT")
+
+
+@pytest.mark.parametrize(("trust", "settings", "trusted"), [
+    ({}, {}, False),
+    ("project", {}, True),
+    ("parent", {}, True),
+    ({"project": False, "parent": True}, {}, False),  # the nearest decision wins
+    ({"project": False}, {"trustedProjects": ["project"]}, False),
+    ({"project": None}, {"trustedProjects": ["project"]}, True),
+    ({}, {"defaultProjectTrust": "always"}, True),
+    ({}, {"defaultProjectTrust": "ask"}, False),
+])
+async def test_trust_is_decided_as_the_ancestor_decides_it(
+        project: Path, tmp_path: Path, trust: Any, settings: dict[str, Any],
+        trusted: bool) -> None:
+    untrusted_project(project)
+    folders = {"project": project, "parent": project.parent}
+    decisions = {folders[trust]: True} if isinstance(trust, str) else {
+        folders[key]: value for key, value in trust.items()}
+    (tmp_path / "agent" / "trust.json").write_text(json.dumps(
+        {str(folder): value for folder, value in decisions.items()}))
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {key: [str(folders[v]) for v in value] if key == "trustedProjects" else value
+         for key, value in settings.items()}))
+    async with session_for(project) as session:
+        assert (session.queues.steering_mode == "all") is trusted
+        assert ([t.name for t in session.resources.templates] == ["ship"]) is trusted
+        assert "PROJECT-CONTEXT" in session.model_request()[1].system_prompt  # either way
+    async with session_for(project, "--no-approve") as session:
+        assert session.queues.steering_mode == "one-at-a-time"
+    async with session_for(project, "--approve") as session:
+        assert session.queues.steering_mode == "all"
+
+
+async def test_get_commands_and_config_show_say_why_the_project_was_skipped(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    async with open_client(project.parent) as client:  # a bare project folder: no note
+        bare = (await client.request({"type": "get_commands"}))["data"]
+    assert "untrustedProject" not in bare
+    untrusted_project(project)
+    async with open_client(project.parent) as client:
+        skipped = (await client.request({"type": "get_commands"}))["data"]
+    assert "skipped: the project is not trusted" in skipped["untrustedProject"]
+    assert "--approve" in skipped["untrustedProject"]
+    assert all(command["name"] != "ship" for command in skipped["commands"])
+    capsys.readouterr()
+    assert main(["config", "show", "--cwd", str(project)]) == 0
+    assert "skipped: the project is not trusted" in capsys.readouterr().err
