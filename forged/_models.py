@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import subprocess
@@ -40,6 +41,8 @@ class ProviderConfig:
     """Send the key as ``Authorization: Bearer`` (models.json ``authHeader``)."""
     literal_key: bool = False
     """`api_key` is the key itself (``--api-key``), never a variable's name."""
+    key_from_env: bool = False
+    """`api_key` names an environment variable, which must be set (a built-in provider)."""
 
 
 def _model(provider: str, api: str, base_url: str, model_id: str, name: str, *, window: int,
@@ -93,9 +96,41 @@ def builtin_models() -> list[w.Model]:
 
 BUILTIN_PROVIDERS = {
     "anthropic": ProviderConfig(name="anthropic", base_url=ANTHROPIC_URL,
-                                api_key="ANTHROPIC_API_KEY"),
-    "openai": ProviderConfig(name="openai", base_url=OPENAI_URL, api_key="OPENAI_API_KEY"),
+                                api_key="ANTHROPIC_API_KEY", key_from_env=True),
+    "openai": ProviderConfig(name="openai", base_url=OPENAI_URL, api_key="OPENAI_API_KEY",
+                             key_from_env=True),
 }
+CATALOGUE = Path(__file__).parent / "catalogue"
+"""The other providers' models, from the ancestor's public catalogue
+(``contrib/catalogue/generate.py``): ``providers.json`` names each one's key variable, and
+``<provider>.json`` holds its models, read when the provider is first needed."""
+
+
+@functools.cache
+def catalogue_providers() -> dict[str, str]:
+    try:
+        index = orjson.loads((CATALOGUE / "providers.json").read_bytes())
+        return {str(name): str(key) for name, key in index["providers"].items()}
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def catalogue_models(provider: str) -> list[tuple[w.Model, dict[str, str] | None]]:
+    """`provider`'s catalogue models, each with the headers it is sent with."""
+    found: list[tuple[w.Model, dict[str, str] | None]] = []
+    for raw in orjson.loads((CATALOGUE / f"{provider}.json").read_bytes()):
+        reasoning, level_map = bool(raw.get("reasoning")), raw.get("thinkingLevelMap")
+        found.append((w.Model(
+            id=raw["id"], name=raw.get("name") or raw["id"], api=raw["api"], provider=provider,
+            base_url=raw["baseUrl"], reasoning=reasoning, input=raw.get("input") or ["text"],
+            context_window=raw.get("contextWindow") or 128_000,
+            max_tokens=raw.get("maxTokens") or 16_384,
+            cost=w.ModelCost(input=raw["cost"]["input"], output=raw["cost"]["output"],
+                             cache_read=raw["cost"]["cacheRead"],
+                             cache_write=raw["cost"]["cacheWrite"]),
+            thinking_levels=levels_of(reasoning, level_map), thinking_level_map=level_map,
+            compat=raw.get("compat")), raw.get("headers")))
+    return found
 DEFAULT_MODELS = {"anthropic": "claude-opus-4-6", "openai": "gpt-5.4"}
 
 
@@ -216,6 +251,22 @@ class ModelRegistry:
         self.models: list[w.Model] = builtin_models()
         self._headers: dict[tuple[str, str], dict[str, str]] = {}
         self.error: str | None = None
+        self._unread: set[str] = set()
+        """Catalogue providers whose models are not read yet."""
+        for name, key in catalogue_providers().items():
+            self.providers[name] = ProviderConfig(name=name, base_url="", api_key=key,
+                                                  key_from_env=True)
+            self._unread.add(name)
+
+    def _read(self, provider: str | None = None) -> None:
+        """Read `provider`'s catalogue models (every provider's, when None), if not yet."""
+        for name in [provider] if provider is not None else sorted(self._unread):
+            if name in self._unread:
+                self._unread.discard(name)
+                for model, headers in catalogue_models(name):
+                    self.models.append(model)
+                    if headers:
+                        self._headers[(name, model.id)] = headers
 
     def add_provider(self, config: ProviderConfig, models: list[w.Model]) -> None:
         self.providers[config.name] = config
@@ -256,6 +307,7 @@ class ModelRegistry:
 
     def _merge(self, name: str, definition: ProviderDefinition) -> None:
         """Add or change provider `name`; nothing changes when it raises `ConfigError`."""
+        self._read(name)
         builtin = self.providers.get(name)
         if definition.models and builtin is None and not definition.api_key:
             raise ConfigError("its models need an apiKey")
@@ -268,6 +320,8 @@ class ModelRegistry:
             headers={**(builtin.headers if builtin else {}), **(definition.headers or {})},
             auth_header=(definition.auth_header if definition.auth_header is not None
                          else builtin is not None and builtin.auth_header))
+        config.key_from_env = (builtin is not None and builtin.key_from_env
+                               and config.api_key == builtin.api_key)
         models: list[w.Model] = []
         headers: dict[tuple[str, str], dict[str, str]] = {}
         overrides = definition.model_overrides or {}
@@ -336,15 +390,18 @@ class ModelRegistry:
             return False
         if config.literal_key:
             return True
-        if config.name in BUILTIN_PROVIDERS and config.api_key == BUILTIN_PROVIDERS[
-                config.name].api_key:
+        if config.key_from_env:
             return bool(os.environ.get(config.api_key))
         return True
 
     def available(self) -> list[w.Model]:
+        for name in sorted(self._unread):
+            if self.has_auth(name):
+                self._read(name)
         return [model for model in self.models if self.has_auth(model.provider)]
 
     def find(self, provider: str, model_id: str) -> w.Model | None:
+        self._read(provider)
         for model in self.models:
             if model.provider == provider and model.id == model_id:
                 return model
@@ -379,6 +436,19 @@ class ModelRegistry:
                 f"{agent_dir() / 'models.json'}")
 
     def _match(self, pattern: str, provider: str | None) -> w.Model | None:
+        """The model `pattern` names, among `provider`'s (else every provider's: the
+        catalogue is read only when the models already read have none)."""
+        if provider is not None:
+            self._read(provider)
+        elif "/" in pattern:
+            self._read(pattern.partition("/")[0])
+        found = self._match_read(pattern, provider)
+        if found is None and self._unread and provider is None:
+            self._read()
+            found = self._match_read(pattern, provider)
+        return found
+
+    def _match_read(self, pattern: str, provider: str | None) -> w.Model | None:
         candidates = [m for m in self.models if provider is None or m.provider == provider]
         if "/" in pattern:
             head, _, tail = pattern.partition("/")

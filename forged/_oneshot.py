@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 
 import trio
@@ -41,8 +43,11 @@ def list_models(options: Options, search: str) -> int:
               "yes" if model.reasoning else "no", "yes" if "image" in model.input else "no")
              for model in found]
     widths = [max(len(row[column]) for row in rows) for column in range(6)]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    table = "".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                    + "\n" for row in rows)
+    with contextlib.suppress(BrokenPipeError):  # `| head` read what it wanted
+        sys.stdout.write(table)
+        sys.stdout.flush()
     return 0
 
 
