@@ -90,9 +90,9 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
     passed: list[str] = []
     arguments = iter(argv)
     for arg in arguments:
-        if arg in ("--attach", "--socket"):
+        if arg in ("--attach", "--socket", "--mode"):
             next(arguments, None)  # and its value
-        elif arg != "--no-start" and not arg.startswith(("--attach=", "--socket=")):
+        elif arg != "--no-start" and not arg.startswith(("--attach=", "--socket=", "--mode=")):
             passed.append(arg)
     return [sys.executable, "-m", "forged", "serve", "--socket", str(path), *passed]
 
