@@ -231,14 +231,15 @@ def _interpolate(value: str) -> str | None:
 def levels_of(reasoning: bool, level_map: dict[str, str | None] | None,
               listed: list[str] | None = None) -> list[str]:
     """The levels a model supports: `listed`, else those its ``thinkingLevelMap`` does not
-    mark null, the levels it leaves out being supported through ``high``."""
+    mark null, the levels it leaves out being supported through ``high`` (``off`` too: a
+    model whose map marks ``off`` null always thinks)."""
     if listed:
         return listed
     if not reasoning:
         return ["off"]
     if level_map is None:
         return list(_BASIC)
-    return [level for level in LEVELS if level == "off" or (
+    return [level for level in LEVELS if (
         level_map[level] is not None if level in level_map else level in _BASIC)]
 
 

@@ -7,10 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from forged._models import ModelRegistry, catalogue_providers
+from forged import _wire as w
+from forged._models import ModelRegistry, catalogue_providers, clamp_level
+from forged._providers import ProviderRequest, ToolSpec
+from forged._providers.openai import build_headers, chat_params
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client
@@ -36,8 +40,9 @@ def test_the_catalogue_knows_the_providers_and_asks_for_their_keys(
     assert {model.provider for model in available} == {"openrouter"}
     assert len(available) > 300
     assert registry.api_key("openrouter") == "sk-or-test"
-    mapped = [m for m in available if m.thinking_level_map]
-    assert mapped and all(m.thinking_levels[0] == "off" for m in available)
+    always = registry.find("openrouter", "aion-labs/aion-2.0")  # its map: {"off": null}
+    assert always is not None and always.thinking_levels == ["minimal", "low", "medium", "high"]
+    assert clamp_level(always, "off") == "minimal"  # it cannot stop thinking
 
 
 async def test_get_available_models_with_only_an_openrouter_key(
@@ -107,3 +112,61 @@ def test_the_readmes_local_servers_load_as_written(tmp_path: Path) -> None:
         assert registry.has_auth(name) and registry.api_key(name)
     model, level = registry.resolve_pattern("ollama/qwen3-coder:30b")
     assert (model.provider, model.id, level) == ("ollama", "qwen3-coder:30b", None)
+
+
+def _body(provider: str, model_id: str, level: str, **extra: object) -> dict[str, Any]:
+    model = ModelRegistry().find(provider, model_id)
+    assert model is not None
+    request = ProviderRequest(model=model, system_prompt="s", messages=[], tools=[],
+                              thinking_level=level, api_key="k", headers={}, session_id="sid",
+                              **extra)  # type: ignore[arg-type]
+    return {**chat_params(request), "headers": build_headers(request)}
+
+
+@pytest.mark.parametrize(("provider", "model_id", "level", "expected", "absent"), [
+    ("openrouter", "aion-labs/aion-2.0", "high", {"reasoning": {"effort": "high"}},
+     ["reasoning_effort"]),
+    ("zai", "glm-4.7", "high", {"thinking": {"type": "enabled", "clear_thinking": False},
+                                "max_tokens": 8192}, ["reasoning_effort"]),
+    ("zai", "glm-4.7", "off", {"thinking": {"type": "disabled"}}, ["reasoning_effort"]),
+    ("deepseek", "deepseek-flash", "high", {"thinking": {"type": "enabled"},
+                                            "reasoning_effort": "high"}, []),
+    ("deepseek", "deepseek-flash", "off", {"thinking": {"type": "disabled"}},
+     ["reasoning_effort"]),
+    ("together", "MiniMaxAI/MiniMax-M3", "high", {"reasoning": {"enabled": True}},
+     ["reasoning_effort"]),
+    ("ant-ling", "Ring-2.6-1T", "high", {"reasoning": {"effort": "high"}},
+     ["reasoning_effort"]),
+])
+def test_each_endpoint_is_asked_to_think_in_its_own_form(
+        provider: str, model_id: str, level: str, expected: dict[str, Any],
+        absent: list[str]) -> None:
+    body = _body(provider, model_id, level)
+    for key, value in expected.items():
+        if key == "max_tokens":
+            assert key in body and "max_completion_tokens" not in body
+        else:
+            assert body[key] == value, key
+    assert not [key for key in absent if key in body]
+
+
+def test_endpoint_quirks_the_catalogue_names() -> None:
+    openrouter = _body("openrouter", "aion-labs/aion-2.0", "high")
+    assert openrouter["headers"]["x-session-id"] == "sid"  # routes a session to one cache
+    zai = ModelRegistry().find("zai", "glm-4.7")
+    assert zai is not None
+    tools = chat_params(ProviderRequest(
+        model=zai, system_prompt="s", messages=[], thinking_level="high", api_key="k",
+        headers={}, session_id="s",
+        tools=[ToolSpec(name="read", description="d", parameters={"type": "object"})]))
+    assert tools["tool_stream"] is True
+    deepseek = ModelRegistry().find("deepseek", "deepseek-flash")
+    assert deepseek is not None and "medium" not in deepseek.thinking_levels
+    reply = w.AssistantMessage(content=[w.TextContent(text="ok")], api=deepseek.api,
+                               provider="deepseek", model=deepseek.id, timestamp=1)
+    body = chat_params(ProviderRequest(
+        model=deepseek, system_prompt="s", messages=[w.UserMessage(
+            content=[w.TextContent(text="hi")], timestamp=0), reply], tools=[],
+        thinking_level="high", api_key="k", headers={}, session_id="s"))
+    assert body["messages"][-1] == {"role": "assistant", "content": "ok",
+                                    "reasoning_content": ""}

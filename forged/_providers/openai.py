@@ -56,12 +56,19 @@ def reasoning_effort(model: w.Model, level: str) -> str | None:
 
 def build_headers(request: ProviderRequest) -> dict[str, str]:
     """The key as a bearer token, the organization and project from ``OPENAI_ORG_ID`` and
-    ``OPENAI_PROJECT_ID`` when set (as OpenAI's SDKs send them); configured headers win."""
+    ``OPENAI_PROJECT_ID`` when set (as OpenAI's SDKs send them), the session for endpoints
+    that route by it (``compat.sendSessionAffinityHeaders``); configured headers win."""
     headers = {"authorization": f"Bearer {request.api_key}", "accept": "application/json"}
     for name, variable in (("openai-organization", "OPENAI_ORG_ID"),
                            ("openai-project", "OPENAI_PROJECT_ID")):
         if value := os.environ.get(variable):
             headers[name] = value
+    model = request.model
+    if request.session_id and _compat(model, "sendSessionAffinityHeaders",
+                                      "openrouter.ai" in model.base_url):
+        openrouter = _compat(model, "sessionAffinityFormat", "openrouter" if (
+            "openrouter.ai" in model.base_url) else "openai") == "openrouter"
+        headers["x-session-id" if openrouter else "x-session-affinity"] = request.session_id
     return merge_headers(headers, request.headers)
 
 
@@ -85,6 +92,9 @@ async def _open(request: ProviderRequest, path: str, body: dict[str, Any],
 
 def chat_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    model = request.model
+    empty_reasoning = (model.reasoning and request.thinking_level != "off" and _compat(
+        model, "requiresReasoningContentOnAssistantMessages", False))
     if request.system_prompt:
         role = "developer" if _uses_developer_role(request.model) else "system"
         out.append({"role": role, "content": request.system_prompt})
@@ -105,6 +115,8 @@ def chat_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[
         elif isinstance(message, w.AssistantMessage):
             text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
             entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if empty_reasoning:
+                entry["reasoning_content"] = ""
             calls = [{"id": b.id, "type": "function",
                       "function": {"name": b.name, "arguments": orjson.dumps(b.arguments).decode()}}
                      for b in message.content if isinstance(b, w.ToolCall)]
@@ -140,11 +152,55 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
         params["tools"] = [{"type": "function", "function": {
             "name": tool.name, "description": tool.description, "parameters": tool.parameters}}
             for tool in request.tools]
-    effort = reasoning_effort(model, request.thinking_level)
-    if (model.reasoning and request.thinking_level != "off" and effort is not None
-            and _compat(model, "supportsReasoningEffort", True)):
-        params["reasoning_effort"] = effort
+        if _compat(model, "zaiToolStream", False):
+            params["tool_stream"] = True
+    if model.reasoning:
+        thinking_params(params, model, request.thinking_level)
     return params
+
+
+def thinking_params(params: dict[str, Any], model: w.Model, level: str) -> None:
+    """How a reasoning model is asked to think at `level`, in the form its endpoint reads
+    (models.json ``compat.thinkingFormat``), as the ancestor asks."""
+    thinking = level != "off"
+    level_map = model.thinking_level_map or {}
+    mapped = level_map.get(level, level) if thinking else None
+    effort = mapped if isinstance(mapped, str) else None
+    with_effort = thinking and effort is not None and _compat(model, "supportsReasoningEffort",
+                                                              True)
+    off_allowed = level_map.get("off", "none") is not None
+    match _compat(model, "thinkingFormat", "openai"):
+        case "zai":
+            params["thinking"] = ({"type": "enabled", "clear_thinking": False} if thinking
+                                  else {"type": "disabled"})
+        case "qwen":
+            params["enable_thinking"] = thinking
+        case "qwen-chat-template":
+            params["chat_template_kwargs"] = {"enable_thinking": thinking,
+                                              "preserve_thinking": True}
+            with_effort = False
+        case "deepseek":
+            if thinking or off_allowed:
+                params["thinking"] = {"type": "enabled" if thinking else "disabled"}
+        case "openrouter":
+            if thinking:
+                params["reasoning"] = {"effort": level_map.get(level) or level}
+            elif off_allowed:
+                params["reasoning"] = {"effort": level_map.get("off") or "none"}
+            with_effort = False
+        case "ant-ling":
+            if thinking and effort is not None and level in level_map:
+                params["reasoning"] = {"effort": effort}
+            with_effort = False
+        case "together":
+            params["reasoning"] = {"enabled": thinking}
+        case "string-thinking":
+            if thinking or off_allowed:
+                params["thinking"] = (level_map.get(level) or level) if thinking else (
+                    level_map.get("off") or "none")
+            with_effort = False
+    if with_effort:
+        params["reasoning_effort"] = effort
 
 
 async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
