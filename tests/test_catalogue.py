@@ -137,6 +137,10 @@ def _body(provider: str, model_id: str, level: str, **extra: object) -> dict[str
      ["reasoning_effort"]),
     ("ant-ling", "Ring-2.6-1T", "high", {"reasoning": {"effort": "high"}},
      ["reasoning_effort"]),
+    ("baseten", "zai-org/GLM-5.2", "high", {"chat_template_args": {"enable_thinking": True},
+                                            "reasoning_effort": "high"}, []),
+    ("baseten", "zai-org/GLM-5.2", "off", {"chat_template_args": {"enable_thinking": False},
+                                           "reasoning_effort": "none"}, []),
 ])
 def test_each_endpoint_is_asked_to_think_in_its_own_form(
         provider: str, model_id: str, level: str, expected: dict[str, Any],
@@ -170,3 +174,20 @@ def test_endpoint_quirks_the_catalogue_names() -> None:
         thinking_level="high", api_key="k", headers={}, session_id="s"))
     assert body["messages"][-1] == {"role": "assistant", "content": "ok",
                                     "reasoning_content": ""}
+
+
+def test_claude_through_openrouter_gets_anthropic_cache_markers() -> None:
+    model = ModelRegistry().find("openrouter", "anthropic/claude-fable-5.1:batch")
+    assert model is not None and model.api == "openai-completions"
+    body = chat_params(ProviderRequest(
+        model=model, system_prompt="be brief", thinking_level="off", api_key="k", headers={},
+        session_id="s", messages=[w.UserMessage(content=[w.TextContent(text="hi")],
+                                                timestamp=0)],
+        tools=[ToolSpec(name=name, description="d", parameters={"type": "object"})
+               for name in ("read", "bash")]))
+    marker = {"type": "ephemeral"}
+    assert body["messages"][0]["content"] == [{"type": "text", "text": "be brief",
+                                               "cache_control": marker}]
+    assert body["messages"][-1]["content"][-1]["cache_control"] == marker
+    assert "cache_control" not in body["tools"][0] and body["tools"][-1]["cache_control"] == (
+        marker)

@@ -156,7 +156,43 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
             params["tool_stream"] = True
     if model.reasoning:
         thinking_params(params, model, request.thinking_level)
+    if _compat(model, "cacheControlFormat", None) == "anthropic":
+        mark_cache(params)
     return params
+
+
+CACHE_CONTROL = {"type": "ephemeral"}
+
+
+def mark_cache(params: dict[str, Any]) -> None:
+    """Anthropic's cache markers on an OpenAI-compatible request (``compat.cacheControlFormat``
+    ``anthropic``, as OpenRouter takes them for Claude): the system prompt, the last tool and
+    the last message with text."""
+    messages: list[dict[str, Any]] = params["messages"]
+    system = next((m for m in messages if m["role"] in ("system", "developer")), None)
+    last = next((m for m in reversed(messages) if m["role"] in ("user", "assistant", "tool")
+                 and m.get("content")), None)
+    for message in (system, last):
+        if message is None:
+            continue
+        if isinstance(message["content"], str):
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        texts = [part for part in message["content"] if part.get("type") == "text"]
+        if texts:
+            texts[-1]["cache_control"] = CACHE_CONTROL
+    if params.get("tools"):
+        params["tools"][-1]["cache_control"] = CACHE_CONTROL
+
+
+def _template_values(template: Any, thinking: bool, effort: str | None) -> Any:
+    """``chatTemplateArgs``/``chatTemplateKwargs`` with their ``{"$var": ...}`` filled in."""
+    if isinstance(template, dict):
+        if set(template) == {"$var"}:
+            return {"thinking.enabled": thinking, "thinking.effort": effort}.get(
+                template["$var"])
+        return {key: _template_values(value, thinking, effort)
+                for key, value in template.items()}
+    return template
 
 
 def thinking_params(params: dict[str, Any], model: w.Model, level: str) -> None:
@@ -179,6 +215,17 @@ def thinking_params(params: dict[str, Any], model: w.Model, level: str) -> None:
             params["chat_template_kwargs"] = {"enable_thinking": thinking,
                                               "preserve_thinking": True}
             with_effort = False
+        case "chat-template" | "baseten" as form:
+            key = "chatTemplateKwargs" if form == "chat-template" else "chatTemplateArgs"
+            template = _compat(model, key, None)
+            if template:
+                field = "chat_template_kwargs" if form == "chat-template" else (
+                    "chat_template_args")
+                params[field] = _template_values(template, thinking, effort)
+            with_effort = with_effort and form == "baseten"
+            off_effort = level_map.get("off")
+            if form == "baseten" and not thinking and isinstance(off_effort, str):
+                params["reasoning_effort"] = off_effort  # "none", as the endpoint wants
         case "deepseek":
             if thinking or off_allowed:
                 params["thinking"] = {"type": "enabled" if thinking else "disabled"}
