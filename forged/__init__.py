@@ -6,7 +6,8 @@ against the import graph). A package named here stands for all its modules::
 
     __main__ _cli                        the command line: argv to a mode
     _bridge client                       clients of the daemon (forged connect, status)
-    _daemon _print _oneshot              the daemon; -p and --mode json; --export, ...
+    _daemon _print _oneshot _acp         the daemon; -p and --mode json; --export, ...;
+                                         --mode acp
     _transports                          stdio, the Unix socket, the WebSocket
     _hub                                 the daemon's live sessions and their clients
     _config                              options, models, each session's configuration

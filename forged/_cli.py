@@ -67,10 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--export", nargs="+", metavar=("FILE", "OUT"),
                         help="write the session file FILE as an HTML page (to OUT, else "
                         "beside the current directory's name for it), then exit")
-    parser.add_argument("--mode", choices=["rpc", "json", "text"], default=None,
+    parser.add_argument("--mode", choices=["rpc", "json", "text", "acp"], default=None,
                         help="rpc (default): JSON commands in on stdin, responses and events "
                         "out on stdout; json: run the MESSAGES and print the session header "
-                        "and every event as JSON lines; text: as -p")
+                        "and every event as JSON lines; text: as -p; acp: the Agent Client "
+                        "Protocol on stdin and stdout, for editors")
     parser.add_argument("-p", "--print", dest="print_mode", action="store_true",
                         help="run the MESSAGES one after another, print the last reply's text "
                         "and exit (1 if it failed)")
@@ -418,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     mode = args.mode or ("text" if args.print_mode else "rpc")
     messages = list(args.messages)
-    if mode != "rpc":
+    if mode not in ("rpc", "acp"):
         piped = "" if sys.stdin.isatty() else sys.stdin.read()
         if piped.strip():
             messages = [f"{piped.rstrip()}\n\n{messages[0]}" if messages else piped.rstrip(),
@@ -427,9 +428,14 @@ def main(argv: list[str] | None = None) -> int:
             log(f"--mode {mode} needs a MESSAGE argument or piped input")
             return 2
     elif messages:
-        log("MESSAGE arguments need -p or --mode json (in rpc mode prompts come "
-              "as commands on stdin)")
+        log(f"MESSAGE arguments need -p or --mode json (in {mode} mode prompts come "
+            "on stdin)")
         return 2
+    if mode == "acp":
+        from ._acp import run_acp
+
+        mark_process()
+        return run_reporting(run_acp, options, 0, reserve_stdout())
     mark_process()
     protocol_fd = reserve_stdout()
     if mode == "rpc":

@@ -1,0 +1,284 @@
+"""``forged --mode acp``: the Agent Client Protocol (JSON-RPC 2.0 over stdio, protocol version
+1), which editors speak, in front of the same sessions as the RPC mode.
+
+First part: ``initialize``, ``session/new``, ``session/prompt`` (text and image blocks) with
+its stream of ``session/update`` notifications (``agent_message_chunk``,
+``agent_thought_chunk``, ``tool_call``, ``tool_call_update``), ``session/cancel``, and the
+framing errors. A session's events are translated as the session emits them::
+
+    run_acp
+    └── process_nursery
+        ├── warm_up, the scripted provider's server (as in stdio mode)
+        ├── the writer                 stdout, through one Outbox
+        ├── read_requests              stdin -> JSON-RPC messages, in order
+        └── AcpSession.serve           one per session/new: open_session, its nursery
+            └── prompt tasks           each answers its session/prompt at agent_settled
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from . import __version__
+from . import _wire as w
+from ._config import Models, Options, open_models, session_config
+from ._connection import Outbox, open_fd_stream
+from ._dispatch import Dispatcher
+from ._jsonl import LineSplitter, LineTooLong, encode_line
+from ._log import log
+from ._session import SessionConfig, open_session
+
+PROTOCOL_VERSION = 1
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
+    -32700, -32600, -32601, -32602, -32603)
+STOP_REASONS = {"stop": "end_turn", "toolUse": "end_turn", "length": "max_tokens",
+                "aborted": "cancelled", "error": "end_turn"}
+TOOL_KINDS = {"read": "read", "edit": "edit", "write": "edit", "bash": "execute",
+              "grep": "search", "find": "search", "ls": "search"}
+
+
+class AcpError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class AcpSession:
+    """One forged session behind an ACP ``sessionId``: its events become ``session/update``
+    notifications, and each ``session/prompt`` is answered when the session settles."""
+
+    def __init__(self, front: AcpFront, config: SessionConfig) -> None:
+        self._front = front
+        self._config = config
+        self.session_id = ""
+        self._waiting: list[int | str] = []
+        """The session/prompt requests answered when the session settles."""
+        self._last_stop = "stop"
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        async with open_session(self._config, self._event, in_thread=False) as session:
+            self.session = session
+            self.session_id = session.session_id
+            self.dispatcher = Dispatcher(session, lambda _: None)
+            task_status.started()
+            await trio.sleep_forever()
+
+    def _update(self, update: dict[str, Any]) -> None:
+        self._front.notify("session/update", {"sessionId": self.session_id, "update": update})
+
+    def _event(self, line: bytes) -> None:
+        event = orjson.loads(line)
+        kind = event.get("type")
+        if kind == "message_update":
+            inner = event["assistantMessageEvent"]
+            if inner["type"] == "text_delta":
+                self._update({"sessionUpdate": "agent_message_chunk",
+                              "content": {"type": "text", "text": inner["delta"]}})
+            elif inner["type"] == "thinking_delta":
+                self._update({"sessionUpdate": "agent_thought_chunk",
+                              "content": {"type": "text", "text": inner["delta"]}})
+        elif kind == "tool_execution_start":
+            arguments = event.get("args") or {}
+            update: dict[str, Any] = {
+                "sessionUpdate": "tool_call", "toolCallId": event["toolCallId"],
+                "title": _title(event["toolName"], arguments),
+                "kind": TOOL_KINDS.get(event["toolName"], "other"), "status": "in_progress",
+                "rawInput": arguments}
+            if isinstance(arguments.get("path"), str):
+                update["locations"] = [{"path": str(self.session.cwd / arguments["path"])}]
+            self._update(update)
+        elif kind == "tool_execution_end":
+            text = "".join(block.get("text", "") for block in event["result"]["content"]
+                           if block.get("type") == "text")
+            self._update({"sessionUpdate": "tool_call_update",
+                          "toolCallId": event["toolCallId"],
+                          "status": "failed" if event["isError"] else "completed",
+                          "content": [{"type": "content",
+                                       "content": {"type": "text", "text": text}}]})
+        elif kind == "message_end" and event["message"].get("role") == "assistant":
+            self._last_stop = event["message"].get("stopReason", "stop")
+        elif kind == "agent_settled":
+            stop = "cancelled" if event.get("aborted") else STOP_REASONS.get(
+                self._last_stop, "end_turn")
+            waiting, self._waiting = self._waiting, []
+            for request_id in waiting:
+                self._front.answer(request_id, {"stopReason": stop})
+
+    def prompt(self, request_id: int | str, blocks: list[Any]) -> None:
+        text, images = _prompt_content(blocks)
+        outcome: list[dict[str, Any]] = []
+        self.dispatcher.handle(w.Prompt(message=text, images=images or None,
+                                        streaming_behavior="followUp"), request_id,
+                               lambda line: outcome.append(orjson.loads(line)))
+        if not outcome or not outcome[0]["success"]:
+            error = outcome[0]["error"] if outcome else "the prompt was not taken"
+            raise AcpError(INTERNAL_ERROR, error)
+        if outcome[0]["data"]["disposition"] == "handled":
+            self._front.answer(request_id, {"stopReason": "end_turn"})
+            return
+        self._waiting.append(request_id)
+
+    def cancel(self) -> None:
+        self.session.queues.clear()
+        self.session.abort(lambda: None)
+
+
+def _title(tool: str, arguments: dict[str, Any]) -> str:
+    detail = arguments.get("path") or arguments.get("command") or arguments.get("pattern")
+    return f"{tool} {detail}" if isinstance(detail, str) else tool
+
+
+def _prompt_content(blocks: list[Any]) -> tuple[str, list[w.ImageContent]]:
+    texts: list[str] = []
+    images: list[w.ImageContent] = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise AcpError(INVALID_PARAMS, "a prompt block is not an object")
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "image":
+            images.append(w.ImageContent(data=str(block.get("data", "")),
+                                         mime_type=str(block.get("mimeType", "image/png"))))
+        elif kind == "resource_link":
+            texts.append(f"[{block.get('name') or block.get('uri')}]({block.get('uri')})")
+        elif kind == "resource":
+            resource = block.get("resource") or {}
+            texts.append(f"<context ref=\"{resource.get('uri')}\">\n{resource.get('text', '')}"
+                         "\n</context>")
+        else:
+            raise AcpError(INVALID_PARAMS, f"unsupported prompt block: {kind!r}")
+    return "\n".join(texts), images
+
+
+class AcpFront:
+    """The JSON-RPC side: requests in, responses and notifications out, in order."""
+
+    def __init__(self, options: Options, outbox: Outbox, nursery: trio.Nursery) -> None:
+        self._options = options
+        self._outbox = outbox
+        self._nursery = nursery
+        self._models: Models | None = None
+        self.sessions: dict[str, AcpSession] = {}
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self._outbox.put(encode_line({"jsonrpc": "2.0", **message}))
+
+    def answer(self, request_id: int | str, result: Any) -> None:
+        self._send({"id": request_id, "result": result})
+
+    def fail(self, request_id: int | str | None, code: int, message: str) -> None:
+        self._send({"id": request_id, "error": {"code": code, "message": message}})
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self._send({"method": method, "params": params})
+
+    async def handle(self, message: Any) -> None:
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(
+                message.get("method"), str):
+            if isinstance(message, dict) and "method" not in message and (
+                    "result" in message or "error" in message):
+                return  # a response to a request of ours
+            self.fail(message.get("id") if isinstance(message, dict) else None,
+                      INVALID_REQUEST, "Invalid Request: expected a JSON-RPC 2.0 message")
+            return
+        request_id = message.get("id")
+        params = message.get("params") or {}
+        try:
+            result = await self._call(message["method"], params, request_id)
+        except AcpError as exc:
+            if request_id is not None:
+                self.fail(request_id, exc.code, str(exc))
+            return
+        except Exception as exc:  # a bug: this request's, not the agent's
+            log(f"{message['method']} failed: {exc!r}")
+            if request_id is not None:
+                self.fail(request_id, INTERNAL_ERROR, f"{message['method']} failed: {exc}")
+            return
+        if request_id is not None and result is not _LATER:
+            self.answer(request_id, result)
+
+    async def _call(self, method: str, params: dict[str, Any], request_id: Any) -> Any:
+        if method == "initialize":
+            return {"protocolVersion": PROTOCOL_VERSION,
+                    "agentCapabilities": {"loadSession": False, "promptCapabilities": {
+                        "image": True, "embeddedContext": True}},
+                    "agentInfo": {"name": "forged", "title": "forged",
+                                  "version": __version__},
+                    "authMethods": []}
+        if method == "session/new":
+            return {"sessionId": await self._new_session(params)}
+        if method == "session/prompt":
+            if request_id is None:
+                raise AcpError(INVALID_REQUEST, "session/prompt is a request")
+            self._session(params).prompt(request_id, list(params.get("prompt") or []))
+            return _LATER
+        if method == "session/cancel":
+            self._session(params).cancel()
+            return None
+        raise AcpError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    def _session(self, params: dict[str, Any]) -> AcpSession:
+        session = self.sessions.get(str(params.get("sessionId")))
+        if session is None:
+            raise AcpError(INVALID_PARAMS, f"No session {params.get('sessionId')!r}")
+        return session
+
+    async def _new_session(self, params: dict[str, Any]) -> str:
+        if params.get("mcpServers"):
+            log(f"session/new: {len(params['mcpServers'])} MCP server(s) asked for; forged "
+                "does not connect MCP servers yet")
+        cwd = params.get("cwd")
+        folder = Path(cwd) if isinstance(cwd, str) and cwd else self._options.cwd
+        if not folder.is_absolute() or not folder.is_dir():
+            raise AcpError(INVALID_PARAMS, f"cwd must be an absolute path to a folder: {cwd}")
+        if self._models is None:
+            self._models = await open_models(self._options, self._nursery)
+        config = session_config(attrs.evolve(self._options, cwd=folder), self._models)
+        acp_session = AcpSession(self, config)
+        await self._nursery.start(acp_session.serve)
+        self.sessions[acp_session.session_id] = acp_session
+        return acp_session.session_id
+
+
+_LATER = object()
+"""The answer comes later (a prompt's, once its session settles)."""
+
+
+async def run_acp(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
+    """Serve ACP on stdin and stdout until the client closes its end."""
+    stdin, stdout = open_fd_stream(stdin_fd), open_fd_stream(stdout_fd)
+    outbox = Outbox()
+    async with trio.open_nursery() as process_nursery:
+        front = AcpFront(options, outbox, process_nursery)
+        process_nursery.start_soon(outbox.serve_writer, stdout)
+        splitter = LineSplitter()
+        while True:
+            data = await stdin.receive_some(256 * 1024)
+            pieces = list(splitter.feed(bytes(data))) if data else list(splitter.close())
+            for piece in pieces:
+                if isinstance(piece, LineTooLong):
+                    front.fail(None, PARSE_ERROR, "Parse error: line too long")
+                    continue
+                if not piece.strip():
+                    continue
+                try:
+                    message = orjson.loads(piece)
+                except orjson.JSONDecodeError as exc:
+                    front.fail(None, PARSE_ERROR, f"Parse error: {exc}")
+                    continue
+                await front.handle(message)
+            if not data:
+                break
+        for acp_session in front.sessions.values():
+            with trio.move_on_after(2.5):
+                await acp_session.dispatcher.wait_idle()
+        outbox.close()
+        await outbox.flushed.wait()
+        process_nursery.cancel_scope.cancel()

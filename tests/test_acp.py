@@ -1,0 +1,113 @@
+"""``forged --mode acp``, driven by the official ACP Python SDK (``agent-client-protocol``) as
+an editor drives it: initialize, a session, a prompt with a tool call streamed as
+``session/update`` notifications, cancel, and the framing errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_pi_clients import BIN
+
+acp = pytest.importorskip("acp")
+
+
+class Editor(acp.Client):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+        self.streaming = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates.append(update)
+        if "slow slow" in self.said():
+            self.streaming.set()
+
+    def kinds(self) -> list[str]:
+        return [type(update).__name__ for update in self.updates]
+
+    def said(self) -> str:
+        return "".join(u.content.text for u in self.updates
+                       if type(u).__name__ == "AgentMessageChunk")
+
+
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [{"type": "toolCall", "name": "read", "arguments": {"path": "notes.txt"}}]},
+        {"content": [{"type": "thinking", "thinking": "It is short."},
+                     {"type": "text", "text": "It says hello.", "chunks": 3}]},
+        {"content": [{"type": "text", "text": "slow " * 400, "chunks": 400,
+                      "delayMs": 20}]}]}))
+    return path
+
+
+def forged_acp(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    (project / "notes.txt").write_text("hello\n")
+    env = {**os.environ, "AGENT_FORGE_DIR": str(tmp_path / "agent")}
+    return [str(BIN / "forged"), "--mode", "acp", "--provider", "scripted", "--script",
+            str(script(tmp_path)), "--cwd", str(project)], env
+
+
+def test_an_editor_prompts_and_cancels(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+
+    async def drive() -> dict[str, Any]:
+        editor = Editor()
+        seen: dict[str, Any] = {}
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            seen["version"] = init.protocol_version
+            seen["agent"] = init.agent_info.name
+            session = await conn.new_session(cwd=project)
+            sid = session.session_id
+            read = await conn.prompt(session_id=sid, prompt=[
+                acp.text_block("What does notes.txt say?")])
+            seen["stop"] = read.stop_reason
+            seen["kinds"] = editor.kinds()
+            seen["said"] = editor.said()
+            seen["tool"] = [u for u in editor.updates if type(u).__name__ in (
+                "ToolCallStart", "ToolCallProgress")]
+            editor.updates.clear()
+            slow = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[
+                acp.text_block("Talk slowly")]))
+            await editor.streaming.wait()
+            await conn.cancel(session_id=sid)
+            seen["cancelled"] = (await slow).stop_reason
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(drive(), 60))  # a hang guard, not a timing
+    assert seen["version"] == 1 and seen["agent"] == "forged"
+    assert seen["stop"] == "end_turn"
+    assert seen["said"] == "It says hello."
+    assert "AgentThoughtChunk" in seen["kinds"]
+    start, end = seen["tool"]
+    assert (start.kind, start.status, start.title) == ("read", "in_progress",
+                                                        "read notes.txt")
+    assert start.locations[0].path == str(Path(project) / "notes.txt")
+    assert (end.status, end.tool_call_id) == ("completed", start.tool_call_id)
+    assert end.content[0].content.text == "hello\n"
+    assert seen["cancelled"] == "cancelled"
+
+
+def test_framing_errors_are_answered_and_notifications_never(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    lines = [b"{not json", b'{"jsonrpc":"2.0","id":1,"method":"no/such"}',
+             b'{"id":2,"method":"initialize"}', b'{"jsonrpc":"2.0","method":"no/such"}',
+             b'{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":1}}']
+    done = subprocess.run(command, input=b"\n".join(lines) + b"\n", capture_output=True,
+                          env=env, timeout=60, check=False)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(a.get("id"), a.get("error", {}).get("code")) for a in answers] == [
+        (None, -32700), (1, -32601), (2, -32600), (3, None)]
+    assert answers[-1]["result"]["protocolVersion"] == 1
+    assert all(a["jsonrpc"] == "2.0" for a in answers)
