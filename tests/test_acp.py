@@ -11,29 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from .acp_editor import Editor, acp
 from .test_pi_clients import BIN
-
-acp = pytest.importorskip("acp")
-
-
-class Editor(acp.Client):  # type: ignore[misc]
-    def __init__(self) -> None:
-        self.updates: list[Any] = []
-        self.streaming = asyncio.Event()
-
-    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-        self.updates.append(update)
-        if "slow slow" in self.said():
-            self.streaming.set()
-
-    def kinds(self) -> list[str]:
-        return [type(update).__name__ for update in self.updates]
-
-    def said(self) -> str:
-        return "".join(u.content.text for u in self.updates
-                       if type(u).__name__ == "AgentMessageChunk")
 
 
 def script(tmp_path: Path) -> Path:

@@ -20,6 +20,7 @@ import trio
 
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
 
+from .acp_editor import Editor, acp
 from .test_pi_clients import BIN, CACHE
 
 PI_ACP = "pi-acp@0.0.34"
@@ -41,7 +42,6 @@ def pi_acp() -> Path:
 
 
 async def test_pi_acp_drives_a_whole_session(tmp_path: Path) -> None:
-    acp = pytest.importorskip("acp")
     entry = pi_acp()
     project, agent = tmp_path / "project", tmp_path / "agent"
     project.mkdir()
@@ -54,25 +54,6 @@ async def test_pi_acp_drives_a_whole_session(tmp_path: Path) -> None:
         Reply(content=[ScriptText(text="The summary.")]),
         Reply(content=[ScriptText(text="Welcome back.")]),
     ])
-
-    class Editor(acp.Client):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.updates: list[Any] = []
-            self.streaming = asyncio.Event()
-
-        async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
-            self.updates.append(update)
-            if "slow slow" in self.said():
-                self.streaming.set()
-
-        async def request_permission(self, options: Any, session_id: str, tool_call: Any,
-                                     **_: Any) -> Any:
-            return acp.RequestPermissionResponse(
-                outcome={"outcome": "selected", "optionId": options[0].option_id})
-
-        def said(self) -> str:
-            return "".join(getattr(u.content, "text", None) or getattr(u.content, "uri", "")
-                           for u in self.updates if type(u).__name__ == "AgentMessageChunk")
 
     async def drive(base_url: str) -> dict[str, Any]:
         (agent / "models.json").write_text(json.dumps({"providers": {"local": {
