@@ -26,7 +26,7 @@ import trio
 
 from . import __version__
 from . import _wire as w
-from ._config import Models, Options, open_models, session_config
+from ._config import Models, Options, list_stored, open_models, session_config
 from ._connection import Outbox, open_fd_stream
 from ._dispatch import Dispatcher
 from ._jsonl import LineSplitter, LineTooLong, encode_line
@@ -124,9 +124,62 @@ class AcpSession:
             return
         self._waiting.append(request_id)
 
+    def replay(self) -> None:
+        """The active branch as the editor would have seen it arrive (session/load)."""
+        for message in self.session.messages:
+            if isinstance(message, w.UserMessage):
+                for block in message.content:
+                    if isinstance(block, w.TextContent):
+                        self._update({"sessionUpdate": "user_message_chunk",
+                                      "content": {"type": "text", "text": block.text}})
+            elif isinstance(message, w.AssistantMessage):
+                for part in message.content:
+                    if isinstance(part, w.ThinkingContent) and part.thinking:
+                        self._update({"sessionUpdate": "agent_thought_chunk",
+                                      "content": {"type": "text", "text": part.thinking}})
+                    elif isinstance(part, w.TextContent) and part.text:
+                        self._update({"sessionUpdate": "agent_message_chunk",
+                                      "content": {"type": "text", "text": part.text}})
+                    elif isinstance(part, w.ToolCall):
+                        self._update({"sessionUpdate": "tool_call", "toolCallId": part.id,
+                                      "title": _title(part.name, part.arguments),
+                                      "kind": TOOL_KINDS.get(part.name, "other"),
+                                      "status": "in_progress", "rawInput": part.arguments})
+            elif isinstance(message, w.ToolResultMessage):
+                text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
+                self._update({"sessionUpdate": "tool_call_update",
+                              "toolCallId": message.tool_call_id,
+                              "status": "failed" if message.is_error else "completed",
+                              "content": [{"type": "content",
+                                           "content": {"type": "text", "text": text}}]})
+
     def cancel(self) -> None:
         self.session.queues.clear()
         self.session.abort(lambda: None)
+
+
+def session_title(path: Path) -> str:
+    """A stored session's name, else the start of its first prompt (read from its first
+    64 KB: listing stays quick whatever the files hold)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(64 * 1024)
+    except OSError:
+        return path.stem
+    name = first = None
+    for line in head.splitlines()[1:]:
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
+            name = entry["name"]
+        message = entry.get("message") if entry.get("type") == "message" else None
+        if first is None and isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            first = content if isinstance(content, str) else " ".join(
+                block.get("text", "") for block in content or [] if isinstance(block, dict))
+    return name or (first or path.stem).strip()[:80]
 
 
 def _title(tool: str, arguments: dict[str, Any]) -> str:
@@ -207,13 +260,24 @@ class AcpFront:
     async def _call(self, method: str, params: dict[str, Any], request_id: Any) -> Any:
         if method == "initialize":
             return {"protocolVersion": PROTOCOL_VERSION,
-                    "agentCapabilities": {"loadSession": False, "promptCapabilities": {
-                        "image": True, "embeddedContext": True}},
+                    "agentCapabilities": {
+                        "loadSession": True,
+                        "promptCapabilities": {"image": True, "embeddedContext": True},
+                        "sessionCapabilities": {"list": {}}},
                     "agentInfo": {"name": "forged", "title": "forged",
                                   "version": __version__},
                     "authMethods": []}
         if method == "session/new":
-            return {"sessionId": await self._new_session(params)}
+            return {"sessionId": (await self._open(params)).session_id}
+        if method == "session/load":
+            session_id = str(params.get("sessionId") or "")
+            if session_id in self.sessions:
+                raise AcpError(INVALID_PARAMS, f"Session {session_id} is already open")
+            loaded = await self._open(params, session_id)
+            loaded.replay()
+            return None
+        if method == "session/list":
+            return {"sessions": self._stored(params)}
         if method == "session/prompt":
             if request_id is None:
                 raise AcpError(INVALID_REQUEST, "session/prompt is a request")
@@ -230,21 +294,40 @@ class AcpFront:
             raise AcpError(INVALID_PARAMS, f"No session {params.get('sessionId')!r}")
         return session
 
-    async def _new_session(self, params: dict[str, Any]) -> str:
-        if params.get("mcpServers"):
-            log(f"session/new: {len(params['mcpServers'])} MCP server(s) asked for; forged "
-                "does not connect MCP servers yet")
+    def _folder(self, params: dict[str, Any]) -> Path:
         cwd = params.get("cwd")
         folder = Path(cwd) if isinstance(cwd, str) and cwd else self._options.cwd
         if not folder.is_absolute() or not folder.is_dir():
             raise AcpError(INVALID_PARAMS, f"cwd must be an absolute path to a folder: {cwd}")
+        return folder
+
+    async def _open(self, params: dict[str, Any], stored_id: str | None = None) -> AcpSession:
+        """A new session in the request's cwd, or the stored one `stored_id` names there."""
+        if params.get("mcpServers"):
+            log(f"{len(params['mcpServers'])} MCP server(s) asked for; forged does not "
+                "connect MCP servers yet")
+        folder = self._folder(params)
         if self._models is None:
             self._models = await open_models(self._options, self._nursery)
-        config = session_config(attrs.evolve(self._options, cwd=folder), self._models)
+        options = attrs.evolve(self._options, cwd=folder)
+        if stored_id is not None:
+            path = next((Path(item.path) for item in list_stored(folder)
+                         if item.session_id == stored_id), None)
+            if path is None:
+                raise AcpError(INVALID_PARAMS, f"No session {stored_id} in {folder}")
+            options = attrs.evolve(options, session=str(path), continue_=False,
+                                   session_id=None, fork=None)
+        config = session_config(options, self._models)
         acp_session = AcpSession(self, config)
         await self._nursery.start(acp_session.serve)
         self.sessions[acp_session.session_id] = acp_session
-        return acp_session.session_id
+        return acp_session
+
+    def _stored(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        folder = self._folder(params)
+        return [{"sessionId": item.session_id, "cwd": str(folder),
+                 "title": session_title(Path(item.path)), "updatedAt": item.modified}
+                for item in list_stored(folder)]
 
 
 _LATER = object()

@@ -90,3 +90,42 @@ def test_framing_errors_are_answered_and_notifications_never(tmp_path: Path) -> 
         (None, -32700), (1, -32601), (2, -32600), (3, None)]
     assert answers[-1]["result"]["protocolVersion"] == 1
     assert all(a["jsonrpc"] == "2.0" for a in answers)
+
+
+def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+
+    async def first() -> str:
+        async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=project)).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block(
+                "What does notes.txt say?")])
+            return str(sid)
+
+    async def second(sid: str) -> dict[str, Any]:
+        editor = Editor()
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            listed = await conn.list_sessions(cwd=project)
+            await conn.load_session(cwd=project, session_id=sid)
+            replayed = list(editor.updates)
+            again = await conn.prompt(session_id=sid, prompt=[acp.text_block("Once more")])
+            return {"load": init.agent_capabilities.load_session, "listed": listed.sessions,
+                    "replayed": replayed, "again": again.stop_reason}
+
+    sid = asyncio.run(asyncio.wait_for(first(), 60))
+    seen = asyncio.run(asyncio.wait_for(second(sid), 60))
+    assert seen["load"] is True
+    (listed,) = seen["listed"]
+    assert (listed.session_id, listed.title, listed.cwd) == (
+        sid, "What does notes.txt say?", project)
+    kinds = [type(update).__name__ for update in seen["replayed"]]
+    assert kinds == ["UserMessageChunk", "ToolCallStart", "ToolCallProgress",
+                     "AgentThoughtChunk", "AgentMessageChunk"]
+    assert seen["replayed"][0].content.text == "What does notes.txt say?"
+    assert seen["replayed"][-1].content.text == "It says hello."
+    assert seen["again"] == "end_turn"
