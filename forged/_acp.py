@@ -29,6 +29,7 @@ from . import _wire as w
 from ._config import Models, Options, list_stored, open_models, session_config
 from ._connection import Outbox, open_fd_stream
 from ._dispatch import Dispatcher
+from ._errors import CommandError
 from ._jsonl import LineSplitter, LineTooLong, encode_line
 from ._log import log
 from ._session import SessionConfig, open_session
@@ -123,6 +124,49 @@ class AcpSession:
             self._front.answer(request_id, {"stopReason": "end_turn"})
             return
         self._waiting.append(request_id)
+
+    def choices(self) -> dict[str, Any]:
+        """The session's thinking levels as modes, and its model and level as config
+        options, as ``session/new`` and ``session/load`` answer them."""
+        session = self.session
+        levels = session.choice.available_levels()
+        modes = [{"id": level, "name": f"Thinking: {level}"} for level in levels]
+        model = session.model
+        models = [{"value": f"{m.provider}/{m.id}", "name": m.name}
+                  for m in session.registry.available()]
+        options: list[dict[str, Any]] = []
+        if model is not None:
+            options.append({"id": "model", "name": "Model", "category": "model",
+                            "type": "select", "currentValue": f"{model.provider}/{model.id}",
+                            "options": models})
+        options.append({"id": "thought_level", "name": "Thinking", "category": "thought_level",
+                        "type": "select", "currentValue": session.thinking_level,
+                        "options": [{"value": m["id"], "name": m["name"]} for m in modes]})
+        return {"modes": {"currentModeId": session.thinking_level, "availableModes": modes},
+                "configOptions": options}
+
+    def set_level(self, level: str) -> None:
+        if level not in self.session.choice.available_levels():
+            raise AcpError(INVALID_PARAMS, f"No mode {level!r}")
+        self.session.choice.set_thinking_level(level)
+        self._update({"sessionUpdate": "current_mode_update",
+                      "currentModeId": self.session.thinking_level})
+
+    def set_option(self, option: str, value: Any) -> None:
+        if option == "thought_level":
+            self.set_level(str(value))
+        elif option == "model":
+            provider, _, model_id = str(value).partition("/")
+            self.session.choice.set_model(provider, model_id)
+        else:
+            raise AcpError(INVALID_PARAMS, f"No config option {option!r}")
+
+    async def announce_commands(self) -> None:
+        """The prompt templates, skills and plugin commands, as ``/name`` commands."""
+        await trio.lowlevel.checkpoint()  # after the session/new answer
+        self._update({"sessionUpdate": "available_commands_update", "availableCommands": [
+            {"name": command.name, "description": command.description or command.name}
+            for command in self.session.commands()]})
 
     def replay(self) -> None:
         """The active branch as the editor would have seen it arrive (session/load)."""
@@ -249,6 +293,10 @@ class AcpFront:
             if request_id is not None:
                 self.fail(request_id, exc.code, str(exc))
             return
+        except CommandError as exc:  # what the RPC mode answers success:false
+            if request_id is not None:
+                self.fail(request_id, INVALID_PARAMS, str(exc))
+            return
         except Exception as exc:  # a bug: this request's, not the agent's
             log(f"{message['method']} failed: {exc!r}")
             if request_id is not None:
@@ -268,14 +316,15 @@ class AcpFront:
                                   "version": __version__},
                     "authMethods": []}
         if method == "session/new":
-            return {"sessionId": (await self._open(params)).session_id}
+            opened = await self._open(params)
+            return {"sessionId": opened.session_id, **opened.choices()}
         if method == "session/load":
             session_id = str(params.get("sessionId") or "")
             if session_id in self.sessions:
                 raise AcpError(INVALID_PARAMS, f"Session {session_id} is already open")
             loaded = await self._open(params, session_id)
             loaded.replay()
-            return None
+            return loaded.choices()
         if method == "session/list":
             return {"sessions": self._stored(params)}
         if method == "session/prompt":
@@ -286,6 +335,13 @@ class AcpFront:
         if method == "session/cancel":
             self._session(params).cancel()
             return None
+        if method == "session/set_mode":
+            self._session(params).set_level(str(params.get("modeId")))
+            return {}
+        if method == "session/set_config_option":
+            chosen = self._session(params)
+            chosen.set_option(str(params.get("configId")), params.get("value"))
+            return {"configOptions": chosen.choices()["configOptions"]}
         raise AcpError(METHOD_NOT_FOUND, f"Method not found: {method}")
 
     def _session(self, params: dict[str, Any]) -> AcpSession:
@@ -321,6 +377,7 @@ class AcpFront:
         acp_session = AcpSession(self, config)
         await self._nursery.start(acp_session.serve)
         self.sessions[acp_session.session_id] = acp_session
+        self._nursery.start_soon(acp_session.announce_commands)
         return acp_session
 
     def _stored(self, params: dict[str, Any]) -> list[dict[str, Any]]:

@@ -17,11 +17,15 @@ class Editor(acp.Client):  # type: ignore[misc]
         self.streaming = asyncio.Event()
         """Set once the reply text holds `streaming_marker`: a run is under way."""
         self._marker = streaming_marker
+        self.commands = asyncio.Event()
+        """Set once the agent listed its commands."""
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         self.updates.append(update)
         if self._marker in self.said():
             self.streaming.set()
+        if type(update).__name__ == "AvailableCommandsUpdate":
+            self.commands.set()
 
     async def request_permission(self, options: Any, session_id: str, tool_call: Any,
                                  **_: Any) -> Any:

@@ -129,3 +129,50 @@ def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path) -> None
     assert seen["replayed"][0].content.text == "What does notes.txt say?"
     assert seen["replayed"][-1].content.text == "It says hello."
     assert seen["again"] == "end_turn"
+
+
+def test_thinking_levels_are_modes_and_the_model_a_config_option(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+    prompts = tmp_path / "agent" / "prompts"
+    prompts.mkdir(parents=True)
+    (prompts / "review.md").write_text("---\ndescription: Review the change\n---\nReview $1")
+
+    async def drive() -> dict[str, Any]:
+        editor = Editor()
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            session = await conn.new_session(cwd=project)
+            sid = session.session_id
+            await conn.set_session_mode(session_id=sid, mode_id="high")
+            chosen = await conn.set_config_option(config_id="model", session_id=sid,
+                                                  value="scripted/openai-completions")
+            try:
+                await conn.set_config_option(config_id="model", session_id=sid,
+                                             value="nowhere/nothing")
+                refused = ""
+            except acp.RequestError as exc:
+                refused = str(exc)
+            await editor.commands.wait()
+            commands = next(u.available_commands for u in editor.updates
+                            if type(u).__name__ == "AvailableCommandsUpdate")
+            return {"session": session, "chosen": chosen, "kinds": editor.kinds(),
+                    "mode": [u for u in editor.updates
+                             if type(u).__name__ == "CurrentModeUpdate"],
+                    "commands": commands, "refused": refused}
+
+    seen = asyncio.run(asyncio.wait_for(drive(), 60))
+    modes = seen["session"].modes
+    assert modes.current_mode_id == "medium"
+    assert [mode.id for mode in modes.available_modes] == [
+        "off", "minimal", "low", "medium", "high"]
+    assert [option.id for option in seen["session"].config_options] == [
+        "model", "thought_level"]
+    assert seen["mode"][0].current_mode_id == "high"
+    model = seen["chosen"].config_options[0]
+    assert model.current_value == "scripted/openai-completions"
+    assert "Model not found" in seen["refused"]
+    assert [(c.name, c.description) for c in seen["commands"]] == [
+        ("review", "Review the change")]
+
