@@ -57,6 +57,8 @@ class AcpSession:
         self._front = front
         self._config = config
         self.session_id = ""
+        self._arguments: dict[str, dict[str, Any]] = {}
+        """Each running tool call's arguments, for the diff its end shows."""
         self._waiting: list[int | str] = []
         """The session/prompt requests answered when the session settles."""
         self._last_stop = "stop"
@@ -86,6 +88,7 @@ class AcpSession:
                               "content": {"type": "text", "text": inner["delta"]}})
         elif kind == "tool_execution_start":
             arguments = event.get("args") or {}
+            self._arguments[event["toolCallId"]] = arguments
             update: dict[str, Any] = {
                 "sessionUpdate": "tool_call", "toolCallId": event["toolCallId"],
                 "title": _title(event["toolName"], arguments),
@@ -97,19 +100,52 @@ class AcpSession:
         elif kind == "tool_execution_end":
             text = "".join(block.get("text", "") for block in event["result"]["content"]
                            if block.get("type") == "text")
+            content: list[dict[str, Any]] = [{"type": "content",
+                                              "content": {"type": "text", "text": text}}]
+            arguments = self._arguments.pop(event["toolCallId"], {})
+            if not event["isError"]:
+                content += self._diff(event["toolName"], arguments)
             self._update({"sessionUpdate": "tool_call_update",
                           "toolCallId": event["toolCallId"],
                           "status": "failed" if event["isError"] else "completed",
-                          "content": [{"type": "content",
-                                       "content": {"type": "text", "text": text}}]})
+                          "content": content})
         elif kind == "message_end" and event["message"].get("role") == "assistant":
-            self._last_stop = event["message"].get("stopReason", "stop")
+            message = event["message"]
+            self._last_stop = message.get("stopReason", "stop")
+            self._usage(message)
         elif kind == "agent_settled":
             stop = "cancelled" if event.get("aborted") else STOP_REASONS.get(
                 self._last_stop, "end_turn")
             waiting, self._waiting = self._waiting, []
             for request_id in waiting:
                 self._front.answer(request_id, {"stopReason": stop})
+
+    def _diff(self, tool: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+        """What an edit or a write changed, as the editor shows it: the replaced text and
+        its replacement, or a new file's whole content."""
+        path = arguments.get("path")
+        if not isinstance(path, str):
+            return []
+        where = str(self.session.cwd / path)
+        if tool == "edit" and isinstance(arguments.get("newText"), str):
+            return [{"type": "diff", "path": where, "oldText": arguments.get("oldText"),
+                     "newText": arguments["newText"]}]
+        if tool == "write" and isinstance(arguments.get("content"), str):
+            return [{"type": "diff", "path": where, "oldText": None,
+                     "newText": arguments["content"]}]
+        return []
+
+    def _usage(self, message: dict[str, Any]) -> None:
+        """The context's size after a reply, against the model's window, and the session's
+        cost so far."""
+        model, usage = self.session.model, message.get("usage") or {}
+        if model is None or not usage:
+            return
+        used = usage.get("totalTokens") or sum(
+            usage.get(key, 0) for key in ("input", "output", "cacheRead", "cacheWrite"))
+        self._update({"sessionUpdate": "usage_update", "used": used,
+                      "size": model.context_window,
+                      "cost": {"amount": self.session.stats().cost, "currency": "USD"}})
 
     def prompt(self, request_id: int | str, blocks: list[Any]) -> None:
         text, images = _prompt_content(blocks)

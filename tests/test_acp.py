@@ -176,3 +176,38 @@ def test_thinking_levels_are_modes_and_the_model_a_config_option(tmp_path: Path)
     assert [(c.name, c.description) for c in seen["commands"]] == [
         ("review", "Review the change")]
 
+
+
+def test_edits_show_as_diffs_and_usage_is_reported(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = tmp_path / "project"
+    command[command.index("--script") + 1] = str(tmp_path / "edits.json")
+    (tmp_path / "edits.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [
+            {"type": "toolCall", "name": "edit", "arguments": {
+                "path": "notes.txt", "oldText": "hello", "newText": "goodbye"}},
+            {"type": "toolCall", "name": "write", "arguments": {
+                "path": "new.txt", "content": "fresh\n"}}]},
+        {"content": [{"type": "text", "text": "Done."}],
+         "usage": {"input": 1200, "output": 30}}]}))
+
+    async def drive() -> list[Any]:
+        editor = Editor()
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("Change it")])
+        return editor.updates
+
+    updates = asyncio.run(asyncio.wait_for(drive(), 60))
+    ends = [u for u in updates if type(u).__name__ == "ToolCallProgress"]
+    edit_diff, write_diff = (end.content[-1] for end in ends)
+    assert (edit_diff.type, edit_diff.path, edit_diff.old_text, edit_diff.new_text) == (
+        "diff", str(project / "notes.txt"), "hello", "goodbye")
+    assert (write_diff.path, write_diff.old_text, write_diff.new_text) == (
+        str(project / "new.txt"), None, "fresh\n")
+    assert (project / "notes.txt").read_text() == "goodbye\n"
+    usage = [u for u in updates if type(u).__name__ == "UsageUpdate"]
+    assert usage[-1].used == 1230 and usage[-1].size == 200_000
+    assert usage[-1].cost.currency == "USD" and usage[-1].cost.amount > 0
