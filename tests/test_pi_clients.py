@@ -10,18 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
 
+from .test_process import BIN, stop_daemon
+
 PI_PACKAGE = "@earendil-works/pi-coding-agent@1.6.0"
 NODE = Path(__file__).parent / "node"
-BIN = Path(sys.executable).parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "forged-tests"
 
 
@@ -74,13 +72,3 @@ def test_the_ancestors_rpc_client_drives_forged(tmp_path: Path, how: str) -> Non
     assert seen["levels"][0] == "off" and seen["level"] == "low"
     assert seen["roles"] == ["user", "assistant", "bashExecution"]
 
-
-def stop_daemon(runtime: Path) -> None:
-    pid_file = runtime / "forged" / "forged.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text())
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(200):
-            if not Path(f"/proc/{pid}").exists():
-                break
-            time.sleep(0.05)

@@ -72,6 +72,12 @@ def forged_rpc(request: pytest.FixtureRequest, tmp_path: Path,
     runtime = tmp_path / "run"
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     yield [str(BIN / "forged"), "connect"]
+    stop_daemon(runtime)
+
+
+def stop_daemon(runtime: Path) -> None:
+    """SIGTERM the daemon whose pid file is in `runtime`, if one was started, and wait (10 s
+    at most) until it has gone."""
     pid_file = runtime / "forged" / "forged.pid"
     if pid_file.exists():
         pid = int(pid_file.read_text())
