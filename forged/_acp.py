@@ -27,12 +27,13 @@ import trio
 from . import __version__
 from . import _wire as w
 from ._config import Models, Options, list_stored, open_models, session_config
-from ._connection import Outbox, open_fd_stream
+from ._connection import Outbox, open_fd_stream, read_lines
 from ._dispatch import Dispatcher
 from ._errors import CommandError
-from ._jsonl import LineSplitter, LineTooLong, encode_line
+from ._jsonl import LineTooLong, decode_json, encode_line
 from ._log import log
 from ._session import SessionConfig, open_session
+from ._transports.stdio import SHUTDOWN_GRACE_S
 
 PROTOCOL_VERSION = 1
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
@@ -87,28 +88,12 @@ class AcpSession:
                 self._update({"sessionUpdate": "agent_thought_chunk",
                               "content": {"type": "text", "text": inner["delta"]}})
         elif kind == "tool_execution_start":
-            arguments = event.get("args") or {}
-            self._arguments[event["toolCallId"]] = arguments
-            update: dict[str, Any] = {
-                "sessionUpdate": "tool_call", "toolCallId": event["toolCallId"],
-                "title": _title(event["toolName"], arguments),
-                "kind": TOOL_KINDS.get(event["toolName"], "other"), "status": "in_progress",
-                "rawInput": arguments}
-            if isinstance(arguments.get("path"), str):
-                update["locations"] = [{"path": str(self.session.cwd / arguments["path"])}]
-            self._update(update)
+            self._tool_started(event["toolCallId"], event["toolName"], event.get("args") or {})
         elif kind == "tool_execution_end":
-            text = "".join(block.get("text", "") for block in event["result"]["content"]
-                           if block.get("type") == "text")
-            content: list[dict[str, Any]] = [{"type": "content",
-                                              "content": {"type": "text", "text": text}}]
-            arguments = self._arguments.pop(event["toolCallId"], {})
-            if not event["isError"]:
-                content += self._diff(event["toolName"], arguments)
-            self._update({"sessionUpdate": "tool_call_update",
-                          "toolCallId": event["toolCallId"],
-                          "status": "failed" if event["isError"] else "completed",
-                          "content": content})
+            self._tool_ended(event["toolCallId"], event["toolName"], event["isError"],
+                             "".join(block.get("text", "")
+                                     for block in event["result"]["content"]
+                                     if block.get("type") == "text"))
         elif kind == "message_end" and event["message"].get("role") == "assistant":
             message = event["message"]
             self._last_stop = message.get("stopReason", "stop")
@@ -119,6 +104,25 @@ class AcpSession:
             waiting, self._waiting = self._waiting, []
             for request_id in waiting:
                 self._front.answer(request_id, {"stopReason": stop})
+
+    def _tool_started(self, call_id: str, tool: str, arguments: dict[str, Any]) -> None:
+        self._arguments[call_id] = arguments
+        update: dict[str, Any] = {
+            "sessionUpdate": "tool_call", "toolCallId": call_id,
+            "title": _title(tool, arguments), "kind": TOOL_KINDS.get(tool, "other"),
+            "status": "in_progress", "rawInput": arguments}
+        if isinstance(arguments.get("path"), str):
+            update["locations"] = [{"path": str(self.session.cwd / arguments["path"])}]
+        self._update(update)
+
+    def _tool_ended(self, call_id: str, tool: str, failed: bool, text: str) -> None:
+        content: list[dict[str, Any]] = [{"type": "content",
+                                          "content": {"type": "text", "text": text}}]
+        arguments = self._arguments.pop(call_id, {})
+        if not failed:
+            content += self._diff(tool, arguments)
+        self._update({"sessionUpdate": "tool_call_update", "toolCallId": call_id,
+                      "status": "failed" if failed else "completed", "content": content})
 
     def _diff(self, tool: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
         """What an edit or a write changed, as the editor shows it: the replaced text and
@@ -205,7 +209,8 @@ class AcpSession:
             for command in self.session.commands()]})
 
     def replay(self) -> None:
-        """The active branch as the editor would have seen it arrive (session/load)."""
+        """The active branch as the editor saw it arrive (session/load): the same updates,
+        tool calls with their locations and diffs."""
         for message in self.session.messages:
             if isinstance(message, w.UserMessage):
                 for block in message.content:
@@ -221,17 +226,11 @@ class AcpSession:
                         self._update({"sessionUpdate": "agent_message_chunk",
                                       "content": {"type": "text", "text": part.text}})
                     elif isinstance(part, w.ToolCall):
-                        self._update({"sessionUpdate": "tool_call", "toolCallId": part.id,
-                                      "title": _title(part.name, part.arguments),
-                                      "kind": TOOL_KINDS.get(part.name, "other"),
-                                      "status": "in_progress", "rawInput": part.arguments})
+                        self._tool_started(part.id, part.name, part.arguments)
             elif isinstance(message, w.ToolResultMessage):
-                text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
-                self._update({"sessionUpdate": "tool_call_update",
-                              "toolCallId": message.tool_call_id,
-                              "status": "failed" if message.is_error else "completed",
-                              "content": [{"type": "content",
-                                           "content": {"type": "text", "text": text}}]})
+                self._tool_ended(message.tool_call_id, message.tool_name, message.is_error,
+                                 "".join(b.text for b in message.content
+                                         if isinstance(b, w.TextContent)))
 
     def cancel(self) -> None:
         self.session.queues.clear()
@@ -434,26 +433,21 @@ async def run_acp(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> No
     async with trio.open_nursery() as process_nursery:
         front = AcpFront(options, outbox, process_nursery)
         process_nursery.start_soon(outbox.serve_writer, stdout)
-        splitter = LineSplitter()
-        while True:
-            data = await stdin.receive_some(256 * 1024)
-            pieces = list(splitter.feed(bytes(data))) if data else list(splitter.close())
-            for piece in pieces:
-                if isinstance(piece, LineTooLong):
-                    front.fail(None, PARSE_ERROR, "Parse error: line too long")
-                    continue
-                if not piece.strip():
-                    continue
+
+        async def take(piece: bytes | LineTooLong) -> None:
+            if isinstance(piece, LineTooLong):
+                front.fail(None, PARSE_ERROR, "Parse error: line too long")
+            elif piece.strip():
                 try:
-                    message = orjson.loads(piece)
-                except orjson.JSONDecodeError as exc:
+                    message = decode_json(piece)
+                except (ValueError, RecursionError) as exc:
                     front.fail(None, PARSE_ERROR, f"Parse error: {exc}")
-                    continue
-                await front.handle(message)
-            if not data:
-                break
+                else:
+                    await front.handle(message)
+
+        await read_lines(stdin, take)
         for acp_session in front.sessions.values():
-            with trio.move_on_after(2.5):
+            with trio.move_on_after(SHUTDOWN_GRACE_S):
                 await acp_session.dispatcher.wait_idle()
         outbox.close()
         await outbox.flushed.wait()

@@ -203,26 +203,35 @@ def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
     return Incoming(command=command, command_id=command_id)
 
 
+async def read_lines(stream: trio.abc.ReceiveStream,
+                     take: Callable[[bytes | LineTooLong], Awaitable[None]]) -> None:
+    """Give `take` every line of `stream` until EOF, in order (a last line without LF too),
+    or `LineTooLong` in place of one past the limit."""
+    splitter = LineSplitter()
+    while True:
+        data = await stream.receive_some(READ_CHUNK_BYTES)
+        for piece in list(splitter.feed(bytes(data))) if data else list(splitter.close()):
+            await take(piece)
+        if not data:
+            return
+
+
 async def serve_reader(stream: trio.abc.ReceiveStream,
                        commands: trio.MemorySendChannel[Incoming],
                        classes: dict[str, type[Any]] = w.COMMAND_CLASSES) -> None:
     """Read lines until EOF and pass each on, in order; the channel is closed at EOF."""
-    splitter = LineSplitter()
+    async def take(piece: bytes | LineTooLong) -> None:
+        if isinstance(piece, LineTooLong):
+            incoming: Incoming | None = _refuse(
+                "parse", f"Failed to parse command: line of {piece.size} bytes exceeds "
+                "the 64 MiB limit")
+        else:
+            incoming = parse_line(piece, classes)
+        if incoming is not None:
+            await commands.send(incoming)
+
     async with commands:
-        while True:
-            data = await stream.receive_some(READ_CHUNK_BYTES)
-            pieces = list(splitter.feed(bytes(data))) if data else list(splitter.close())
-            for piece in pieces:
-                if isinstance(piece, LineTooLong):
-                    incoming: Incoming | None = _refuse(
-                        "parse", f"Failed to parse command: line of {piece.size} bytes exceeds "
-                        "the 64 MiB limit")
-                else:
-                    incoming = parse_line(piece, classes)
-                if incoming is not None:
-                    await commands.send(incoming)
-            if not data:
-                return
+        await read_lines(stream, take)
 
 
 async def serve_dispatcher(commands: trio.MemoryReceiveChannel[Incoming],
