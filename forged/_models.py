@@ -115,22 +115,6 @@ def catalogue_providers() -> dict[str, str]:
         return {}
 
 
-def catalogue_models(provider: str) -> list[tuple[w.Model, dict[str, str] | None]]:
-    """`provider`'s catalogue models, each with the headers it is sent with."""
-    found: list[tuple[w.Model, dict[str, str] | None]] = []
-    for raw in orjson.loads((CATALOGUE / f"{provider}.json").read_bytes()):
-        reasoning, level_map = bool(raw.get("reasoning")), raw.get("thinkingLevelMap")
-        found.append((w.Model(
-            id=raw["id"], name=raw.get("name") or raw["id"], api=raw["api"], provider=provider,
-            base_url=raw["baseUrl"], reasoning=reasoning, input=raw.get("input") or ["text"],
-            context_window=raw.get("contextWindow") or 128_000,
-            max_tokens=raw.get("maxTokens") or 16_384,
-            cost=w.ModelCost(input=raw["cost"]["input"], output=raw["cost"]["output"],
-                             cache_read=raw["cost"]["cacheRead"],
-                             cache_write=raw["cost"]["cacheWrite"]),
-            thinking_levels=levels_of(reasoning, level_map), thinking_level_map=level_map,
-            compat=raw.get("compat")), raw.get("headers")))
-    return found
 DEFAULT_MODELS = {"anthropic": "claude-opus-4-6", "openai": "gpt-5.4"}
 
 
@@ -151,6 +135,28 @@ class ModelDefinition:
     thinking_levels: list[str] | None = None
     thinking_level_map: dict[str, str | None] | None = None
     compat: dict[str, Any] | None = None
+
+    def model(self, provider: str, api: str, base_url: str,
+              compat: dict[str, Any] | None = None) -> w.Model:
+        """The model this entry defines for `provider`; its own ``api``, ``baseUrl`` and
+        ``compat`` fields win over the ones given (the provider's)."""
+        return w.Model(
+            id=self.id, name=self.name or self.id, api=self.api or api, provider=provider,
+            base_url=self.base_url or base_url, reasoning=self.reasoning, input=self.input,
+            context_window=self.context_window, max_tokens=self.max_tokens, cost=self.cost,
+            thinking_levels=levels_of(self.reasoning, self.thinking_level_map,
+                                      self.thinking_levels),
+            thinking_level_map=self.thinking_level_map, compat=_merged(compat, self.compat))
+
+
+def catalogue_models(provider: str) -> list[tuple[w.Model, dict[str, str] | None]]:
+    """`provider`'s catalogue models, each with the headers it is sent with."""
+    found: list[tuple[w.Model, dict[str, str] | None]] = []
+    for raw in orjson.loads((CATALOGUE / f"{provider}.json").read_bytes()):
+        definition = _codec.structure(raw, ModelDefinition)
+        found.append((definition.model(provider, str(definition.api),
+                                       str(definition.base_url)), definition.headers))
+    return found
 
 
 @attrs.define(kw_only=True)
@@ -343,16 +349,7 @@ class ModelRegistry:
                                   f"{', '.join(APIS)})")
             if model_def.context_window <= 0 or model_def.max_tokens <= 0:
                 raise ConfigError(f"model {model_def.id}: limits must be positive")
-            models.append(w.Model(
-                id=model_def.id, name=model_def.name or model_def.id, api=api,
-                provider=name, base_url=model_def.base_url or base_url,
-                reasoning=model_def.reasoning, input=model_def.input,
-                context_window=model_def.context_window, max_tokens=model_def.max_tokens,
-                cost=model_def.cost,
-                thinking_levels=levels_of(model_def.reasoning, model_def.thinking_level_map,
-                                          model_def.thinking_levels),
-                thinking_level_map=model_def.thinking_level_map,
-                compat=_merged(definition.compat, model_def.compat)))
+            models.append(model_def.model(name, api, base_url, definition.compat))
             if model_def.headers:
                 headers[(name, model_def.id)] = model_def.headers
         self.providers[name] = config
