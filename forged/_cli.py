@@ -177,7 +177,7 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
         names = flag.split("|")
         kind: dict[str, Any] = ({"action": "append", "metavar": "X"} if takes
                                 else {"action": "store_true"})
-        parser.add_argument(*names, dest=f"ignored_{names[0][2:].replace('-', '_')}",
+        parser.add_argument(*names, dest=_ignored_dest(flag),
                             help="accepted, no effect: forged has no terminal, themes or "
                             "TypeScript extensions, and fetches nothing", **kind)
     parser.add_argument("--script", type=Path,
@@ -189,6 +189,11 @@ IGNORED_FLAGS = {"--no-themes": False, "--theme": True, "--use-theme": True,
                  "--verbose": False}
 """pi's flags that mean nothing to a program without a screen: accepted with a note (`True`:
 the flag takes a value)."""
+
+def _ignored_dest(flag: str) -> str:
+    """Where argparse keeps an `IGNORED_FLAGS` entry: ``--no-themes`` -> ignored_no_themes."""
+    return "ignored_" + flag.split("|")[0][2:].replace("-", "_")
+
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 
@@ -267,7 +272,7 @@ def options_from(args: argparse.Namespace) -> Options:
         raise ConfigError("-e/--extension: TypeScript extensions are not supported; forged "
                           "loads Python plugins (--plugin, see Plugins in the README)")
     ignored = [flag.split("|")[0] for flag in IGNORED_FLAGS
-               if getattr(args, f"ignored_{flag.split('|')[0][2:].replace('-', '_')}")]
+               if getattr(args, _ignored_dest(flag))]
     if ignored:
         log(f"{', '.join(ignored)}: accepted, no effect (forged has no terminal, themes or "
             "TypeScript extensions, and fetches nothing)")

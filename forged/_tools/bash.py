@@ -349,7 +349,9 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
                                       on_output=on_output, shell=ctx.shell, env=ctx.env)
         text, details = format_output(spool)
-        whole, cut = await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
+        whole, cut = (await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
+                      if spool.path is not None  # on disk: read in a thread
+                      else spool.whole_text(STRUCTURED_OUTPUT_BYTES))
     except trio.Cancelled:
         text, details = format_output(spool)
         body = "" if text == "(no output)" else f"{text}\n\n"
