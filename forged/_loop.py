@@ -24,7 +24,7 @@ from ._log import log_exception
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._time import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
-from ._tools.base import ScratchDir, Shell
+from ._tools.base import ClientFiles, ScratchDir, Shell
 
 ABORTED_MESSAGE = "Request was aborted"
 
@@ -35,6 +35,7 @@ class AgentHost(Protocol):
     cwd: Path
     shell: Shell
     scratch: ScratchDir
+    files: ClientFiles | None
 
     @property
     def tools(self) -> Mapping[str, Tool]: ...
@@ -182,7 +183,7 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
                                             args=call.arguments, partial_result=partial))
 
         context = ToolContext(cwd=host.cwd, update=update, shell=host.shell,
-                              scratch=host.scratch, env=host.command_env())
+                              scratch=host.scratch, env=host.command_env(), files=host.files)
         clock = _Clock()
         try:
             blocked = await host.before_tool_call(call)

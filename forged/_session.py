@@ -42,7 +42,7 @@ from ._store import SessionFile
 from ._switching import Maker, open_store
 from ._time import now_ms
 from ._tools import BUILTIN_TOOLS, Tool, ToolChoice, select_tools
-from ._tools.base import ScratchDir, Shell
+from ._tools.base import ClientFiles, ScratchDir, Shell
 from ._tools.bash import run_direct
 from ._ui import Dialogs
 
@@ -289,6 +289,8 @@ class Session:
         self.queues = Queues(self.emit, settings)
         self.tools: dict[str, Tool] = {}
         self.scratch = ScratchDir()
+        self.files: ClientFiles | None = None
+        """The client's files, for the file tools (an ACP editor's), else the disk."""
         self.shell = Shell.from_settings(settings.get("shellPath"),
                                          settings.get("shellCommandPrefix"))
         self.ui = Dialogs(self.emit, interactive=config.interactive)

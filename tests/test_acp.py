@@ -211,3 +211,140 @@ def test_edits_show_as_diffs_and_usage_is_reported(tmp_path: Path) -> None:
     usage = [u for u in updates if type(u).__name__ == "UsageUpdate"]
     assert usage[-1].used == 1230 and usage[-1].size == 200_000
     assert usage[-1].cost.currency == "USD" and usage[-1].cost.amount > 0
+
+
+GATE_PLUGIN = '''
+def register(api):
+    async def gate(call, ctx):
+        if call.tool_name in ("bash", "write"):
+            if not await ctx.ui.confirm(f"Allow {call.tool_name}?", str(call.args)):
+                return api.block("The user said no")
+
+    api.on("before_tool_call", gate)
+'''
+
+
+def test_a_plugin_gate_asks_the_editor_for_permission(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = tmp_path / "project"
+    (tmp_path / "gate.py").write_text(GATE_PLUGIN)
+    command[command.index("--script") + 1] = str(tmp_path / "gated.json")
+    command += ["--plugin", str(tmp_path / "gate.py")]
+    (tmp_path / "gated.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [
+            {"type": "toolCall", "name": "bash", "arguments": {"command": "echo one"}},
+            {"type": "toolCall", "name": "bash", "arguments": {"command": "echo two"}},
+            {"type": "toolCall", "name": "write", "arguments": {
+                "path": "new.txt", "content": "x"}}]},
+        {"content": [{"type": "text", "text": "Done."}]}]}))
+    answers = iter(["always", "reject"])
+
+    async def drive() -> Editor:
+        editor = Editor(choose=lambda options: next(answers))
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("Go")])
+        return editor
+
+    editor = asyncio.run(asyncio.wait_for(drive(), 60))
+    starts = [u for u in editor.updates if type(u).__name__ == "ToolCallStart"]
+    ends = [u for u in editor.updates if type(u).__name__ == "ToolCallProgress"]
+    (bash_call, bash_options), (write_call, _) = editor.permissions  # "echo two": remembered
+    assert [option.kind for option in bash_options] == [
+        "allow_once", "allow_always", "reject_once"]
+    assert bash_call.tool_call_id == starts[0].tool_call_id
+    assert bash_call.content[0].content.text.startswith("Allow bash?")
+    assert write_call.tool_call_id == starts[2].tool_call_id
+    assert [end.status for end in ends] == ["completed", "completed", "failed"]
+    assert ends[1].content[0].content.text == "two\n"
+    assert ends[2].content[0].content.text == "The user said no"
+    assert not (project / "new.txt").exists()
+
+
+def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = tmp_path / "project"
+    notes, new = str(project / "notes.txt"), str(project / "new.txt")
+    command[command.index("--script") + 1] = str(tmp_path / "buffers.json")
+    (tmp_path / "buffers.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [
+            {"type": "toolCall", "name": "read", "arguments": {"path": "notes.txt"}},
+            {"type": "toolCall", "name": "edit", "arguments": {
+                "path": "notes.txt", "oldText": "unsaved", "newText": "edited"}},
+            {"type": "toolCall", "name": "write", "arguments": {
+                "path": "new.txt", "content": "fresh\n"}},
+            {"type": "toolCall", "name": "read", "arguments": {"path": "gone.txt"}}]},
+        {"content": [{"type": "text", "text": "Done."}]}]}))
+
+    async def drive() -> Editor:
+        editor = Editor(buffers={notes: "unsaved hello\n"})
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
+                                  client_capabilities=editor.capabilities())
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("Go")])
+        return editor
+
+    editor = asyncio.run(asyncio.wait_for(drive(), 60))
+    ends = [u for u in editor.updates if type(u).__name__ == "ToolCallProgress"]
+    assert ends[0].content[0].content.text == "unsaved hello\n"
+    assert [end.status for end in ends] == ["completed", "completed", "completed", "failed"]
+    assert "gone.txt" in ends[3].content[0].content.text
+    assert editor.buffers == {notes: "edited hello\n", new: "fresh\n"}
+    assert editor.file_calls == [("read", notes), ("read", notes), ("write", notes),
+                                 ("write", new), ("read", str(project / "gone.txt"))]
+    assert (project / "notes.txt").read_text() == "hello\n"  # the disk is the editor's
+    assert not (project / "new.txt").exists()
+
+
+def test_a_queued_prompt_is_answered_when_its_own_turn_ends(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+    command[command.index("--script") + 1] = str(tmp_path / "two.json")
+    (tmp_path / "two.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [{"type": "text", "text": "First " * 50, "chunks": 50, "delayMs": 20}]},
+        {"content": [{"type": "text", "text": "Second."}]}]}))
+
+    async def drive() -> list[dict[str, Any]]:
+        process = await asyncio.create_subprocess_exec(
+            *command, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        assert process.stdin is not None and process.stdout is not None
+
+        def line(message: dict[str, Any]) -> bytes:
+            return json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n"
+
+        async def until(request_id: int) -> list[dict[str, Any]]:
+            seen = []
+            while True:
+                seen.append(json.loads(await process.stdout.readline()))  # type: ignore[union-attr]
+                if seen[-1].get("id") == request_id and "method" not in seen[-1]:
+                    return seen
+
+        process.stdin.write(line({"id": 0, "method": "initialize",
+                                  "params": {"protocolVersion": 1}})
+                            + line({"id": 1, "method": "session/new",
+                                    "params": {"cwd": project, "mcpServers": []}}))
+        sid = (await until(1))[-1]["result"]["sessionId"]
+        process.stdin.write(  # one write: the second arrives while the first runs
+            line({"id": 2, "method": "session/prompt",
+                  "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "A"}]}})
+            + line({"id": 3, "method": "session/prompt",
+                    "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "B"}]}}))
+        seen = await until(2)
+        seen += await until(3)
+        process.stdin.close()
+        await process.wait()
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(drive(), 60))
+    answers = [index for index, message in enumerate(seen) if "result" in message]
+    second = next(index for index, message in enumerate(seen)
+                  if "Second." in json.dumps(message.get("params")))
+    first_answer, second_answer = answers[-2:]
+    assert seen[first_answer]["id"] == 2 and seen[second_answer]["id"] == 3
+    assert first_answer < second < second_answer
+    assert seen[first_answer]["result"] == seen[second_answer]["result"] == {
+        "stopReason": "end_turn"}

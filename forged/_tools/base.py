@@ -11,7 +11,7 @@ import tempfile
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import cattrs
@@ -73,6 +73,15 @@ class ScratchDir:
             self._path = None
 
 
+class ClientFiles(Protocol):
+    """The client's view of the files (an editor's, over ACP): ``read``, ``write`` and ``edit``
+    go through it instead of the disk, so the model sees and edits the unsaved buffers.
+    Failures are raised as `ToolError`."""
+
+    async def read_text(self, path: Path) -> str: ...
+    async def write_text(self, path: Path, text: str) -> None: ...
+
+
 @attrs.define(kw_only=True)
 class ToolContext:
     cwd: Path
@@ -85,6 +94,8 @@ class ToolContext:
     env: Mapping[str, str | None] = attrs.Factory(dict)
     """What a command the tool runs sees of the session (``PI_SESSION_ID``, ...; None:
     unset), over forged's own environment."""
+    files: ClientFiles | None = None
+    """Where text files are read and written, when not on the disk."""
 
 
 class InvalidArguments(Exception):

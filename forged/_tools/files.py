@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import difflib
+import io
 import os
 import stat
 import unicodedata
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +149,19 @@ def _read_sync(params: ReadParams, path: Path) -> w.ToolResult:
         return _read_text(file, params)
 
 
+def _is_image(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            return image_type(file.read(4100)) is not None
+    except OSError:
+        return False
+
+
 async def run_read(params: ReadParams, ctx: ToolContext) -> w.ToolResult:
     path = resolve_path(params.path, ctx.cwd)
+    if ctx.files is not None and not await trio.to_thread.run_sync(_is_image, path):
+        text = await ctx.files.read_text(path)
+        return _read_text(io.BytesIO(text.encode()), params)
     # Abandoned on abort: the tool ends at once; the thread's read of a huge file finishes
     # alone, its result dropped.
     return await trio.to_thread.run_sync(_read_sync, params, path, abandon_on_cancel=True)
@@ -175,15 +188,19 @@ class WriteParams:
     content: str = param("Content to write to the file")
 
 
-def _write_sync(params: WriteParams, path: Path) -> w.ToolResult:
+def _write_sync(params: WriteParams, path: Path, *, content: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(params.content, encoding="utf-8", newline="")
-    units = len(params.content.encode("utf-16-le")) // 2
-    return text_result(f"Successfully wrote {units} bytes to {params.path}")
+    if content:
+        path.write_text(params.content, encoding="utf-8", newline="")
 
 
 async def run_write(params: WriteParams, ctx: ToolContext) -> w.ToolResult:
-    return await trio.to_thread.run_sync(_write_sync, params, resolve_path(params.path, ctx.cwd))
+    path = resolve_path(params.path, ctx.cwd)
+    await trio.to_thread.run_sync(partial(_write_sync, content=ctx.files is None), params, path)
+    if ctx.files is not None:
+        await ctx.files.write_text(path, params.content)
+    units = len(params.content.encode("utf-16-le")) // 2
+    return text_result(f"Successfully wrote {units} bytes to {params.path}")
 
 
 WRITE = typed_tool(
@@ -248,10 +265,8 @@ def diff_string(old: str, new: str, context: int = 4) -> tuple[str, int | None]:
     return "\n".join(out), first_changed
 
 
-def _edit_sync(params: EditParams, path: Path) -> w.ToolResult:
-    if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
-        raise ToolError(f"File not found: {params.path}")
-    raw = path.read_bytes().decode("utf-8", "replace")
+def _edited(params: EditParams, raw: str) -> tuple[str, w.ToolResult]:
+    """The file's new text (its BOM and line endings kept) and the result, for `raw`."""
     bom = "\ufeff" if raw.startswith("\ufeff") else ""
     raw = raw.removeprefix(bom)
     crlf = "\r\n" in raw and raw.index("\r\n") == raw.find("\n") - 1
@@ -280,14 +295,26 @@ def _edit_sync(params: EditParams, path: Path) -> w.ToolResult:
             "This might indicate an issue with special characters or the text not existing as "
             "expected.")
     written = updated.replace("\n", "\r\n") if crlf else updated
-    path.write_bytes((bom + written).encode("utf-8"))
     diff, first_changed = diff_string(content, updated)
-    return text_result(f"Successfully replaced text in {params.path}.",
-                       {"diff": diff, "firstChangedLine": first_changed})
+    return bom + written, text_result(f"Successfully replaced text in {params.path}.",
+                                      {"diff": diff, "firstChangedLine": first_changed})
+
+
+def _edit_sync(params: EditParams, path: Path) -> w.ToolResult:
+    if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
+        raise ToolError(f"File not found: {params.path}")
+    text, result = _edited(params, path.read_bytes().decode("utf-8", "replace"))
+    path.write_bytes(text.encode("utf-8"))
+    return result
 
 
 async def run_edit(params: EditParams, ctx: ToolContext) -> w.ToolResult:
-    return await trio.to_thread.run_sync(_edit_sync, params, resolve_path(params.path, ctx.cwd))
+    path = resolve_path(params.path, ctx.cwd)
+    if ctx.files is None:
+        return await trio.to_thread.run_sync(_edit_sync, params, path)
+    text, result = _edited(params, await ctx.files.read_text(path))
+    await ctx.files.write_text(path, text)
+    return result
 
 
 EDIT = typed_tool(
