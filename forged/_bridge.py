@@ -1,8 +1,9 @@
 """``forged serve``, ``forged connect`` and ``forged status``: the daemon, the stdio bridge to
 it, and a look at it.
 
-``forged connect`` stands in for ``forged --mode rpc``: it opens a session in the daemon (in
-its cwd, with its ``--provider``/``--model``, or ``--session ID`` to attach), then copies
+``forged connect`` stands in for ``forged --mode rpc`` (``forged connect --acp`` for
+``forged --mode acp``, each ACP session a session of the daemon): it opens a session in the
+daemon (in its cwd, with its ``--provider``/``--model``, or ``--session ID`` to attach), then copies
 stdin to the daemon and the daemon's lines to stdout, with the daemon's ``sessionId``/``seq``
 stamps and ``extension_ui_resolved`` events taken out, so the client sees the stdio stream.
 End of stdin means what it means to ``forged --mode rpc`` (the run finishes, then exit 0);
@@ -69,6 +70,11 @@ def connect(args: argparse.Namespace, argv: list[str]) -> int:
 
     path = args.socket or default_socket_path()
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
+    start = None if args.no_start else _serve_argv(argv, path)
+    if args.acp or args.mode == "acp":
+        return trio.run(_acp_bridge, path, cwd, {
+            **({"provider": args.provider} if args.provider else {}),
+            **({"model": args.model} if args.model else {})}, start, reserve_stdout())
     if args.session and ("/" in args.session or args.session.endswith(".jsonl")):
         args.session = str((cwd / Path(args.session).expanduser()).resolve())  # not the daemon's
     opening: dict[str, Any] = (
@@ -81,8 +87,27 @@ def connect(args: argparse.Namespace, argv: list[str]) -> int:
          **({"continueRecent": True} if args.continue_ else {}),
          **({"noSession": True} if args.no_session else {})})
     protocol_fd = reserve_stdout()
-    return trio.run(_bridge, path, opening, None if args.no_start else _serve_argv(argv, path),
-                    protocol_fd)
+    return trio.run(_bridge, path, opening, start, protocol_fd)
+
+
+async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: list[str] | None,
+                      stdout_fd: int) -> int:
+    """``forged connect --acp``: the Agent Client Protocol on stdio, each session one of the
+    daemon's (a connection of its own)."""
+    from ._acp import INTERNAL_ERROR, AcpError, InDaemon, serve_acp
+    from ._connection import open_fd_stream
+
+    async def connect() -> trio.abc.Stream:
+        try:
+            return await _open(path, start)
+        except ConfigError as exc:
+            raise AcpError(INTERNAL_ERROR, str(exc)) from None
+
+    async with trio.open_nursery() as nursery:
+        await serve_acp(InDaemon(connect, opening), nursery, open_fd_stream(0),
+                        open_fd_stream(stdout_fd), default_cwd=cwd)
+        nursery.cancel_scope.cancel()
+    return 0
 
 
 def _serve_argv(argv: list[str], path: Path) -> list[str]:
@@ -92,7 +117,8 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
     for arg in arguments:
         if arg in ("--attach", "--socket", "--mode"):
             next(arguments, None)  # and its value
-        elif arg != "--no-start" and not arg.startswith(("--attach=", "--socket=", "--mode=")):
+        elif arg not in ("--no-start", "--acp") and not arg.startswith(
+                ("--attach=", "--socket=", "--mode=")):
             passed.append(arg)
     return [sys.executable, "-m", "forged", "serve", "--socket", str(path), *passed]
 

@@ -343,9 +343,12 @@ def build_connect_parser() -> argparse.ArgumentParser:
         prog="forged connect", description="A stdio bridge to the daemon: spawn it in place "
         "of forged --mode rpc. The session options start the daemon if none runs.")
     _socket_option(parser)
-    parser.add_argument("--mode", choices=["rpc"], default="rpc",
-                        help="accepted for programs that replace forged --mode rpc with forged "
-                        "connect: the bridge speaks rpc only")
+    parser.add_argument("--mode", choices=["rpc", "acp"], default="rpc",
+                        help="the protocol on stdio: rpc (default; for programs that replace "
+                        "forged --mode rpc with forged connect) or acp (as --acp)")
+    parser.add_argument("--acp", action="store_true",
+                        help="speak the Agent Client Protocol, as forged --mode acp, each "
+                        "session a session of the daemon")
     parser.add_argument("--no-start", action="store_true",
                         help="fail if no daemon runs instead of starting one")
     parser.add_argument("--attach", metavar="SESSION-ID",

@@ -8,11 +8,14 @@ import asyncio
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .acp_editor import Editor, acp
-from .test_pi_clients import BIN
+from .test_process import BIN, stop_daemon
 
 
 def script(tmp_path: Path) -> Path:
@@ -26,17 +29,27 @@ def script(tmp_path: Path) -> Path:
     return path
 
 
-def forged_acp(tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+def forged_acp(tmp_path: Path, how: str = "acp") -> tuple[list[str], dict[str, str]]:
+    """``forged --mode acp``, or ``forged connect --acp`` (its daemon in `tmp_path/run`)."""
     project = tmp_path / "project"
     project.mkdir(exist_ok=True)
     (project / "notes.txt").write_text("hello\n")
-    env = {**os.environ, "AGENT_FORGE_DIR": str(tmp_path / "agent")}
-    return [str(BIN / "forged"), "--mode", "acp", "--provider", "scripted", "--script",
+    env = {**os.environ, "AGENT_FORGE_DIR": str(tmp_path / "agent"),
+           "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    front = ["--mode", "acp"] if how == "acp" else ["connect", "--acp"]
+    return [str(BIN / "forged"), *front, "--provider", "scripted", "--script",
             str(script(tmp_path)), "--cwd", str(project)], env
 
 
-def test_an_editor_prompts_and_cancels(tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+@pytest.fixture(params=["acp", "connect"])
+def how(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Sessions of the ACP process, or of the daemon through ``forged connect --acp``."""
+    yield request.param
+    stop_daemon(tmp_path / "run")
+
+
+def test_an_editor_prompts_and_cancels(tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
 
     async def drive() -> dict[str, Any]:
@@ -92,8 +105,8 @@ def test_framing_errors_are_answered_and_notifications_never(tmp_path: Path) -> 
     assert all(a["jsonrpc"] == "2.0" for a in answers)
 
 
-def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
 
     async def first() -> str:
