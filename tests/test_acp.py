@@ -361,3 +361,134 @@ def test_a_queued_prompt_is_answered_when_its_own_turn_ends(tmp_path: Path) -> N
     assert first_answer < second < second_answer
     assert seen[first_answer]["result"] == seen[second_answer]["result"] == {
         "stopReason": "end_turn"}
+
+
+# --- every line against the schema -------------------------------------------------------------
+
+RESULTS = {"initialize": "InitializeResponse", "session/new": "NewSessionResponse",
+           "session/load": "LoadSessionResponse", "session/list": "ListSessionsResponse",
+           "session/prompt": "PromptResponse", "session/set_mode": "SetSessionModeResponse",
+           "session/set_config_option": "SetSessionConfigOptionResponse"}
+PARAMS = {"session/update": "SessionNotification",
+          "session/request_permission": "RequestPermissionRequest",
+          "fs/read_text_file": "ReadTextFileRequest", "fs/write_text_file": "WriteTextFileRequest"}
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with no room for fields it does not name: a misspelt field fails."""
+    if isinstance(schema, dict):
+        schema = {key: closed(value) for key, value in schema.items()}
+        if schema.get("type") == "object" and "properties" in schema:
+            schema.setdefault("additionalProperties", False)
+    elif isinstance(schema, list):
+        schema = [closed(item) for item in schema]
+    return schema
+
+
+def schema_problems(sent: list[dict[str, Any]], written: list[dict[str, Any]]) -> list[str]:
+    """Each line forged wrote that is not what the SDK's schema (ACP v1) allows, with the
+    method of the request it answers, from the lines the client `sent`."""
+    import jsonschema
+
+    validators = {name: jsonschema.Draft202012Validator(closed(
+        getattr(acp.schema, name).model_json_schema())) for name in {
+        *RESULTS.values(), *PARAMS.values(), "Error"}}
+    asked = {message["id"]: message["method"] for message in sent
+             if "method" in message and "id" in message}
+    problems = []
+    for message in written:
+        if message.pop("jsonrpc", None) != "2.0":
+            problems.append(f"not JSON-RPC 2.0: {message}")
+        if "method" in message:
+            model, body = PARAMS.get(message["method"]), message.get("params")
+        elif "error" in message:
+            model, body = "Error", message["error"]
+        else:
+            model, body = RESULTS.get(asked.get(message.get("id"), "")), message.get("result")
+            if asked.get(message.get("id")) == "session/cancel":
+                problems.append(f"a notification was answered: {message}")
+        if model is None:
+            problems.append(f"no schema for {message}")
+            continue
+        problems += [f"{model}: {error.message} at {list(error.absolute_path)}"
+                     for error in validators[model].iter_errors(body)]
+    return problems
+
+
+def teed(command: list[str], tmp_path: Path, name: str) -> list[str]:
+    """`command` with what goes in and out of it copied to `name`.in and `name`.out."""
+    return ["sh", "-c", f'tee {tmp_path / name}.in | "$@" | tee {tmp_path / name}.out',
+            "sh", *command]
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = tmp_path / "project"
+    (tmp_path / "gate.py").write_text(GATE_PLUGIN)
+    command[command.index("--script") + 1] = str(tmp_path / "all.json")
+    command += ["--plugin", str(tmp_path / "gate.py")]
+    (tmp_path / "all.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [
+            {"type": "toolCall", "name": "read", "arguments": {"path": "notes.txt"}},
+            {"type": "toolCall", "name": "edit", "arguments": {
+                "path": "notes.txt", "oldText": "hello", "newText": "bye"}},
+            {"type": "toolCall", "name": "bash", "arguments": {"command": "echo hi"}},
+            {"type": "toolCall", "name": "write", "arguments": {
+                "path": "new.txt", "content": "x"}}]},
+        {"content": [{"type": "thinking", "thinking": "Done thinking."},
+                     {"type": "text", "text": "Done."}], "usage": {"input": 10, "output": 5}},
+        {"content": [{"type": "text", "text": "slow " * 400, "chunks": 400,
+                      "delayMs": 20}]}]}))
+    notes = str(project / "notes.txt")
+    answers = iter(["allow", "reject"])
+
+    async def first() -> str:
+        editor = Editor(choose=lambda options: next(answers), buffers={notes: "hello\n"})
+        async with acp.spawn_agent_process(editor, *teed(command, tmp_path, "first"), env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
+                                  client_capabilities=editor.capabilities())
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="high")
+            await conn.set_config_option(config_id="thought_level", session_id=sid,
+                                         value="low")
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("Go")])
+            slow = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[
+                acp.text_block("Talk slowly"),
+                acp.image_block("iVBORw0KGgo=", "image/png"),
+                acp.resource_link_block("spec", "file:///spec.md"),
+                acp.resource_block(acp.embedded_text_resource("file:///a.py", "print(1)"))]))
+            await editor.streaming.wait()
+            await conn.cancel(session_id=sid)
+            await slow
+            await conn.list_sessions(cwd=str(project))
+            try:
+                await conn.set_session_mode(session_id=sid, mode_id="ultra")
+            except acp.RequestError:
+                pass
+            return str(sid)
+
+    async def second(sid: str) -> None:
+        async with acp.spawn_agent_process(Editor(), *teed(command, tmp_path, "second"),
+                                           env=env, cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            await conn.load_session(cwd=str(project), session_id=sid)
+
+    asyncio.run(asyncio.wait_for(second(asyncio.run(asyncio.wait_for(first(), 60))), 60))
+    problems: list[str] = []
+    kinds: set[str] = set()
+    for name in ("first", "second"):
+        written = lines(tmp_path / f"{name}.out")
+        kinds |= {m["params"]["update"]["sessionUpdate"] for m in written
+                  if m.get("method") == "session/update"}
+        kinds |= {m["method"] for m in written if "id" in m and "method" in m}
+        problems += schema_problems(lines(tmp_path / f"{name}.in"), written)
+    assert problems == []
+    assert kinds >= {"agent_message_chunk", "agent_thought_chunk", "tool_call",
+                     "tool_call_update", "user_message_chunk", "usage_update",
+                     "current_mode_update", "available_commands_update",
+                     "session/request_permission", "fs/read_text_file", "fs/write_text_file"}
