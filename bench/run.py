@@ -96,10 +96,10 @@ class Child:
             self.process.kill()
 
 
-async def spawn(args: list[str], env: dict[str, str], cwd: Path) -> Child:
+async def spawn(args: list[str], env: dict[str, str], cwd: Path, mode: str = "rpc") -> Child:
     spawned = time.perf_counter()
     process = await trio.lowlevel.open_process(
-        [FORGED, "--mode", "rpc", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        [FORGED, "--mode", mode, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL, env=env, cwd=cwd)
     return Child(process, spawned)
 
@@ -122,14 +122,14 @@ class Bench:
                     if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY")}
         self.env["AGENT_FORGE_DIR"] = str(self.agent_dir)
 
-    async def with_server(self, replies: list[Reply], body: Any) -> Any:
+    async def with_server(self, replies: list[Reply], body: Any, mode: str = "rpc") -> Any:
         server = ScriptedServer(replies, record_sends=True)
         async with trio.open_nursery() as nursery:
             await nursery.start(server.serve)
             (self.agent_dir / "models.json").write_text(json.dumps({"providers": {"bench": {
                 "baseUrl": server.base_url, "api": "anthropic-messages", "apiKey": "k",
                 "models": [{"id": "m"}]}}}))
-            child = await spawn(["--model", "bench/m"], self.env, self.root)
+            child = await spawn(["--model", "bench/m"], self.env, self.root, mode)
             try:
                 return await body(child, server)
             finally:
@@ -347,12 +347,75 @@ class Bench:
         return result
 
 
-def write_big_session(path: Path, count: int) -> None:
+    async def acp(self) -> dict[str, float]:
+        """``forged --mode acp``: a fresh process's first chunk after session/prompt,
+        session/cancel to the prompt's answer, and session/load of a 10,000-entry session."""
+        import forged._paths
+
+        result: dict[str, float] = {}
+
+        async def start(child: Child) -> str:
+            await child.send(_rpc(0, "initialize", {"protocolVersion": 1}))
+            await child.send(_rpc(1, "session/new", {"cwd": str(self.root), "mcpServers": []}))
+            await child.until(lambda e: e.get("id") == 1)
+            return str(child.lines[child._cursor - 1][1]["result"]["sessionId"])
+
+        async def first_chunk(child: Child, server: ScriptedServer) -> None:
+            sid = await start(child)
+            sent = await child.send(_rpc(2, "session/prompt", {
+                "sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}))
+            first = await child.until(is_chunk)
+            await child.until(lambda e: e.get("id") == 2)
+            result["acp_first_chunk_ms"] = (first - sent) * 1000
+
+        async def cancel(child: Child, server: ScriptedServer) -> None:
+            sid = await start(child)
+            await child.send(_rpc(2, "session/prompt", {
+                "sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}))
+            for _ in range(10):
+                await child.until(is_chunk)
+            sent = await child.send({"jsonrpc": "2.0", "method": "session/cancel",
+                                     "params": {"sessionId": sid}})
+            answered = await child.until(lambda e: e.get("id") == 2)
+            result["acp_cancel_ms"] = (answered - sent) * 1000
+
+        async def load(child: Child, server: ScriptedServer) -> None:
+            await child.send(_rpc(0, "initialize", {"protocolVersion": 1}))
+            sent = await child.send(_rpc(1, "session/load", {
+                "sessionId": "big10k", "cwd": str(self.root), "mcpServers": []}))
+            answered = await child.until(lambda e: e.get("id") == 1)
+            result["acp_load_s"] = answered - sent
+            result["acp_load_updates"] = sum(1 for _, e in child.lines
+                                             if e.get("method") == "session/update")
+
+        folder = forged._paths.session_dir_for(self.agent_dir, self.root)
+        folder.mkdir(parents=True)
+        write_big_session(folder / "2026-01-01T00-00-00-000Z_big10k.jsonl", 10_000,
+                          session_id="big10k", cwd=str(self.root))
+        await self.with_server([Reply(content=[ScriptText(text="hello there", chunks=2)])],
+                               first_chunk, "acp")
+        await self.with_server([Reply(content=[ScriptText(text="x" * 4000, chunks=4000,
+                                                          delay_ms=5)])], cancel, "acp")
+        await self.with_server([], load, "acp")
+        return result
+
+
+def _rpc(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+
+def is_chunk(message: dict[str, Any]) -> bool:
+    return message.get("method") == "session/update" and message["params"]["update"][
+        "sessionUpdate"] == "agent_message_chunk"
+
+
+def write_big_session(path: Path, count: int, *, session_id: str = "big",
+                      cwd: str = "/") -> None:
     text = "lorem ipsum dolor sit amet " * 36
     usage = {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "totalTokens": 2,
              "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0}}
     with open(path, "wb") as file:
-        file.write(orjson.dumps({"type": "session", "version": 3, "id": "big", "cwd": "/",
+        file.write(orjson.dumps({"type": "session", "version": 3, "id": session_id, "cwd": cwd,
                                  "timestamp": "2026-01-01T00:00:00.000Z"}) + b"\n")
         parent = None
         for index in range(count):
@@ -374,7 +437,7 @@ def best(runs: list[dict[str, float]], key: str, *, highest: bool = False) -> fl
 
 
 BENCHES = ("cold_start", "first_token", "throughput", "latency", "abort_stream", "abort_bash",
-           "abort_retry_wait", "abort_compaction", "direct_bash", "session_open")
+           "abort_retry_wait", "abort_compaction", "direct_bash", "session_open", "acp")
 
 
 async def main(repeat: int, only: list[str]) -> None:
@@ -435,6 +498,11 @@ async def main(repeat: int, only: list[str]) -> None:
          ""),
         ("session_open", "  switch_session back to it", "switch_back_s", "s", "< 2 s", ""),
         ("session_open", "  export_html of it", "export_s", "s", "", ""),
+        ("acp", "--mode acp, fresh process: session/prompt to first chunk",
+         "acp_first_chunk_ms", "ms", "< 200 ms", ""),
+        ("acp", "  session/cancel to the prompt's answer", "acp_cancel_ms", "ms", "< 20 ms", ""),
+        ("acp", "  session/load of a 10,000-entry session", "acp_load_s", "s", "< 1 s", ""),
+        ("acp", "  updates it replayed", "acp_load_updates", "", "", ""),
     ]
 
     def figure(bench: str, key: str, unit: str) -> str:
