@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "defaultThinkingLevel": "medium",
     "steeringMode": "one-at-a-time",
     "followUpMode": "one-at-a-time",
+    "acpPromptWhileBusy": "followUp",
     "compaction.enabled": True,
     "compaction.reserveTokens": 16_384,
     "compaction.keepRecentTokens": 20_000,
