@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,7 +52,7 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
     -32700, -32600, -32601, -32602, -32603)
 AUTH_REQUIRED = -32000
 STOP_REASONS = {"stop": "end_turn", "toolUse": "end_turn", "length": "max_tokens",
-                "aborted": "cancelled", "error": "end_turn"}
+                "aborted": "cancelled"}
 TOOL_KINDS = {"read": "read", "edit": "edit", "write": "edit", "bash": "execute",
               "grep": "search", "find": "search", "ls": "search"}
 BUSY_PROMPT_SETTING = "acpPromptWhileBusy"
@@ -59,6 +60,9 @@ BUSY_PROMPT_SETTING = "acpPromptWhileBusy"
 CONFIRM_OPTIONS = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                    {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]
+_REFUSED = re.compile(r"\brefusal\b|content filter", re.IGNORECASE)
+"""A failed reply that is the model declining (Anthropic's ``refusal`` stop, OpenAI's content
+filter): the prompt answers ``refusal``, not an error."""
 _REFUSALS = ("no", "reject", "deny", "cancel", "block", "skip", "abort", "stop")
 
 RequestId = int | str
@@ -288,6 +292,8 @@ class AcpSession:
         self._quiet.set()
         self._cancelling = False
         self._stop = "stop"
+        self._error: str | None = None
+        """The last reply's stop reason and error message, which answer its turn."""
         self._window: int | None = None
         self._cost = 0.0
         self._always: set[tuple[str, str]] = set()
@@ -329,6 +335,7 @@ class AcpSession:
                              _text(event["result"]["content"]))
         elif kind == "message_end" and event["message"].get("role") == "assistant":
             self._stop = event["message"].get("stopReason", "stop")
+            self._error = event["message"].get("errorMessage")
             self._usage(event["message"])
         elif kind == "queue_update":
             self._queue_changed(event)
@@ -338,13 +345,13 @@ class AcpSession:
             self._update({"sessionUpdate": "current_mode_update",
                           "currentModeId": event["level"]})
         elif kind == "agent_settled":
-            stop = "cancelled" if event.get("aborted") else STOP_REASONS.get(
-                self._stop, "end_turn")
             self._cancelling = False
+            self._running += [*(prompt for queue in self._queued.values() for prompt in queue
+                                if prompt is not None), *self._expected]
             self._expected.clear()
             for queue in self._queued.values():
                 queue[:] = [None] * len(queue)
-            self._finish_turn(stop)
+            self._finish_turn(aborted=bool(event.get("aborted")))
 
     def _tool_started(self, call_id: str, tool: str, arguments: Message) -> None:
         self._arguments[call_id] = arguments
@@ -430,13 +437,22 @@ class AcpSession:
                 taken = mirror[:len(mirror) - now]
                 del mirror[:len(mirror) - now]
                 if not self._cancelling:
-                    self._finish_turn(STOP_REASONS.get(self._stop, "end_turn"))
+                    self._finish_turn()
                 self._running += [prompt for prompt in taken if prompt is not None]
 
-    def _finish_turn(self, stop: str) -> None:
+    def _finish_turn(self, *, aborted: bool = False) -> None:
+        """Answer the prompts whose turn ended: with the turn's stop reason, or, when it
+        failed, with its error."""
         running, self._running = self._running, []
+        stop = "cancelled" if aborted else STOP_REASONS.get(self._stop, "end_turn")
+        if self._stop == "error" and not aborted:
+            stop = "refusal" if _REFUSED.search(self._error or "") else ""
         for request_id in running:
-            self._answer(request_id, stop)
+            if stop:
+                self._answer(request_id, stop)
+            else:
+                self._front.fail(request_id, INTERNAL_ERROR, self._error or "The run failed")
+                self._answered()
 
     def _answer(self, request_id: RequestId, stop: str) -> None:
         self._front.answer(request_id, {"stopReason": stop})

@@ -492,3 +492,30 @@ def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None
                      "tool_call_update", "user_message_chunk", "usage_update",
                      "current_mode_update", "available_commands_update",
                      "session/request_permission", "fs/read_text_file", "fs/write_text_file"}
+
+
+def test_a_failed_run_is_an_error_and_a_cut_reply_max_tokens(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+    command[command.index("--script") + 1] = str(tmp_path / "fail.json")
+    (tmp_path / "fail.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"status": 400, "errorType": "invalid_request_error",
+         "errorMessage": "the prompt is too odd"},
+        {"content": [{"type": "text", "text": "Cut"}], "stopReason": "length"}]}))
+
+    async def drive() -> tuple[str, str]:
+        async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=project)).session_id
+            try:
+                await conn.prompt(session_id=sid, prompt=[acp.text_block("Odd")])
+                failed = ""
+            except acp.RequestError as exc:
+                failed = str(exc)
+            cut = await conn.prompt(session_id=sid, prompt=[acp.text_block("Long")])
+            return failed, cut.stop_reason
+
+    failed, cut = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert "the prompt is too odd" in failed
+    assert cut == "max_tokens"
