@@ -298,7 +298,8 @@ class AcpSession:
         self._cost = 0.0
         self._always: set[tuple[str, str]] = set()
         """Dialogs (tool and title) the user allowed always."""
-        self._asking: set[trio.CancelScope] = set()
+        self._asking: dict[str, trio.CancelScope] = {}
+        """The permission requests open for each dialog."""
 
     def attach(self, link: Link, session_id: str) -> None:
         self.link = link
@@ -341,6 +342,8 @@ class AcpSession:
             self._queue_changed(event)
         elif kind == "extension_ui_request":
             self._dialog(event)
+        elif kind == "extension_ui_resolved" and event.get("id") in self._asking:
+            self._asking[event["id"]].cancel()  # another client of the daemon answered
         elif kind == "thinking_level_changed":
             self._update({"sessionUpdate": "current_mode_update",
                           "currentModeId": event["level"]})
@@ -472,7 +475,7 @@ class AcpSession:
         """Drop what is queued, abort the run, and withdraw the open permission requests:
         the prompts answer ``cancelled``."""
         self._cancelling = self._unanswered > 0
-        for scope in self._asking:
+        for scope in self._asking.values():
             scope.cancel()
         self.link.send({"type": "clear_queue"}, _ignore)
         self.link.send({"type": "abort"}, _ignore)
@@ -514,7 +517,7 @@ class AcpSession:
             tool_call["title"] = title
         outcome: Message = {}
         with trio.CancelScope() as scope:
-            self._asking.add(scope)
+            self._asking[event["id"]] = scope
             try:
                 result = await self._front.request("session/request_permission", {
                     "sessionId": self.session_id, "toolCall": tool_call, "options": options})
@@ -522,7 +525,7 @@ class AcpSession:
             except (AcpError, ClientGone) as exc:
                 log(f"a permission request was not answered ({exc}); taken as no")
             finally:
-                self._asking.discard(scope)
+                self._asking.pop(event["id"], None)
         chosen = outcome.get("optionId") if outcome.get("outcome") == "selected" else None
         if chosen is None:
             response["cancelled"] = True

@@ -237,8 +237,8 @@ def register(api):
 '''
 
 
-def test_a_plugin_gate_asks_the_editor_for_permission(tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+def test_a_plugin_gate_asks_the_editor_for_permission(tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = tmp_path / "project"
     (tmp_path / "gate.py").write_text(GATE_PLUGIN)
     command[command.index("--script") + 1] = str(tmp_path / "gated.json")
@@ -313,8 +313,8 @@ def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:
     assert not (project / "new.txt").exists()
 
 
-def test_a_queued_prompt_is_answered_when_its_own_turn_ends(tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+def test_a_queued_prompt_is_answered_when_its_own_turn_ends(tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
     command[command.index("--script") + 1] = str(tmp_path / "two.json")
     (tmp_path / "two.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
@@ -494,8 +494,8 @@ def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None
                      "session/request_permission", "fs/read_text_file", "fs/write_text_file"}
 
 
-def test_a_failed_run_is_an_error_and_a_cut_reply_max_tokens(tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+def test_a_failed_run_is_an_error_and_a_cut_reply_max_tokens(tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
     command[command.index("--script") + 1] = str(tmp_path / "fail.json")
     (tmp_path / "fail.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
