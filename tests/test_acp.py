@@ -519,3 +519,36 @@ def test_a_failed_run_is_an_error_and_a_cut_reply_max_tokens(tmp_path: Path, how
     failed, cut = asyncio.run(asyncio.wait_for(drive(), 60))
     assert "the prompt is too odd" in failed
     assert cut == "max_tokens"
+
+
+def test_a_prompt_while_busy_steers_when_the_setting_says_so(tmp_path: Path) -> None:
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {"acpPromptWhileBusy": "steer"}))
+    command[command.index("--script") + 1] = str(tmp_path / "steer.json")
+    (tmp_path / "steer.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [{"type": "text", "text": "slow " * 50, "chunks": 50, "delayMs": 20},
+                     {"type": "toolCall", "name": "bash", "arguments": {"command": "true"}}]},
+        {"content": [{"type": "text", "text": "Second."}]}]}))
+
+    async def drive() -> list[str]:
+        editor = Editor()
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=project)).session_id
+            first = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[
+                acp.text_block("A")]))
+            await editor.streaming.wait()
+            second = await conn.prompt(session_id=sid, prompt=[acp.text_block("B")])
+            return [(await first).stop_reason, second.stop_reason, editor.said()]
+
+    first, second, said = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert (first, second) == ("end_turn", "end_turn")
+    assert said.endswith("Second.")  # B steered: no third reply was needed
+    (stored,) = (tmp_path / "agent" / "sessions").glob("*/*.jsonl")
+    roles = [entry["message"]["role"] for entry in map(json.loads, stored.read_text().split(
+        "\n")[1:-1]) if entry["type"] == "message"]
+    assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
