@@ -210,7 +210,8 @@ class InProcess:
     async def serve(self, acp_session: AcpSession, stored_id: str | None, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         models = await self._registry()
-        options = attrs.evolve(self._options, cwd=acp_session.cwd)
+        options = attrs.evolve(self._options, cwd=acp_session.cwd,
+                               mcp_handed=acp_session.mcp_servers)
         if stored_id is not None:
             path = next((Path(item.path) for item in list_stored(acp_session.cwd)
                          if item.session_id == stored_id), None)
@@ -244,6 +245,9 @@ class InDaemon:
 
     async def serve(self, acp_session: AcpSession, stored_id: str | None, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        if acp_session.mcp_servers:
+            log(f"{len(acp_session.mcp_servers)} MCP server(s) of session/new not connected: "
+                "the daemon's sessions connect the servers of its mcp.json files")
         stream = await self._connect()
         async with stream, trio.open_nursery() as nursery:
             link = DaemonLink(stream, acp_session.on_event)
@@ -274,6 +278,8 @@ class AcpSession:
         self.cwd = cwd
         self.session_id = ""
         self.link: Link
+        self.mcp_servers: dict[str, Any] = {}
+        """The MCP servers the client handed the session, as mcp.json entries."""
         self.busy_prompt = "followUp"
         """What a prompt sent while one runs becomes (`BUSY_PROMPT_SETTING`)."""
         self._arguments: dict[str, dict[str, Any]] = {}
@@ -640,6 +646,26 @@ class AcpSession:
                                                                      or []))
 
 
+def mcp_entries(servers: Any) -> dict[str, Any]:
+    """ACP's ``mcpServers`` (a list; ``env`` and ``headers`` as name/value lists) as
+    mcp.json entries; one that is not an object with a name is reported and skipped."""
+    entries: dict[str, Any] = {}
+    for server in servers if isinstance(servers, list) else []:
+        if not isinstance(server, dict) or not isinstance(server.get("name"), str):
+            log(f"an MCP server of session/new is skipped: {server!r}")
+            continue
+        entry = {key: value for key, value in server.items()
+                 if key not in ("name", "env", "headers", "_meta")}
+        for key in ("env", "headers"):
+            pairs = server.get(key)
+            if isinstance(pairs, list):
+                entry[key] = {pair["name"]: pair["value"] for pair in pairs
+                              if isinstance(pair, dict) and isinstance(pair.get("name"), str)
+                              and isinstance(pair.get("value"), str)}
+        entries[server["name"]] = entry
+    return entries
+
+
 def _text(blocks: list[Any]) -> str:
     return "".join(block.get("text", "") for block in blocks
                    if isinstance(block, dict) and block.get("type") == "text")
@@ -873,10 +899,8 @@ class AcpFront:
 
     async def _open(self, params: Message, stored_id: str | None = None) -> AcpSession:
         """A new session in the request's cwd, or the stored one `stored_id` names there."""
-        if params.get("mcpServers"):
-            log(f"{len(params['mcpServers'])} MCP server(s) asked for; forged does not "
-                "connect MCP servers yet")
         acp_session = AcpSession(self, self._folder(params))
+        acp_session.mcp_servers = mcp_entries(params.get("mcpServers"))
         await self.nursery.start(self._sessions.serve, acp_session, stored_id)
         self.sessions[acp_session.session_id] = acp_session
         return acp_session

@@ -52,7 +52,9 @@ other commands:
   forged connect [--socket PATH] [--no-start] ...
                       a stdio bridge to the daemon, in place of forged --mode rpc
   forged status [--socket PATH]
-                      whether a daemon runs, its sessions and clients"""
+                      whether a daemon runs, its sessions and clients
+  forged mcp list | add NAME (--url URL | -- COMMAND ARGS...) | remove NAME
+                      the MCP servers sessions connect (mcp.json)"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,6 +173,11 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
                         "(repeatable)")
     parser.add_argument("--trust-project", dest="approve", action="store_const", const=True,
                         help="as --approve")
+    parser.add_argument("--mcp-config", action="append", type=Path, default=[], metavar="FILE",
+                        help="also connect the MCP servers of this file ({\"mcpServers\": "
+                        "...}) for this run (repeatable)")
+    parser.add_argument("--no-mcp", action="store_true",
+                        help="connect no MCP server for this run")
     parser.add_argument("--extension", "-e", action="append", default=[], metavar="PATH",
                         help="refused: TypeScript extensions are not supported (see --plugin)")
     for flag, takes in IGNORED_FLAGS.items():
@@ -231,6 +238,32 @@ def build_config_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_mcp_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged mcp", description="The MCP servers sessions connect: <agentDir>/mcp.json "
+        "and, in a trusted project, .agent-forge/mcp.json.")
+    actions = parser.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", help="connect each server and print its transport, "
+                                 "status and tools (exit 1 if one failed)")
+    adding = actions.add_parser("add", help="add a server: --url URL, or -- COMMAND ARGS...")
+    adding.add_argument("name")
+    adding.add_argument("--url", help="a streamable-HTTP server's URL")
+    adding.add_argument("--header", action="append", default=[], metavar="NAME=VALUE",
+                        help="an HTTP header (repeatable; ${VAR} is expanded when used)")
+    adding.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable of a stdio server (repeatable)")
+    adding.add_argument("command", nargs="*", help="after --: a stdio server's command")
+    removing = actions.add_parser("remove", help="remove a server")
+    removing.add_argument("name")
+    for sub in (listing, adding, removing):
+        sub.add_argument("--cwd", type=Path, help="the project directory (default: the "
+                         "current directory)")
+    for sub in (adding, removing):
+        sub.add_argument("--local", "-l", action="store_true",
+                         help="the project's .agent-forge/mcp.json instead of the user's")
+    return parser
+
+
 def config_show(argv: list[str]) -> int:
     from ._paths import agent_dir
     from ._settings import Settings
@@ -288,6 +321,8 @@ def options_from(args: argparse.Namespace) -> Options:
                          no_skills=args.no_skills, no_prompt_templates=args.no_prompt_templates,
                          no_context_files=args.no_context_files),
         plugins=args.plugin, approve=args.approve, thinking=args.thinking,
+        mcp_files=[path.expanduser().resolve() for path in args.mcp_config],
+        no_mcp=args.no_mcp,
         api_key=args.api_key, session_id=args.session_id, fork=args.fork,
         tools=ToolChoice(tools=args.tools, no_tools=args.no_tools,
                          no_builtin_tools=args.no_builtin_tools,
@@ -398,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:2] == ["config", "show"]:
         return config_show(argv[2:])
+    if argv[:1] == ["mcp"]:
+        from ._oneshot import mcp_command
+
+        return mcp_command(build_mcp_parser().parse_args(argv[1:]))
     if argv[:1] and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv[0], argv[1:])
     args = parse_command_line(argv)

@@ -9,6 +9,7 @@ import gc
 import glob
 import os
 from pathlib import Path
+from typing import Any
 
 import attrs
 import orjson
@@ -18,6 +19,7 @@ from . import _codec
 from . import _wire as w
 from ._errors import ConfigError
 from ._log import log
+from ._mcp import McpConfig
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scripted
 from ._paths import agent_dir, session_dir_for
 from ._plugins import discover_plugins
@@ -52,6 +54,11 @@ class Options:
     tools: ToolChoice = attrs.Factory(ToolChoice)
     session_id: str | None = None
     fork: str | None = None
+    mcp_files: list[Path] = attrs.Factory(list)
+    """``--mcp-config``."""
+    mcp_handed: dict[str, Any] = attrs.Factory(dict)
+    """MCP servers a client hands the session (ACP's ``mcpServers``), as mcp.json entries."""
+    no_mcp: bool = False
 
 
 @attrs.define(kw_only=True)
@@ -166,7 +173,9 @@ def session_config(options: Options, models: Models) -> SessionConfig:
                          settings=settings, model_scope=options.models, extra=options.extra,
                          plugins=discover_plugins(options.cwd, directory, settings,
                                                   extra=options.plugins),
-                         interactive=options.interactive, tools=options.tools)
+                         interactive=options.interactive, tools=options.tools,
+                         mcp=McpConfig(files=options.mcp_files, handed=options.mcp_handed,
+                                       disabled=options.no_mcp))
 
 
 def use_key(registry: ModelRegistry, options: Options, provider: str | None) -> None:

@@ -41,6 +41,7 @@ ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
     w.GetState, w.GetMessages, w.GetAvailableModels, w.GetAvailableThinkingLevels,
     w.GetEntries, w.GetTree, w.GetLastAssistantText, w.GetForkMessages, w.GetSessionStats,
     w.GetCommands, w.Abort, w.AbortBash, w.AbortRetry, w.ClearQueue, w.ExtensionUiResponse,
+    w.GetMcpServers,
 })
 
 
@@ -131,6 +132,8 @@ class Dispatcher:
                 commands=self.session.commands(),
                 untrusted_project=self.session.settings.project_untrusted_note)),
             w.ExtensionUiResponse: self.extension_ui_response,
+            w.GetMcpServers: lambda _, reply: reply.ok(w.McpServerList(
+                servers=self.session.mcp.infos())),
         }
 
     def handle(self, command: Any, command_id: str | int | None,

@@ -1,12 +1,14 @@
-"""Commands that do one thing and exit, as the ancestor's: ``--list-models [SEARCH]`` and
-``--export FILE [OUT]``."""
+"""Commands that do one thing and exit, as the ancestor's: ``--list-models [SEARCH]``,
+``--export FILE [OUT]`` and ``forged mcp list|add|remove``."""
 
 from __future__ import annotations
 
 import contextlib
 import sys
 from pathlib import Path
+from typing import Any
 
+import orjson
 import trio
 
 from ._config import Options, use_key
@@ -87,3 +89,101 @@ def export(path: str, output: str | None) -> int:
         return 1
     print(f"Exported to: {written}")
     return 0
+
+
+# --- forged mcp --------------------------------------------------------------------------------
+
+def mcp_command(args: Any) -> int:
+    """``forged mcp list``, ``add`` or ``remove``, for the project in ``--cwd``."""
+    from ._mcp import MCP_FILE
+    from ._settings import PROJECT_DIR
+
+    cwd = (args.cwd or Path.cwd()).expanduser().resolve()
+    if args.action == "list":
+        return trio.run(_mcp_list, cwd)
+    path = cwd / PROJECT_DIR / MCP_FILE if args.local else agent_dir() / MCP_FILE
+    try:
+        raw = orjson.loads(path.read_bytes()) if path.exists() else {}
+    except (OSError, orjson.JSONDecodeError) as exc:
+        log(f"{path}: {exc}")
+        return 1
+    servers = raw.setdefault("mcpServers", {}) if isinstance(raw, dict) else None
+    if not isinstance(servers, dict):
+        log(f"{path}: mcpServers must be an object")
+        return 1
+    if args.action == "remove":
+        if servers.pop(args.name, None) is None:
+            log(f"no MCP server {args.name} in {path}")
+            return 1
+    else:
+        entry = _mcp_entry(args)
+        if entry is None:
+            return 2
+        servers[args.name] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2) + b"\n")
+    print(f"{'removed' if args.action == 'remove' else 'added'} {args.name} in {path}")
+    return 0
+
+
+def _mcp_entry(args: Any) -> dict[str, Any] | None:
+    from ._mcp import ConfigProblem, parse_entry
+
+    def pairs(items: list[str], flag: str) -> dict[str, str] | None:
+        found: dict[str, str] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                log(f"{flag} {item!r}: expected NAME=VALUE")
+                return None
+            found[key] = value
+        return found
+
+    env, headers = pairs(args.env, "--env"), pairs(args.header, "--header")
+    if env is None or headers is None:
+        return None
+    if bool(args.url) == bool(args.command):
+        log("forged mcp add: give --url URL, or -- COMMAND [ARGS...]")
+        return None
+    entry: dict[str, Any] = (
+        {"url": args.url, **({"headers": headers} if headers else {})} if args.url else
+        {"command": args.command[0], "args": args.command[1:], **({"env": env} if env else {})})
+    try:
+        parse_entry(args.name, entry, "forged mcp add")
+    except ConfigProblem as exc:
+        log(str(exc))
+        return None
+    return entry
+
+
+async def _mcp_list(cwd: Path) -> int:
+    """Connect every server of `cwd` and print each: transport, status, tools."""
+    from ._mcp import MCP_FILE, McpConfig, McpServers
+    from ._settings import PROJECT_DIR, Settings
+
+    settings = Settings(agent_dir(), cwd)
+    config = McpConfig(user_file=agent_dir() / MCP_FILE,
+                       project_file=cwd / PROJECT_DIR / MCP_FILE
+                       if settings.project_trusted else None)
+    specs = config.load()
+    servers = McpServers(specs, cwd)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(servers.serve)
+        for server in servers.servers.values():
+            await server.attempted()
+        failed = False
+        for server in servers.servers.values():
+            spec = server.spec
+            where = spec.command if spec.transport == "stdio" else spec.url
+            print(f"{spec.name}  {spec.transport}  {server.status}  {where}  ({spec.source})")
+            if server.status == "ready":
+                print(f"  {len(server.listed)} tools: "
+                      f"{', '.join(tool.name for tool in server.listed) or '(none)'}")
+            elif server.status == "failed":
+                failed = True
+                print(f"  error: {server.last_error}")
+        if not specs and not config.problems:
+            print(f"no MCP servers (add one with: forged mcp add NAME -- COMMAND, or in "
+                  f"{agent_dir() / MCP_FILE})")
+        nursery.cancel_scope.cancel()
+    return 1 if failed or config.problems else 0

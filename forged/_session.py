@@ -14,7 +14,8 @@ is the one answer to "is this session doing something".
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import ChainMap
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
 from ._jsonl import encode_line
 from ._log import log
+from ._mcp import MCP_FILE, McpConfig, McpServers, ServerSpec
 from ._model_choice import ModelChoice
 from ._models import ModelRegistry, clamp_level
 from ._paths import session_dir_for
@@ -36,7 +38,7 @@ from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._resources import ExtraPaths, Origin, Resources
 from ._retry import RetrySettings
 from ._run import Runner
-from ._settings import Settings
+from ._settings import PROJECT_DIR, Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, open_store
@@ -85,6 +87,8 @@ class SessionConfig:
     """The id a new session file gets (``--session-id``; else a fresh one)."""
     fork_from: Path | None = None
     """A session file whose whole branch the new session starts with (``--fork``)."""
+    mcp: McpConfig = attrs.Factory(McpConfig)
+    """MCP servers beyond the user's and the trusted project's ``mcp.json``."""
 
     @property
     def new_files_dir(self) -> Path | None:
@@ -101,15 +105,21 @@ class _Files:
     settings: Settings
     resources: Resources
     store: SessionFile
+    mcp_servers: list[ServerSpec]
 
     @classmethod
     def read(cls, config: SessionConfig) -> _Files:
         settings = config.settings or Settings(config.agent_dir, config.cwd)
+        mcp = attrs.evolve(
+            config.mcp, user_file=config.agent_dir / MCP_FILE,
+            project_file=config.cwd / PROJECT_DIR / MCP_FILE if settings.project_trusted
+            else None)
         return cls(settings=settings,
                    resources=Resources.load(config.cwd, config.agent_dir, settings, config.extra),
                    store=open_store(config.session_path, config.new_files_dir, config.cwd,
                                     session_id=config.new_session_id,
-                                    fork_from=config.fork_from))
+                                    fork_from=config.fork_from),
+                   mcp_servers=mcp.load())
 
 
 @contextlib.asynccontextmanager
@@ -132,6 +142,7 @@ async def open_session(config: SessionConfig, sink: Sink,
         async with trio.open_nursery() as session_nursery:
             session = Session(config, files, sink, session_nursery, wait_for_room)
             session_nursery.start_soon(session.plugins.serve_observers)
+            session_nursery.start_soon(session.mcp.serve)
             yield session
             session_nursery.cancel_scope.cancel()
     finally:
@@ -287,7 +298,10 @@ class Session:
         self._wait_for_room = wait_for_room
         self.plugins = Plugins([], self)  # `emit` tells them; the real ones register last
         self.queues = Queues(self.emit, settings)
-        self.tools: dict[str, Tool] = {}
+        self.mcp = McpServers(files.mcp_servers, config.cwd)
+        self.own_tools: dict[str, Tool] = {}
+        """The built-in and plugin tools; `tools` adds the MCP servers' as they connect."""
+        self.tools: Mapping[str, Tool] = {}
         self.scratch = ScratchDir()
         self.files: ClientFiles | None = None
         """The client's files, for the file tools (an ACP editor's), else the disk."""
@@ -312,8 +326,9 @@ class Session:
                 log(f"a plugin's tool {name} is a built-in tool's name; skipped")
             else:
                 plugin_tools[name] = tool
-        self.tools, unknown = select_tools(
+        self.own_tools, unknown = select_tools(
             plugin_tools, attrs.evolve(config.tools, default=settings.default_tools()))
+        self.tools = ChainMap(self.own_tools, self.mcp.tools)
         if unknown:
             log(f"no tool is called {', '.join(unknown)}; ignored")
 
@@ -504,10 +519,15 @@ class Session:
         """Why a plugin blocks `call`, or None to run it."""
         return await self.plugins.before_tool_call(call.id, call.name, call.arguments)
 
+    async def tools_ready(self) -> None:
+        """Until the MCP servers still connecting have connected, or waited long enough."""
+        await self.mcp.wait_started()
+
     def model_request(self) -> tuple[Provider, ProviderRequest]:
-        tools = list(self.tools.values())
-        return self._request(self.resources.system_prompt(tools, self.plugins.guidelines),
-                             list(self.messages), tools, self.thinking_level)
+        own = list(self.own_tools.values())
+        return self._request(self.resources.system_prompt(own, self.plugins.guidelines),
+                             list(self.messages), [*own, *self.mcp.tools.values()],
+                             self.thinking_level)
 
     def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                         ) -> tuple[Provider, ProviderRequest]:

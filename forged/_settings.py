@@ -89,8 +89,8 @@ def apply_section(target: object, section: object, keys: Mapping[str, str]) -> N
             setattr(target, name, value)
 
 
-PROTECTED = ("settings.json", "SYSTEM.md", "APPEND_SYSTEM.md", "agent/skills", "agent/prompts",
-             "agent/plugins", "agent/SYSTEM.md", "agent/APPEND_SYSTEM.md")
+PROTECTED = ("settings.json", "mcp.json", "SYSTEM.md", "APPEND_SYSTEM.md", "agent/skills",
+             "agent/prompts", "agent/plugins", "agent/SYSTEM.md", "agent/APPEND_SYSTEM.md")
 """What of a project's ``.agent-forge/`` needs trust: settings, prompts, skills and plugins
 (a bare folder does not)."""
 

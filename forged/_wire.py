@@ -704,13 +704,18 @@ class ExtensionUiResponse:
     cancelled: bool | None = None
 
 
+@attrs.define(kw_only=True, eq=False, repr=False)
+class GetMcpServers:
+    type: str = tag("get_mcp_servers")
+
+
 Command = (
     Prompt | Steer | FollowUp | Abort | ClearQueue | NewSession | GetState | GetMessages
     | SetModel | CycleModel | GetAvailableModels | SetThinkingLevel | CycleThinkingLevel
     | GetAvailableThinkingLevels | SetSteeringMode | SetFollowUpMode | Compact
     | SetAutoCompaction | SetAutoRetry | AbortRetry | Bash | AbortBash | GetSessionStats
     | ExportHtml | SwitchSession | Fork | Clone | GetForkMessages | GetEntries | GetTree
-    | GetLastAssistantText | SetSessionName | GetCommands | ExtensionUiResponse
+    | GetLastAssistantText | SetSessionName | GetCommands | ExtensionUiResponse | GetMcpServers
 )
 
 COMMAND_CLASSES: dict[str, type[Any]] = {
@@ -930,6 +935,26 @@ class CommandList:
     untrusted_project: str | None = None
     """Why the project's own prompts, skills and plugins are not among them, when they
     are not."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class McpServerInfo:
+    name: str
+    transport: str
+    """``stdio`` or ``http``."""
+    status: str
+    """``starting``, ``ready``, ``failed``, ``stopped`` or ``disabled``."""
+    tool_count: int
+    last_error: str | None = None
+    description: str | None = None
+    source: str | None = None
+    """The file that configures it, or ``client`` (handed by the client, as ACP's
+    ``mcpServers``)."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class McpServerList:
+    servers: list[McpServerInfo]
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -192,11 +192,14 @@ async def test_last_assistant_text_is_null_before_any_reply(tmp_path: Path) -> N
 
 
 def test_startup_imports_only_what_it_needs() -> None:
-    """No SDK ever; markdown-it only to export, the scripted server only for its provider,
-    httpx (and h11 under it) only in the providers' worker thread."""
+    """No provider SDK ever, the MCP SDK only for a session with an MCP server; markdown-it
+    only to export, the scripted server only for its provider, httpx (and h11 under it) only
+    in the providers' worker thread."""
     code = ("import sys, forged._cli, forged._transports.stdio, forged._print, forged._daemon\n"
+            "import forged._session, forged._acp, forged._mcp\n"
             "print(' '.join(sorted(m for m in ('anthropic', 'openai', 'markdown_it', 'h11',\n"
-            "    'httpx', 'forged._providers.scripted', 'forged._providers.http')\n"
+            "    'httpx', 'forged._providers.scripted', 'forged._providers.http', 'mcp',\n"
+            "    'anyio', 'httpx2')\n"
             "    if m in sys.modules)))\n")
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.split()

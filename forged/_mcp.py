@@ -1,0 +1,620 @@
+"""Model Context Protocol servers as tool sources, in every mode.
+
+Configuration, in this order (a later entry of a name replaces an earlier one):
+``<agentDir>/mcp.json``; a trusted project's ``.agent-forge/mcp.json`` (an entry with no
+``command``, ``url`` or ``type`` changes only ``enabled`` and ``toolExposure`` of the user's
+entry); each ``--mcp-config FILE``; the servers a client hands the session (ACP's
+``mcpServers``). The format is the one other MCP clients share:
+``{"mcpServers": {NAME: {...}}}`` (docs/protocol.md, MCP servers).
+
+Each server of a session is a task of that session; nothing is shared between sessions::
+
+    session_nursery
+    └── McpServers.serve
+        └── McpServer.serve           one per enabled server: connect, list its tools, hold
+            │                         the connection until the session ends or it is lost;
+            │                         then wait for the next use and reconnect (backoff)
+            ├── the SDK's transport   stdio: a process group of its own; HTTP: one client
+            └── read_stderr           a stdio server's stderr -> forged's log, as [mcp NAME]
+
+The ``mcp`` SDK (on anyio, so on trio) is imported by a server's task only: a process or a
+session without MCP servers never loads it. Start-up never delays ``get_state``; a model
+request waits for servers still connecting (at most `STARTUP_WAIT_S`), then goes on without
+them. A call that hangs past the server's ``timeout`` fails and restarts the server; ``abort``
+cancels the call (the SDK sends ``notifications/cancelled``) and the tool ends at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from . import __version__
+from . import _wire as w
+from ._log import log
+from ._models import resolve_value
+from ._tools import Tool, ToolContext, ToolError, text_result
+
+MCP_FILE = "mcp.json"
+DEFAULT_TIMEOUT_S = 60.0
+STARTUP_WAIT_S = 10.0
+"""How long a model request waits for a server that is still connecting."""
+MAX_BACKOFF_S = 30.0
+MAX_TOOL_NAME = 64
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+STDERR_TAIL_LINES = 5
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+@attrs.define(kw_only=True)
+class ServerSpec:
+    """One configured server, as written (values are expanded when it connects)."""
+
+    name: str
+    transport: str
+    """``stdio`` or ``http`` (streamable HTTP)."""
+    command: str | None = None
+    args: list[str] = attrs.Factory(list)
+    env: dict[str, str] = attrs.Factory(dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = attrs.Factory(dict)
+    enabled: bool = True
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    description: str | None = None
+    tool_exposure: list[str] = attrs.Factory(list)
+    """``name`` shows only the tools listed so; ``!name`` hides one (``*`` matches any)."""
+    source: str = ""
+
+
+class ConfigProblem(ValueError):
+    pass
+
+
+def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
+    """One ``mcpServers`` entry; `ConfigProblem` says what is wrong with it."""
+    if not _SERVER_NAME.match(name):
+        raise ConfigProblem(f"server name {name!r} may hold only letters, digits, _ and -")
+    if not isinstance(raw, dict):
+        raise ConfigProblem(f"server {name}: expected an object")
+    kind = raw.get("type")
+    if kind == "sse":
+        raise ConfigProblem(
+            f"server {name}: the legacy SSE transport is not supported; servers that offer "
+            "SSE usually offer streamable HTTP too, often at /mcp instead of /sse")
+    if kind not in (None, "stdio", "http", "streamable-http"):
+        raise ConfigProblem(f"server {name}: unknown type {kind!r} (stdio, http or "
+                            "streamable-http)")
+    has_command, has_url = isinstance(raw.get("command"), str), isinstance(raw.get("url"), str)
+    if has_command == has_url:
+        raise ConfigProblem(f"server {name}: give either command (stdio) or url (HTTP)")
+    transport = "stdio" if has_command else "http"
+    if kind is not None and (kind == "stdio") != (transport == "stdio"):
+        raise ConfigProblem(f"server {name}: type {kind} does not match its "
+                            f"{'command' if has_command else 'url'}")
+    timeout = raw.get("timeout", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ConfigProblem(f"server {name}: timeout must be a positive number of seconds")
+    return ServerSpec(
+        name=name, transport=transport, command=raw.get("command"),
+        args=_strings(raw.get("args", []), name, "args"),
+        env=_string_map(raw.get("env", {}), name, "env"),
+        cwd=raw["cwd"] if isinstance(raw.get("cwd"), str) else None,
+        url=raw.get("url"), headers=_string_map(raw.get("headers", {}), name, "headers"),
+        enabled=raw.get("enabled", True) is not False, timeout_s=float(timeout),
+        description=raw["description"] if isinstance(raw.get("description"), str) else None,
+        tool_exposure=_strings(raw.get("toolExposure", []), name, "toolExposure"),
+        source=source)
+
+
+def _strings(value: Any, name: str, key: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConfigProblem(f"server {name}: {key} must be a list of strings")
+    return list(value)
+
+
+def _string_map(value: Any, name: str, key: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(item, str)
+                                              for item in value.values()):
+        raise ConfigProblem(f"server {name}: {key} must map names to strings")
+    return dict(value)
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A file's ``mcpServers`` object; empty when the file does not exist."""
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {}
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise ConfigProblem(f"{path}: {exc}") from None
+    servers = raw.get("mcpServers", {}) if isinstance(raw, dict) else None
+    if not isinstance(servers, dict):
+        raise ConfigProblem(f"{path}: mcpServers must be an object")
+    return servers
+
+
+@attrs.define(kw_only=True)
+class McpConfig:
+    """Where a session's servers come from."""
+
+    user_file: Path | None = None
+    project_file: Path | None = None
+    """Only for a trusted project."""
+    files: list[Path] = attrs.Factory(list)
+    """``--mcp-config``."""
+    handed: dict[str, Any] = attrs.Factory(dict)
+    """Entries a client hands the session (ACP's ``mcpServers``)."""
+    disabled: bool = False
+    """``--no-mcp``."""
+    problems: list[str] = attrs.Factory(list)
+    """What `load` skipped, and why."""
+
+    def load(self) -> list[ServerSpec]:
+        """The servers, each problem reported on stderr and its entry skipped."""
+        if self.disabled:
+            return []
+        raw: dict[str, tuple[Any, str]] = {}
+        layers: list[tuple[str, dict[str, Any] | Path | None]] = [
+            ("user", self.user_file), ("project", self.project_file),
+            *(("file", path) for path in self.files), ("client", self.handed)]
+        for layer, where in layers:
+            if where is None:
+                continue
+            try:
+                entries = where if isinstance(where, dict) else read_file(where)
+            except ConfigProblem as exc:
+                self._problem(f"MCP configuration skipped: {exc}")
+                continue
+            source = "client" if isinstance(where, dict) else str(where)
+            for name, entry in entries.items():
+                previous = raw.get(name)
+                if (layer == "project" and previous is not None and isinstance(entry, dict)
+                        and not {"command", "url", "type"} & entry.keys()):
+                    entry = {**previous[0], **{key: entry[key] for key in (
+                        "enabled", "toolExposure") if key in entry}}
+                raw[name] = (entry, source)
+        specs: list[ServerSpec] = []
+        for name, (entry, source) in raw.items():
+            try:
+                specs.append(parse_entry(name, entry, source))
+            except ConfigProblem as exc:
+                self._problem(f"MCP server skipped ({source}): {exc}")
+        return specs
+
+    def _problem(self, text: str) -> None:
+        log(text)
+        self.problems.append(text)
+
+
+def expand(value: str) -> str:
+    """``${VAR}`` from the environment (empty when unset), or ``!command``'s output."""
+    if value.startswith("!"):
+        return resolve_value(value) or ""
+    return _ENV_REFERENCE.sub(lambda match: os.environ.get(match.group(1), ""), value)
+
+
+def tool_name(server: str, tool: str) -> str:
+    return _NOT_NAME.sub("_", f"mcp__{server}__{tool}")
+
+
+def _suffixed(name: str, key: str) -> str:
+    digest = hashlib.sha1(key.encode()).hexdigest()[:6]
+    return f"{name[:MAX_TOOL_NAME - 7]}_{digest}"
+
+
+def exposed(patterns: list[str], tool: str) -> bool:
+    """Whether `tool` reaches the model under ``toolExposure``."""
+    import fnmatch
+
+    shown = [p for p in patterns if not p.startswith("!")]
+    if any(fnmatch.fnmatchcase(tool, p[1:]) for p in patterns if p.startswith("!")):
+        return False
+    return not shown or any(fnmatch.fnmatchcase(tool, p) for p in shown)
+
+
+# --- one server --------------------------------------------------------------------------------
+
+class McpServer:
+    """One server of a session: its connection, its tools, and how it is doing."""
+
+    def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None]) -> None:
+        self.spec = spec
+        self._cwd = cwd
+        self._changed = changed
+        self.status = "starting" if spec.enabled else "disabled"
+        """``starting``, ``ready``, ``failed``, ``stopped`` or ``disabled``."""
+        self.last_error: str | None = None
+        self.listed: list[Any] = []
+        """The server's tools (the SDK's), as last listed."""
+        self.resources = False
+        """The server offers resources."""
+        self.session: Any = None
+        """The SDK's ClientSession while connected."""
+        self._failures = 0
+        self._retry_at = 0.0
+        self._attempt = trio.Event()
+        """Set when the connection attempt under way (or the next one) has ended."""
+        self._wanted = trio.Event()
+        self._lost = trio.Event()
+        self._stderr_tail: list[str] = []
+        self.started_at = math.inf
+
+    async def serve(self) -> None:
+        """Connect, and reconnect on the next use after the connection is lost."""
+        if not self.spec.enabled:
+            return
+        while True:
+            self._wanted = trio.Event()
+            self.started_at = trio.current_time()
+            self.status = "starting"
+            await self._connect()
+            self._failures += 1
+            self._retry_at = trio.current_time() + min(MAX_BACKOFF_S,
+                                                       0.25 * 2 ** (self._failures - 1))
+            await self._wanted.wait()
+            await trio.sleep_until(self._retry_at)
+
+    def _end_attempt(self) -> None:
+        ended, self._attempt = self._attempt, trio.Event()
+        ended.set()
+        self._changed()
+
+    async def _connect(self) -> None:
+        """One connection, from start-up until it is lost or the session ends."""
+        self._lost = trio.Event()
+        self._stderr_tail.clear()
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    self.session = await self._open(stack)
+                except Exception as exc:  # whatever the server does, the session goes on
+                    self._failed(exc)  # at once; its process is stopped as the stack unwinds
+                    return
+                self.status, self.last_error = "ready", None
+                self._failures = 0
+                self._end_attempt()
+                await self._lost.wait()
+                self.session = None
+                self.status = "failed" if self.last_error else "stopped"
+                self._end_attempt()
+        except Exception as exc:  # a transport that fails in the background ends up here
+            if self.status == "starting":
+                self._failed(exc)
+            else:
+                self.status, self.last_error = "failed", _describe(exc, self._stderr_tail)
+                log(f"MCP server {self.spec.name} lost its connection: {self.last_error}")
+        finally:
+            self.session = None
+
+    def _failed(self, exc: BaseException) -> None:
+        self.status = "failed"
+        self.last_error = _describe(exc, self._stderr_tail)
+        log(f"MCP server {self.spec.name} failed: {self.last_error}")
+        self._end_attempt()
+
+    async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
+        from mcp.client.session import ClientSession
+        from mcp.types import Implementation, PaginatedRequestParams
+
+        if self.spec.transport == "stdio":
+            streams = await self._stdio(stack)
+        else:
+            streams = await self._http(stack)
+        read, write = streams
+        session = await stack.enter_async_context(ClientSession(
+            read, write, read_timeout_seconds=self.spec.timeout_s,
+            client_info=Implementation(name="forged", version=__version__)))
+        with trio.fail_at(self.started_at + self.spec.timeout_s):
+            init = await session.initialize()
+            tools: list[Any] = []
+            cursor: str | None = None
+            while True:
+                page = await session.list_tools(
+                    params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+                tools += page.tools
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        self.listed = tools
+        self.resources = init.capabilities.resources is not None
+        return session
+
+    async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        spec = self.spec
+        read_fd, write_fd = os.pipe()
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
+        nursery.start_soon(self._read_stderr, read_fd)
+        # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
+        parameters = StdioServerParameters(**await trio.to_thread.run_sync(
+            _stdio_values, spec, self._cwd))
+        with os.fdopen(write_fd, "w") as errlog:
+            return await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+
+    async def _http(self, stack: contextlib.AsyncExitStack) -> Any:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        url, headers = await trio.to_thread.run_sync(
+            lambda: (expand(self.spec.url or ""),
+                     {k: expand(v) for k, v in self.spec.headers.items()}))
+        client = await stack.enter_async_context(httpx2.AsyncClient(
+            headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s)))
+        return await stack.enter_async_context(streamable_http_client(url, http_client=client))
+
+    async def _read_stderr(self, fd: int) -> None:
+        """The server's stderr, a line at a time, to forged's log; its end is the server's."""
+        stream = trio.lowlevel.FdStream(fd)
+        pending = b""
+        async with stream:
+            while data := await stream.receive_some(1 << 16):
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    self._note_stderr(line)
+            if pending:
+                self._note_stderr(pending)
+        if self.session is not None:
+            self.last_error = _describe(None, self._stderr_tail)
+            log(f"MCP server {self.spec.name} exited")
+        self._lost.set()
+
+    def _note_stderr(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        log(f"[mcp {self.spec.name}] {text}")
+        self._stderr_tail = [*self._stderr_tail, text][-STDERR_TAIL_LINES:]
+
+    async def connected(self) -> Any:
+        """The SDK session, connecting (or reconnecting) first if need be; `ToolError` when
+        the server cannot be reached."""
+        if self.session is not None:
+            return self.session
+        if self.status == "disabled":
+            raise ToolError(f"MCP server {self.spec.name} is disabled")
+        attempt = self._attempt
+        self._wanted.set()
+        await attempt.wait()
+        if self.session is None:
+            raise ToolError(f"MCP server {self.spec.name} is not available: "
+                            f"{self.last_error or self.status}")
+        return self.session
+
+    def lose(self, reason: str) -> None:
+        """Drop the connection (the server is stopped); the next use reconnects."""
+        self.last_error = reason
+        self._lost.set()
+
+    async def attempted(self) -> None:
+        """Until the connection attempt under way has ended, however long it takes."""
+        if self.status == "starting":
+            await self._attempt.wait()
+
+    async def wait_started(self) -> None:
+        """Until a server still connecting is connected or has failed, at most
+        `STARTUP_WAIT_S` (or its timeout) after it began."""
+        if self.status != "starting":
+            return
+        deadline = self.started_at + min(STARTUP_WAIT_S, self.spec.timeout_s)
+        with trio.move_on_at(deadline):
+            await self._attempt.wait()
+
+    async def call(self, tool: str, arguments: dict[str, Any], ctx: ToolContext
+                   ) -> w.ToolResult:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        session = await self.connected()
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            counted = f"{done:g}/{total:g}" if total else f"{done:g}"
+            ctx.update(text_result(f"{message} ({counted})" if message else counted))
+
+        try:
+            result = await session.call_tool(tool, arguments,
+                                             read_timeout_seconds=self.spec.timeout_s,
+                                             progress_callback=progress)
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                self.lose(f"{tool} did not answer within {self.spec.timeout_s:g} s")
+                raise ToolError(f"MCP server {self.spec.name}: {tool} did not answer within "
+                                f"{self.spec.timeout_s:g} s; the server is restarted on "
+                                "the next call") from None
+            if exc.code == CONNECTION_CLOSED:
+                self.lose("the connection closed during a call")
+                raise ToolError(f"MCP server {self.spec.name} stopped during the call "
+                                f"({_describe(None, self._stderr_tail)}); it is restarted "
+                                "on the next call") from None
+            raise ToolError(f"MCP server {self.spec.name}: {exc.error.message}") from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.lose(str(exc))
+            raise ToolError(f"MCP server {self.spec.name}: {exc}") from None
+        return _result(result)
+
+    def info(self) -> w.McpServerInfo:
+        return w.McpServerInfo(
+            name=self.spec.name, transport=self.spec.transport, status=self.status,
+            tool_count=len(self.listed), last_error=self.last_error,
+            description=self.spec.description, source=self.spec.source or None)
+
+
+def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:
+    """How a stdio server is started: its values expanded, ``~/`` made the home folder, a
+    relative cwd taken from the session's."""
+    def home(value: str) -> str:
+        return str(Path(value).expanduser()) if value.startswith("~/") else value
+
+    return {"command": home(expand(spec.command or "")),
+            "args": [home(expand(arg)) for arg in spec.args],
+            "env": {"AI_AGENT": "forged", **{k: expand(v) for k, v in spec.env.items()}},
+            "cwd": session_cwd / home(expand(spec.cwd)) if spec.cwd else session_cwd}
+
+
+def _describe(exc: BaseException | None, stderr: list[str]) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        text = "it did not answer initialize in time"
+    elif exc is None:
+        text = "it exited"
+    else:
+        inner = exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) and len(
+            exc.exceptions) == 1 else exc
+        error = getattr(inner, "error", None)  # the SDK's MCPError
+        text = str(getattr(error, "message", None) or inner) or type(inner).__name__
+    return f"{text}; its stderr ended: {stderr[-1]}" if stderr else text
+
+
+def _result(result: Any) -> w.ToolResult:
+    """A ``tools/call`` result as a tool result: text, images and resources; ``isError``
+    makes it a failure."""
+    content: list[w.UserContent] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            content.append(w.TextContent(text=block.text))
+        elif kind == "image":
+            content.append(w.ImageContent(data=block.data, mime_type=block.mime_type))
+        elif kind == "resource":
+            inner = block.resource
+            text = getattr(inner, "text", None)
+            content.append(w.TextContent(
+                text=f"<resource uri=\"{inner.uri}\">\n{text}\n</resource>" if text is not None
+                else f"[binary resource {inner.uri} ({inner.mime_type or 'unknown type'})]"))
+        elif kind == "resource_link":
+            content.append(w.TextContent(text=f"[{block.name}]({block.uri})"))
+        else:
+            content.append(w.TextContent(text=f"[{kind or 'unknown'} content]"))
+    structured = result.structured_content if isinstance(result.structured_content,
+                                                         dict) else None
+    if result.is_error:
+        raise ToolError("\n".join(block.text for block in content
+                                  if isinstance(block, w.TextContent)) or "The tool failed",
+                        structured=structured)
+    return w.ToolResult(content=content or [w.TextContent(text="(no output)")],
+                        structured_content=structured)
+
+
+# --- a session's servers -----------------------------------------------------------------------
+
+class McpServers:
+    """A session's servers and the tools they give the model (`tools`, kept up to date)."""
+
+    def __init__(self, specs: list[ServerSpec], cwd: Path) -> None:
+        self.servers = {spec.name: McpServer(spec, cwd, self._retool) for spec in specs}
+        self.tools: dict[str, Tool] = {}
+
+    async def serve(self) -> None:
+        if not self.servers:
+            return
+        async with trio.open_nursery() as nursery:
+            for server in self.servers.values():
+                nursery.start_soon(server.serve)
+
+    async def wait_started(self) -> None:
+        for server in self.servers.values():
+            await server.wait_started()
+
+    def infos(self) -> list[w.McpServerInfo]:
+        return [server.info() for server in self.servers.values()]
+
+    def _retool(self) -> None:
+        """Name every listed tool ``mcp__<server>__<tool>`` (a hash suffix for names that
+        collide or run long), and add the resource tools when a server has resources."""
+        wanted: list[tuple[str, McpServer, Any]] = [
+            (tool_name(server.spec.name, listed.name), server, listed)
+            for server in self.servers.values() for listed in server.listed
+            if exposed(server.spec.tool_exposure, listed.name)]
+        counts: dict[str, int] = {}
+        for name, _, _ in wanted:
+            counts[name] = counts.get(name, 0) + 1
+        tools: dict[str, Tool] = {}
+        for name, server, listed in wanted:
+            if counts[name] > 1 or len(name) > MAX_TOOL_NAME:
+                name = _suffixed(name, f"{server.spec.name}/{listed.name}")
+            tools[name] = _server_tool(name, server, listed)
+        if any(server.resources for server in self.servers.values()):
+            tools.update({tool.name: tool for tool in self._resource_tools()})
+        self.tools.clear()
+        self.tools.update(tools)
+
+    def _resource_tools(self) -> list[Tool]:
+        servers = self.servers
+
+        async def list_resources(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
+            names = [arguments["server"]] if isinstance(arguments.get("server"), str) else [
+                name for name, server in servers.items() if server.resources]
+            found: list[dict[str, Any]] = []
+            for name in names:
+                session = await _server(servers, name).connected()
+                listed = await session.list_resources()
+                found += [{"server": name, "uri": str(item.uri), "name": item.name,
+                           **({"mimeType": item.mime_type} if item.mime_type else {}),
+                           **({"description": item.description} if item.description else {})}
+                          for item in listed.resources]
+            return text_result(orjson.dumps({"resources": found},
+                                            option=orjson.OPT_INDENT_2).decode())
+
+        async def read_resource(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
+            server, uri = arguments.get("server"), arguments.get("uri")
+            if not isinstance(server, str) or not isinstance(uri, str):
+                raise ToolError("read_mcp_resource needs server and uri")
+            session = await _server(servers, server).connected()
+            read = await session.read_resource(uri)
+            content: list[w.UserContent] = []
+            for item in read.contents:
+                if getattr(item, "text", None) is not None:
+                    content.append(w.TextContent(text=item.text))
+                elif (item.mime_type or "").startswith("image/"):
+                    content.append(w.ImageContent(data=item.blob, mime_type=item.mime_type))
+                else:
+                    content.append(w.TextContent(
+                        text=f"[binary resource {item.uri} ({item.mime_type or 'unknown'})]"))
+            return w.ToolResult(content=content or [w.TextContent(text="(empty resource)")])
+
+        return [
+            Tool(name="list_mcp_resources", snippet="List MCP servers' resources",
+                 description="List the resources MCP servers offer, as JSON (server, uri, "
+                 "name, mimeType). Give server to list one server's only.",
+                 parameters={"type": "object", "properties": {"server": {
+                     "type": "string", "description": "One server's name"}}},
+                 parse=dict, run=list_resources),
+            Tool(name="read_mcp_resource", snippet="Read an MCP server's resource",
+                 description="Read a resource of an MCP server by its server and uri.",
+                 parameters={"type": "object", "properties": {
+                     "server": {"type": "string", "description": "The server's name"},
+                     "uri": {"type": "string", "description": "The resource's URI"}},
+                     "required": ["server", "uri"]},
+                 parse=dict, run=read_resource)]
+
+
+def _server(servers: dict[str, McpServer], name: str) -> McpServer:
+    server = servers.get(name)
+    if server is None:
+        raise ToolError(f"No MCP server {name!r} (servers: {', '.join(servers) or 'none'})")
+    return server
+
+
+def _server_tool(name: str, server: McpServer, listed: Any) -> Tool:
+    description = listed.description or listed.name
+    schema = listed.input_schema if isinstance(listed.input_schema, dict) else {
+        "type": "object"}
+
+    async def run(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
+        return await server.call(listed.name, arguments, ctx)
+
+    return Tool(name=name, snippet=description.splitlines()[0] if description else name,
+                description=f"{description}\n\n(MCP server {server.spec.name}, tool "
+                f"{listed.name})", parameters=schema, parse=dict, run=run)

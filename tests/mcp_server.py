@@ -1,0 +1,97 @@
+"""An MCP server for the tests, on the official SDK's server side::
+
+    python mcp_server.py stdio [NAME]     on stdin and stdout
+    python mcp_server.py http [NAME]      streamable HTTP on 127.0.0.1; prints its port first
+    python mcp_server.py silent           reads stdin and never answers (not even initialize)
+
+Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress), ``hang``
+(never returns), ``crash`` (the process exits mid-call), ``fail`` (an error result),
+``echo-text`` and ``echo_text`` (names that collide once made tool names); one resource,
+``note://hello``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+
+
+def build(name: str) -> MCPServer:
+    server = MCPServer(name)
+
+    @server.tool(description="Echo the text back")
+    def echo(text: str) -> str:
+        return f"{name} echo: {text}"
+
+    @server.tool(description="A one-pixel picture")
+    def picture() -> Image:
+        return Image(data=PNG, format="png")
+
+    @server.tool(description="Count to n, reporting each step")
+    async def count(n: int, ctx: Context) -> str:
+        for step in range(1, n + 1):
+            await ctx.report_progress(step, n, f"step {step}")
+        return f"counted to {n}"
+
+    @server.tool(description="Never return")
+    async def hang() -> str:
+        await anyio.sleep_forever()
+        return ""
+
+    @server.tool(description="Exit in the middle of the call")
+    def crash() -> str:
+        print(f"{name} is crashing", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    @server.tool(description="Fail")
+    def fail() -> str:
+        raise ValueError("it went wrong")
+
+    @server.tool(name="echo-text", description="Echo, dashed")
+    def echo_dashed(text: str) -> str:
+        return f"dashed: {text}"
+
+    @server.tool(name="echo_text", description="Echo, underscored")
+    def echo_underscored(text: str) -> str:
+        return f"underscored: {text}"
+
+    @server.resource("note://hello", description="A note")
+    def hello() -> str:
+        return "hello from a resource"
+
+    print(f"{name} started (pid {os.getpid()})", file=sys.stderr, flush=True)
+    return server
+
+
+async def serve_http(server: MCPServer) -> None:
+    import uvicorn
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    print(listener.getsockname()[1], flush=True)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    await uvicorn.Server(config).serve(sockets=[listener])
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    name = sys.argv[2] if len(sys.argv) > 2 else "tests"
+    if mode == "silent":
+        sys.stdin.buffer.read()
+    elif mode == "http":
+        anyio.run(serve_http, build(name))
+    else:
+        build(name).run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""MCP servers as tool sources: a stdio and a streamable-HTTP server written with the official
+SDK's server side (``mcp_server.py``), reached by ``forged --mode rpc`` and by ACP's
+``mcpServers``; and the configuration rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from forged._mcp import ConfigProblem, McpConfig, exposed, parse_entry, tool_name
+from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
+
+from .test_process import RPC, Child, child_env
+
+SERVER = str(Path(__file__).parent / "mcp_server.py")
+DONE = Reply(content=[ScriptText(text="done")])
+
+
+def stdio_entry(name: str, mode: str = "stdio", **more: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [SERVER, mode, name], **more}
+
+
+class Forged(Child):
+    """``forged --mode rpc`` with MCP servers; its stderr kept in `log`."""
+
+    def __init__(self, process: trio.Process, log: Path) -> None:
+        super().__init__(process)
+        self.log = log
+
+    async def call(self, command: str, **fields: Any) -> Any:
+        await self.send({"id": command, "type": command, **fields})
+        response = await self.read_until("response", id=command)
+        assert response["success"], response
+        return response.get("data")
+
+    async def prompt(self, message: str) -> list[dict[str, Any]]:
+        start = len(self.output)
+        await self.send({"type": "prompt", "message": message})
+        await self.read_until("agent_settled")
+        return self.output[start:]
+
+
+@asynccontextmanager
+async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Reply],
+                      *args: str) -> AsyncIterator[tuple[Forged, ScriptedServer]]:
+    agent_dir, project = tmp_path / "agent", tmp_path / "project"
+    agent_dir.mkdir(exist_ok=True)
+    project.mkdir(exist_ok=True)
+    (agent_dir / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    provider = ScriptedServer(replies)
+    log = tmp_path / "forged.log"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(provider.serve)
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"local": {
+            "baseUrl": provider.base_url, "api": "anthropic-messages", "apiKey": "k",
+            "models": [{"id": "m"}]}}}))
+        with log.open("wb") as stderr:
+            process = await trio.lowlevel.open_process(
+                [*RPC, "--model", "local/m", "--cwd", str(project), *args],
+                env=child_env(agent_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=stderr)
+        child = Forged(process, log)
+        try:
+            yield child, provider
+        finally:
+            assert process.stdin is not None
+            await process.stdin.aclose()
+            with trio.fail_after(20):  # a hang guard, not a timing
+                await process.wait()
+            nursery.cancel_scope.cancel()
+
+
+def ends(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event for event in events if event["type"] == "tool_execution_end"]
+
+
+def text(end: dict[str, Any]) -> str:
+    return "".join(block.get("text", "") for block in end["result"]["content"])
+
+
+async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
+    calls = [("echo", {"text": "hi"}), ("picture", {}), ("count", {"n": 3}), ("fail", {})]
+    replies = [Reply(content=[ScriptToolCall(name=f"mcp__local__{tool}", arguments=arguments)
+                              for tool, arguments in calls]), DONE]
+    async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
+            forged, provider):
+        state = await forged.call("get_state")  # answered while the server starts
+        events = await forged.prompt("use the tools")
+        servers = (await forged.call("get_mcp_servers"))["servers"]
+    assert state["sessionId"]
+    offered = {tool["name"]: tool for tool in provider.requests[0].body["tools"]}
+    echo = offered["mcp__local__echo"]
+    assert echo["input_schema"]["properties"]["text"]["type"] == "string"
+    assert echo["description"].startswith("Echo the text back")
+    dashed = sorted(name for name in offered if name.startswith("mcp__local__echo_text"))
+    assert len(dashed) == 2 and all(len(name) == len("mcp__local__echo_text") + 7
+                                    for name in dashed)  # the collision: hash suffixes
+    assert {"read", "bash", "list_mcp_resources", "read_mcp_resource"} <= offered.keys()
+    echoed, picture, counted, failed = ends(events)
+    assert (text(echoed), echoed["isError"]) == ("local echo: hi", False)
+    assert picture["result"]["content"][0]["type"] == "image"
+    assert picture["result"]["content"][0]["mimeType"] == "image/png"
+    assert text(counted) == "counted to 3"
+    updates = [text({"result": e["partialResult"]}) for e in events
+               if e["type"] == "tool_execution_update"]
+    assert updates == ["step 1 (1/3)", "step 2 (2/3)", "step 3 (3/3)"]
+    assert failed["isError"] is True and text(failed) == "Error executing tool fail"
+    (server,) = servers
+    assert (server["name"], server["transport"], server["status"], server["toolCount"]) == (
+        "local", "stdio", "ready", 8)
+    assert "[mcp local] local started" in forged.log.read_text()
+
+
+async def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call(
+        tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptToolCall(name="mcp__local__crash", arguments={})]),
+               Reply(content=[ScriptToolCall(name="mcp__local__echo",
+                                             arguments={"text": "again"})]), DONE]
+    async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
+            forged, _):
+        events = await forged.prompt("crash it")
+        servers = (await forged.call("get_mcp_servers"))["servers"]
+    crashed, echoed = ends(events)
+    assert crashed["isError"] is True
+    assert "stopped during the call" in text(crashed)
+    assert text(echoed) == "local echo: again" and echoed["isError"] is False
+    assert servers[0]["status"] == "ready"
+    log = forged.log.read_text()
+    assert "[mcp local] local is crashing" in log
+    assert log.count("local started (pid") == 2
+
+
+async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
+    hang = Reply(content=[ScriptToolCall(name="mcp__slow__hang", arguments={})])
+    async with forged_with(tmp_path, {"slow": stdio_entry("slow", timeout=5)},
+                           [hang, hang, DONE]) as (forged, _):
+        await forged.send({"type": "prompt", "message": "hang"})
+        await forged.read_until("tool_execution_start")
+        await forged.send({"id": "a", "type": "abort"})
+        aborted = await forged.read_until("tool_execution_end")
+        await forged.read_until("agent_settled")
+        timed_out = ends(await forged.prompt("hang until the timeout"))
+        servers = (await forged.call("get_mcp_servers"))["servers"]
+    assert aborted["isError"] is True
+    (late,) = timed_out
+    assert late["isError"] is True and "did not answer within 5 s" in text(late)
+    assert servers[0]["status"] in ("failed", "starting", "ready")
+
+
+async def test_a_server_that_never_answers_delays_nothing_past_its_timeout(
+        tmp_path: Path) -> None:
+    servers = {"mute": stdio_entry("mute", "silent", timeout=1),
+               "local": stdio_entry("local")}
+    async with forged_with(tmp_path, servers, [DONE]) as (forged, provider):
+        await forged.call("get_state")
+        events = await forged.prompt("hello")
+        listed = {s["name"]: s for s in (await forged.call("get_mcp_servers"))["servers"]}
+    assert events[-1] == {"type": "agent_settled", "aborted": False}
+    assert listed["mute"]["status"] == "failed"
+    assert listed["mute"]["lastError"]
+    assert listed["local"]["status"] == "ready"
+    assert "mcp__local__echo" in {tool["name"] for tool in provider.requests[0].body["tools"]}
+
+
+async def test_a_streamable_http_server(tmp_path: Path) -> None:
+    server = await trio.lowlevel.open_process([sys.executable, SERVER, "http", "web"],
+                                              stdout=subprocess.PIPE)
+    try:
+        assert server.stdout is not None
+        port = int((await server.stdout.receive_some(100)).split()[0])
+        os.environ["MCP_TEST_PATH"] = "mcp"
+        entry = {"url": f"http://127.0.0.1:{port}/${{MCP_TEST_PATH}}",
+                 "headers": {"X-Test": "yes"}, "toolExposure": ["echo", "count"]}
+        replies = [Reply(content=[ScriptToolCall(name="mcp__web__echo",
+                                                 arguments={"text": "over http"})]), DONE]
+        async with forged_with(tmp_path, {"web": entry}, replies) as (forged, provider):
+            events = await forged.prompt("echo")
+            listed = (await forged.call("get_mcp_servers"))["servers"]
+    finally:
+        server.kill()
+        await server.wait()
+        os.environ.pop("MCP_TEST_PATH", None)
+    assert text(ends(events)[0]) == "web echo: over http"
+    assert listed[0]["transport"] == "http"
+    offered = {tool["name"] for tool in provider.requests[0].body["tools"]}
+    assert {"mcp__web__echo", "mcp__web__count"} <= offered
+    assert "mcp__web__hang" not in offered  # toolExposure
+
+
+# --- configuration -----------------------------------------------------------------------------
+
+def test_an_entry_is_checked_and_legacy_sse_refused() -> None:
+    spec = parse_entry("docs", {"url": "https://example.com/mcp", "timeout": 5}, "user")
+    assert (spec.transport, spec.timeout_s) == ("http", 5.0)
+    for entry, problem in [
+            ({"type": "sse", "url": "https://example.com/sse"}, "SSE transport is not"),
+            ({"command": "x", "url": "y"}, "either command"),
+            ({"command": "x", "timeout": 0}, "timeout"),
+            ({"command": "x", "type": "http"}, "does not match"),
+            ({"command": "x", "args": "not a list"}, "args")]:
+        with pytest.raises(ConfigProblem, match=problem):
+            parse_entry("s", entry, "user")
+    with pytest.raises(ConfigProblem, match="letters, digits"):
+        parse_entry("bad name", {"command": "x"}, "user")
+
+
+def test_a_project_entry_replaces_or_adjusts_the_users(tmp_path: Path) -> None:
+    user, project = tmp_path / "user.json", tmp_path / "project.json"
+    user.write_text(json.dumps({"mcpServers": {
+        "a": {"command": "a-server"}, "b": {"command": "b-server", "env": {"K": "v"}},
+        "broken": {"type": "sse", "url": "x"}}}))
+    project.write_text(json.dumps({"mcpServers": {
+        "a": {"command": "project-a"}, "b": {"enabled": False}}}))
+    specs = {spec.name: spec for spec in McpConfig(
+        user_file=user, project_file=project, handed={"c": {"url": "http://c"}}).load()}
+    assert specs["a"].command == "project-a"
+    assert (specs["b"].command, specs["b"].env, specs["b"].enabled) == (
+        "b-server", {"K": "v"}, False)
+    assert specs["c"].source == "client"
+    assert "broken" not in specs
+    assert McpConfig(user_file=user, disabled=True).load() == []
+
+
+def test_tool_names_and_exposure() -> None:
+    assert tool_name("my-server", "get.thing") == "mcp__my_server__get_thing"
+    assert exposed([], "anything")
+    assert exposed(["get_*"], "get_x") and not exposed(["get_*"], "delete_x")
+    assert not exposed(["!delete_*"], "delete_x") and exposed(["!delete_*"], "get_x")
+
+
+def test_an_editor_hands_the_session_its_mcp_servers(tmp_path: Path) -> None:
+    import asyncio
+
+    from .acp_editor import Editor, acp
+    from .test_acp import forged_acp
+
+    command, env = forged_acp(tmp_path)
+    project = str(tmp_path / "project")
+    command[command.index("--script") + 1] = str(tmp_path / "mcp.json")
+    (tmp_path / "mcp.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+        {"content": [{"type": "toolCall", "name": "mcp__editor__echo",
+                      "arguments": {"text": "from the editor"}}]},
+        {"content": [{"type": "text", "text": "Done."}]}]}))
+
+    async def drive() -> list[Any]:
+        editor = Editor()
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            session = await conn.new_session(cwd=project, mcp_servers=[acp.schema.McpServerStdio(
+                name="editor", command=sys.executable, args=[SERVER, "stdio", "editor"],
+                env=[acp.schema.EnvVariable(name="UNUSED", value="1")])])
+            await conn.prompt(session_id=session.session_id,
+                              prompt=[acp.text_block("Echo")])
+        return editor.updates
+
+    updates = asyncio.run(asyncio.wait_for(drive(), 60))
+    (end,) = [u for u in updates if type(u).__name__ == "ToolCallProgress"]
+    assert end.status == "completed"
+    assert end.content[0].content.text == "editor echo: from the editor"
+
+
+def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
+    forged = [str(Path(sys.executable).parent / "forged"), "mcp"]
+    env = child_env(tmp_path / "agent")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*forged, args[0], "--cwd", str(tmp_path), *args[1:]],
+                              capture_output=True, text=True, env=env, timeout=60, check=False)
+
+    assert run("add", "local", "--", sys.executable, SERVER, "stdio", "local").returncode == 0
+    assert run("add", "old", "--url", "https://example.com/sse").returncode == 0
+    assert run("add", "bad name", "--url", "https://x").returncode == 2
+    saved = json.loads((tmp_path / "agent" / "mcp.json").read_text())["mcpServers"]
+    assert saved["local"] == {"command": sys.executable, "args": [SERVER, "stdio", "local"]}
+    assert run("remove", "old").returncode == 0
+    assert run("remove", "old").returncode == 1
+    listed = run("list")
+    assert listed.returncode == 0, listed.stderr
+    assert "local  stdio  ready" in listed.stdout
+    assert "8 tools: echo, picture, count" in listed.stdout
+    assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
+    assert (tmp_path / ".agent-forge" / "mcp.json").exists()
