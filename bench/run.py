@@ -400,6 +400,86 @@ class Bench:
         return result
 
 
+    async def mcp(self) -> dict[str, float]:
+        """MCP servers (the tests' stdio server): the first get_state of a process with three
+        configured against one with none; a warm server's tool call through forged against
+        the same call from the SDK in this process; what 100 sequential calls leave behind."""
+        server = [sys.executable, str(Path(__file__).parents[1] / "tests" / "mcp_server.py"),
+                  "stdio"]
+        config = self.agent_dir / "mcp.json"
+
+        async def first_state(servers: int) -> float:
+            config.write_text(json.dumps({"mcpServers": {
+                f"s{n}": {"command": server[0], "args": [*server[1:], f"s{n}"]}
+                for n in range(servers)}}))
+            child = await spawn(["--no-session"], self.env, self.root)
+            await child.send({"id": "s", "type": "get_state"})
+            answered = await child.until(is_type("response"))
+            await child.close()
+            return (answered - child.spawned) * 1000
+
+        pairs = [(await first_state(0), await first_state(3)) for _ in range(5)]
+        result = {"mcp_state_none_ms": statistics.median(a for a, _ in pairs),
+                  "mcp_state_three_ms": statistics.median(b for _, b in pairs)}
+        config.write_text(json.dumps({"mcpServers": {"b": {"command": server[0],
+                                                           "args": [*server[1:], "b"]}}}))
+        calls = 100
+        echo = [Reply(content=[ScriptToolCall(name="mcp__b__echo", arguments={"text": "x"})])
+                for _ in range(calls)]
+
+        async def body(child: Child, _: ScriptedServer) -> None:
+            await child.send({"id": "m", "type": "get_mcp_servers"})
+            await child.until(lambda e: e.get("id") == "m")
+            pid = child.process.pid
+            await child.send({"id": "p", "type": "prompt", "message": "warm"})
+            await child.until(is_type("tool_execution_end"))
+            fds, children = len(os.listdir(f"/proc/{pid}/fd")), _children(pid)
+            times = []
+            for _ in range(calls - 1):
+                started = await child.until(is_type("tool_execution_start"))
+                times.append((await child.until(is_type("tool_execution_end")) - started) * 1000)
+            await child.until(is_type("agent_settled"))
+            result["mcp_call_ms"] = statistics.median(times)
+            result["mcp_fds_added"] = len(os.listdir(f"/proc/{pid}/fd")) - fds
+            result["mcp_children_added"] = _children(pid) - children
+
+        await self.with_server([*echo, Reply(content=[ScriptText(text="done")])], body)
+        result["mcp_sdk_call_ms"] = await _sdk_call_ms(server)
+        result["mcp_overhead_ms"] = result["mcp_call_ms"] - result["mcp_sdk_call_ms"]
+        return result
+
+
+def _children(pid: int) -> int:
+    return sum(1 for entry in Path("/proc").iterdir() if entry.name.isdigit()
+               and _parent(entry) == pid)
+
+
+def _parent(entry: Path) -> int | None:
+    try:
+        return int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+async def _sdk_call_ms(server: list[str]) -> float:
+    """The same echo call from the SDK's own client in this process: the server's time."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    parameters = StdioServerParameters(command=server[0], args=[*server[1:], "sdk"])
+    with open(os.devnull, "w") as quiet:
+        async with stdio_client(parameters, errlog=quiet) as (read, write), ClientSession(
+                read, write) as session:
+            await session.initialize()
+            await session.list_tools()
+            times = []
+            for _ in range(100):
+                started = time.perf_counter()
+                await session.call_tool("echo", {"text": "x"})
+                times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 def _rpc(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
 
@@ -437,7 +517,7 @@ def best(runs: list[dict[str, float]], key: str, *, highest: bool = False) -> fl
 
 
 BENCHES = ("cold_start", "first_token", "throughput", "latency", "abort_stream", "abort_bash",
-           "abort_retry_wait", "abort_compaction", "direct_bash", "session_open", "acp")
+           "abort_retry_wait", "abort_compaction", "direct_bash", "session_open", "acp", "mcp")
 
 
 async def main(repeat: int, only: list[str]) -> None:
@@ -503,6 +583,16 @@ async def main(repeat: int, only: list[str]) -> None:
         ("acp", "  session/cancel to the prompt's answer", "acp_cancel_ms", "ms", "< 20 ms", ""),
         ("acp", "  session/load of a 10,000-entry session", "acp_load_s", "s", "< 1 s", ""),
         ("acp", "  updates it replayed", "acp_load_updates", "", "", ""),
+        ("mcp", "first get_state (spawn to response), no MCP server", "mcp_state_none_ms",
+         "ms", "", ""),
+        ("mcp", "  with three stdio servers configured", "mcp_state_three_ms", "ms",
+         "< +5 ms", ""),
+        ("mcp", "a warm server's echo: start to end through forged", "mcp_call_ms", "ms", "",
+         ""),
+        ("mcp", "  the same call from the SDK in-process", "mcp_sdk_call_ms", "ms", "", ""),
+        ("mcp", "  forged's overhead", "mcp_overhead_ms", "ms", "< 5 ms", ""),
+        ("mcp", "  file descriptors added by 99 more calls", "mcp_fds_added", "", "0", ""),
+        ("mcp", "  child processes added by 99 more calls", "mcp_children_added", "", "0", ""),
     ]
 
     def figure(bench: str, key: str, unit: str) -> str:

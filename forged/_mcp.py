@@ -257,6 +257,7 @@ class McpServer:
         """Connect, and reconnect on the next use after the connection is lost."""
         if not self.spec.enabled:
             return
+        await trio.to_thread.run_sync(_load_sdk)  # 0.6 s of imports, off the loop
         while True:
             self._wanted = trio.Event()
             self.started_at = trio.current_time()
@@ -450,6 +451,15 @@ class McpServer:
             name=self.spec.name, transport=self.spec.transport, status=self.status,
             tool_count=len(self.listed), last_error=self.last_error,
             description=self.spec.description, source=self.spec.source or None)
+
+
+def _load_sdk() -> None:
+    """Import the parts of the MCP SDK a connection uses (in a worker thread: the loop goes
+    on answering meanwhile)."""
+    import httpx2  # noqa: F401
+    import mcp.client.session
+    import mcp.client.stdio
+    import mcp.client.streamable_http  # noqa: F401
 
 
 def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:

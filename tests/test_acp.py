@@ -194,15 +194,14 @@ def test_thinking_levels_are_modes_and_the_model_a_config_option(tmp_path: Path)
 def test_edits_show_as_diffs_and_usage_is_reported(tmp_path: Path) -> None:
     command, env = forged_acp(tmp_path)
     project = tmp_path / "project"
-    command[command.index("--script") + 1] = str(tmp_path / "edits.json")
-    (tmp_path / "edits.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, replies=[
         {"content": [
             {"type": "toolCall", "name": "edit", "arguments": {
                 "path": "notes.txt", "oldText": "hello", "newText": "goodbye"}},
             {"type": "toolCall", "name": "write", "arguments": {
                 "path": "new.txt", "content": "fresh\n"}}]},
         {"content": [{"type": "text", "text": "Done."}],
-         "usage": {"input": 1200, "output": 30}}]}))
+         "usage": {"input": 1200, "output": 30}}])
 
     async def drive() -> list[Any]:
         editor = Editor()
@@ -237,19 +236,27 @@ def register(api):
 '''
 
 
+def use_script(command: list[str], tmp_path: Path, *, replies: list[Any],
+               gated: bool = False) -> None:
+    """Make `command` run these scripted `replies`, with the gate plugin when `gated`."""
+    path = tmp_path / f"script-{len(list(tmp_path.glob('script-*.json')))}.json"
+    path.write_text(json.dumps({"api": "anthropic-messages", "replies": replies}))
+    command[command.index("--script") + 1] = str(path)
+    if gated:
+        (tmp_path / "gate.py").write_text(GATE_PLUGIN)
+        command += ["--plugin", str(tmp_path / "gate.py")]
+
+
 def test_a_plugin_gate_asks_the_editor_for_permission(tmp_path: Path, how: str) -> None:
     command, env = forged_acp(tmp_path, how)
     project = tmp_path / "project"
-    (tmp_path / "gate.py").write_text(GATE_PLUGIN)
-    command[command.index("--script") + 1] = str(tmp_path / "gated.json")
-    command += ["--plugin", str(tmp_path / "gate.py")]
-    (tmp_path / "gated.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, gated=True, replies=[
         {"content": [
             {"type": "toolCall", "name": "bash", "arguments": {"command": "echo one"}},
             {"type": "toolCall", "name": "bash", "arguments": {"command": "echo two"}},
             {"type": "toolCall", "name": "write", "arguments": {
                 "path": "new.txt", "content": "x"}}]},
-        {"content": [{"type": "text", "text": "Done."}]}]}))
+        {"content": [{"type": "text", "text": "Done."}]}])
     answers = iter(["always", "reject"])
 
     async def drive() -> Editor:
@@ -280,8 +287,7 @@ def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:
     command, env = forged_acp(tmp_path)
     project = tmp_path / "project"
     notes, new = str(project / "notes.txt"), str(project / "new.txt")
-    command[command.index("--script") + 1] = str(tmp_path / "buffers.json")
-    (tmp_path / "buffers.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, replies=[
         {"content": [
             {"type": "toolCall", "name": "read", "arguments": {"path": "notes.txt"}},
             {"type": "toolCall", "name": "edit", "arguments": {
@@ -289,7 +295,7 @@ def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:
             {"type": "toolCall", "name": "write", "arguments": {
                 "path": "new.txt", "content": "fresh\n"}},
             {"type": "toolCall", "name": "read", "arguments": {"path": "gone.txt"}}]},
-        {"content": [{"type": "text", "text": "Done."}]}]}))
+        {"content": [{"type": "text", "text": "Done."}]}])
 
     async def drive() -> Editor:
         editor = Editor(buffers={notes: "unsaved hello\n"})
@@ -316,10 +322,9 @@ def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:
 def test_a_queued_prompt_is_answered_when_its_own_turn_ends(tmp_path: Path, how: str) -> None:
     command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
-    command[command.index("--script") + 1] = str(tmp_path / "two.json")
-    (tmp_path / "two.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, replies=[
         {"content": [{"type": "text", "text": "First " * 50, "chunks": 50, "delayMs": 20}]},
-        {"content": [{"type": "text", "text": "Second."}]}]}))
+        {"content": [{"type": "text", "text": "Second."}]}])
 
     async def drive() -> list[dict[str, Any]]:
         process = await asyncio.create_subprocess_exec(
@@ -428,10 +433,7 @@ def lines(path: Path) -> list[dict[str, Any]]:
 def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None:
     command, env = forged_acp(tmp_path)
     project = tmp_path / "project"
-    (tmp_path / "gate.py").write_text(GATE_PLUGIN)
-    command[command.index("--script") + 1] = str(tmp_path / "all.json")
-    command += ["--plugin", str(tmp_path / "gate.py")]
-    (tmp_path / "all.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, gated=True, replies=[
         {"content": [
             {"type": "toolCall", "name": "read", "arguments": {"path": "notes.txt"}},
             {"type": "toolCall", "name": "edit", "arguments": {
@@ -442,7 +444,7 @@ def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None
         {"content": [{"type": "thinking", "thinking": "Done thinking."},
                      {"type": "text", "text": "Done."}], "usage": {"input": 10, "output": 5}},
         {"content": [{"type": "text", "text": "slow " * 400, "chunks": 400,
-                      "delayMs": 20}]}]}))
+                      "delayMs": 20}]}])
     notes = str(project / "notes.txt")
     answers = iter(["allow", "reject"])
 
@@ -497,11 +499,10 @@ def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None
 def test_a_failed_run_is_an_error_and_a_cut_reply_max_tokens(tmp_path: Path, how: str) -> None:
     command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
-    command[command.index("--script") + 1] = str(tmp_path / "fail.json")
-    (tmp_path / "fail.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, replies=[
         {"status": 400, "errorType": "invalid_request_error",
          "errorMessage": "the prompt is too odd"},
-        {"content": [{"type": "text", "text": "Cut"}], "stopReason": "length"}]}))
+        {"content": [{"type": "text", "text": "Cut"}], "stopReason": "length"}])
 
     async def drive() -> tuple[str, str]:
         async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
@@ -527,11 +528,10 @@ def test_a_prompt_while_busy_steers_when_the_setting_says_so(tmp_path: Path) -> 
     (tmp_path / "agent").mkdir(exist_ok=True)
     (tmp_path / "agent" / "settings.json").write_text(json.dumps(
         {"acpPromptWhileBusy": "steer"}))
-    command[command.index("--script") + 1] = str(tmp_path / "steer.json")
-    (tmp_path / "steer.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, replies=[
         {"content": [{"type": "text", "text": "slow " * 50, "chunks": 50, "delayMs": 20},
                      {"type": "toolCall", "name": "bash", "arguments": {"command": "true"}}]},
-        {"content": [{"type": "text", "text": "Second."}]}]}))
+        {"content": [{"type": "text", "text": "Second."}]}])
 
     async def drive() -> list[str]:
         editor = Editor()

@@ -241,15 +241,14 @@ def test_an_editor_hands_the_session_its_mcp_servers(tmp_path: Path) -> None:
     import asyncio
 
     from .acp_editor import Editor, acp
-    from .test_acp import forged_acp
+    from .test_acp import forged_acp, use_script
 
     command, env = forged_acp(tmp_path)
     project = str(tmp_path / "project")
-    command[command.index("--script") + 1] = str(tmp_path / "mcp.json")
-    (tmp_path / "mcp.json").write_text(json.dumps({"api": "anthropic-messages", "replies": [
+    use_script(command, tmp_path, replies=[
         {"content": [{"type": "toolCall", "name": "mcp__editor__echo",
                       "arguments": {"text": "from the editor"}}]},
-        {"content": [{"type": "text", "text": "Done."}]}]}))
+        {"content": [{"type": "text", "text": "Done."}]}])
 
     async def drive() -> list[Any]:
         editor = Editor()
