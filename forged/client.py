@@ -325,6 +325,10 @@ class Client:
 
     # the daemon's own commands
 
+    async def get_mcp_servers(self) -> list[Event]:
+        """Each MCP server of the session: name, transport, status, toolCount, lastError."""
+        return list((await self.call("get_mcp_servers"))["servers"])
+
     async def list_sessions(self, cwd: str | None = None) -> Any:
         return await self.call("list_sessions", cwd=cwd)
 

@@ -89,8 +89,12 @@ def text(end: dict[str, Any]) -> str:
 
 async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     calls = [("echo", {"text": "hi"}), ("picture", {}), ("count", {"n": 3}), ("fail", {})]
-    replies = [Reply(content=[ScriptToolCall(name=f"mcp__local__{tool}", arguments=arguments)
-                              for tool, arguments in calls]), DONE]
+    replies = [Reply(content=[
+        *(ScriptToolCall(name=f"mcp__local__{tool}", arguments=arguments)
+          for tool, arguments in calls),
+        ScriptToolCall(name="list_mcp_resources", arguments={}),
+        ScriptToolCall(name="read_mcp_resource", arguments={"server": "local",
+                                                            "uri": "note://hello"})]), DONE]
     async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
             forged, provider):
         state = await forged.call("get_state")  # answered while the server starts
@@ -105,7 +109,11 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     assert len(dashed) == 2 and all(len(name) == len("mcp__local__echo_text") + 7
                                     for name in dashed)  # the collision: hash suffixes
     assert {"read", "bash", "list_mcp_resources", "read_mcp_resource"} <= offered.keys()
-    echoed, picture, counted, failed = ends(events)
+    echoed, picture, counted, failed, listed, read = ends(events)
+    assert json.loads(text(listed))["resources"][0] == {
+        "server": "local", "uri": "note://hello", "name": "hello", "mimeType": "text/plain",
+        "description": "A note"}
+    assert text(read) == "hello from a resource"
     assert (text(echoed), echoed["isError"]) == ("local echo: hi", False)
     assert picture["result"]["content"][0]["type"] == "image"
     assert picture["result"]["content"][0]["mimeType"] == "image/png"
