@@ -45,6 +45,7 @@ from ._jsonl import LineTooLong, decode_json, encode_line
 from ._log import log
 from ._session import open_session
 from ._tools import ToolError
+from ._tools.files import read_file, write_file
 from ._transports.stdio import SHUTDOWN_GRACE_S
 
 PROTOCOL_VERSION = 1
@@ -213,8 +214,9 @@ class InProcess:
         options = attrs.evolve(self._options, cwd=acp_session.cwd,
                                mcp_handed=acp_session.mcp_servers)
         if stored_id is not None:
-            path = next((Path(item.path) for item in list_stored(acp_session.cwd)
-                         if item.session_id == stored_id), None)
+            stored = await trio.to_thread.run_sync(list_stored, acp_session.cwd)
+            path = next((Path(item.path) for item in stored if item.session_id == stored_id),
+                        None)
             if path is None:
                 raise AcpError(INVALID_PARAMS, f"No session {stored_id} in {acp_session.cwd}")
             options = attrs.evolve(options, session=str(path), continue_=False,
@@ -549,13 +551,13 @@ class AcpSession:
 
     async def read_text(self, path: Path) -> str:
         if not self._front.fs_read:
-            return await trio.to_thread.run_sync(_read_disk, path)
+            return await trio.to_thread.run_sync(read_file, path)
         result = await self._client_file("fs/read_text_file", {"path": str(path)})
         return str(result.get("content", "")) if isinstance(result, dict) else ""
 
     async def write_text(self, path: Path, text: str) -> None:
         if not self._front.fs_write:
-            await trio.to_thread.run_sync(_write_disk, path, text)
+            await trio.to_thread.run_sync(write_file, path, text)
             return
         await self._client_file("fs/write_text_file", {"path": str(path), "content": text})
 
@@ -669,18 +671,6 @@ def mcp_entries(servers: Any) -> dict[str, Any]:
 def _text(blocks: list[Any]) -> str:
     return "".join(block.get("text", "") for block in blocks
                    if isinstance(block, dict) and block.get("type") == "text")
-
-
-def _read_disk(path: Path) -> str:
-    try:
-        return path.read_bytes().decode("utf-8", "replace")
-    except OSError as exc:
-        raise ToolError(f"{exc.strerror}: {path}") from None
-
-
-def _write_disk(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8", newline="")
 
 
 def session_title(path: Path) -> str:
@@ -865,8 +855,8 @@ class AcpFront:
             answer = await loaded.choices()
             self.nursery.start_soon(loaded.announce_commands)
             return answer
-        if method == "session/list":
-            return {"sessions": self._stored(params)}
+        if method == "session/list":  # reads the head of every file: in a thread
+            return {"sessions": await trio.to_thread.run_sync(self._stored, params)}
         if method == "session/prompt":
             if request_id is None:
                 raise AcpError(INVALID_REQUEST, "session/prompt is a request")

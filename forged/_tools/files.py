@@ -188,16 +188,27 @@ class WriteParams:
     content: str = param("Content to write to the file")
 
 
-def _write_sync(params: WriteParams, path: Path, *, content: bool = True) -> None:
+def read_file(path: Path) -> str:
+    """`path`'s text, undecodable bytes replaced; `ToolError` when it cannot be read."""
+    try:
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError as exc:
+        raise ToolError(f"{exc.strerror}: {path}") from None
+
+
+def write_file(path: Path, text: str) -> None:
+    """`text` as `path`'s whole content, as written (no newline translation), its folders
+    made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if content:
-        path.write_text(params.content, encoding="utf-8", newline="")
+    path.write_text(text, encoding="utf-8", newline="")
 
 
 async def run_write(params: WriteParams, ctx: ToolContext) -> w.ToolResult:
     path = resolve_path(params.path, ctx.cwd)
-    await trio.to_thread.run_sync(partial(_write_sync, content=ctx.files is None), params, path)
-    if ctx.files is not None:
+    if ctx.files is None:
+        await trio.to_thread.run_sync(write_file, path, params.content)
+    else:  # the client writes; the folders are made here, as for the disk
+        await trio.to_thread.run_sync(partial(path.parent.mkdir, parents=True, exist_ok=True))
         await ctx.files.write_text(path, params.content)
     units = len(params.content.encode("utf-16-le")) // 2
     return text_result(f"Successfully wrote {units} bytes to {params.path}")
@@ -303,7 +314,7 @@ def _edited(params: EditParams, raw: str) -> tuple[str, w.ToolResult]:
 def _edit_sync(params: EditParams, path: Path) -> w.ToolResult:
     if not path.is_file() or not os.access(path, os.R_OK | os.W_OK):
         raise ToolError(f"File not found: {params.path}")
-    text, result = _edited(params, path.read_bytes().decode("utf-8", "replace"))
+    text, result = _edited(params, read_file(path))
     path.write_bytes(text.encode("utf-8"))
     return result
 
