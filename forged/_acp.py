@@ -247,16 +247,19 @@ class InDaemon:
 
     async def serve(self, acp_session: AcpSession, stored_id: str | None, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        if acp_session.mcp_servers:
-            log(f"{len(acp_session.mcp_servers)} MCP server(s) of session/new not connected: "
-                "the daemon's sessions connect the servers of its mcp.json files")
         stream = await self._connect()
         async with stream, trio.open_nursery() as nursery:
             link = DaemonLink(stream, acp_session.on_event)
             nursery.start_soon(link.serve)
-            opening = ({"type": "attach", "sessionId": stored_id} if stored_id is not None
-                       else {**self._opening, "type": "new_session",
-                             "cwd": str(acp_session.cwd)})
+            handed = {"mcpServers": acp_session.mcp_servers} if acp_session.mcp_servers else {}
+            if stored_id is None:
+                opening = {**self._opening, "type": "new_session", "cwd": str(acp_session.cwd),
+                           **handed}
+            elif handed:  # a stored file, opened with the editor's servers (unless live)
+                opening = {"type": "new_session", "cwd": str(acp_session.cwd),
+                           "session": stored_id, **handed}
+            else:
+                opening = {"type": "attach", "sessionId": stored_id}
             try:
                 await call(link, opening)
                 state = await call(link, {"type": "get_state"})

@@ -146,7 +146,8 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tools", "-t", metavar="LIST", type=_tool_list,
                         help="the tools the model gets: names or patterns with * (built-in or "
                         "plugin), or only +name/-name entries changing the default set "
-                        "(read, bash, edit, write, or the defaultTools setting)")
+                        "(read, bash, edit, write, or the defaultTools setting); MCP tools "
+                        "stay unless an entry starts with mcp__")
     parser.add_argument("--no-tools", "-nt", action="store_true",
                         help="start with no tool at all (plus any --tools)")
     parser.add_argument("--no-builtin-tools", "-nbt", action="store_true",

@@ -111,7 +111,8 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                                  else request.session),
                         continue_=request.continue_recent,
                         session_name=request.session_name or options.session_name,
-                        no_session=request.no_session or options.no_session), asked)
+                        no_session=request.no_session or options.no_session,
+                        mcp_handed=request.mcp_servers), asked)
 
                 async with trio.open_nursery() as sessions_nursery:
                     hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,

@@ -199,6 +199,8 @@ class SessionRequest:
     continue_recent: bool = False
     session_name: str | None = None
     no_session: bool = False
+    mcp_servers: dict[str, Any] = attrs.Factory(dict)
+    """MCP servers the client hands the session, as mcp.json entries."""
 
 
 class Hub:
@@ -341,12 +343,13 @@ class Hub:
             elif isinstance(command, w.NewSession) and (
                     peer.live is None or command.cwd or command.provider or command.model
                     or command.session or command.continue_recent or command.no_session
-                    or command.session_name):
+                    or command.session_name or command.mcp_servers):
                 live = await self.open_live(SessionRequest(
                     cwd=_folder(command.cwd) if command.cwd else None,
                     provider=command.provider, model=command.model, session=command.session,
                     continue_recent=command.continue_recent,
-                    session_name=command.session_name, no_session=command.no_session))
+                    session_name=command.session_name, no_session=command.no_session,
+                    mcp_servers=command.mcp_servers or {}))
                 self._move(peer, live)
                 reply.ok(w.SwitchResult())
             else:

@@ -12,7 +12,6 @@ synchronously, so cancellation cannot lose them.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -38,9 +37,6 @@ class AgentHost(Protocol):
     files: ClientFiles | None
 
     @property
-    def tools(self) -> Mapping[str, Tool]: ...
-
-    @property
     def model(self) -> w.Model | None: ...
 
     def emit(self, event: w.Event) -> None: ...
@@ -51,7 +47,7 @@ class AgentHost(Protocol):
     async def before_tool_call(self, call: w.ToolCall) -> str | None: ...
     def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool: ...
     async def wait_for_room(self) -> None: ...
-    async def tools_ready(self) -> None: ...
+    async def tool(self, name: str) -> Tool | None: ...
     def command_env(self) -> dict[str, str | None]: ...
 
 
@@ -136,7 +132,6 @@ def unstored_failure(model: w.Model | None, reason: str) -> w.AssistantMessage:
 
 async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
                            turn: _Turn) -> w.AssistantMessage:
-    await host.tools_ready()
     provider, request = host.model_request()
     builder = AssistantBuilder(request.model, host.emit, host.wait_for_room)
     message = builder.message
@@ -192,7 +187,7 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
             await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
             if blocked is not None:
                 raise ToolError(blocked)
-            result = await execute(host.tools.get(call.name), call, context, clock)
+            result = await execute(await host.tool(call.name), call, context, clock)
             is_error = False
         except ToolError as exc:
             result, is_error = text_result(exc.text, exc.details, exc.structured), True

@@ -18,10 +18,13 @@ Each server of a session is a task of that session; nothing is shared between se
             └── read_stderr           a stdio server's stderr -> forged's log, as [mcp NAME]
 
 The ``mcp`` SDK (on anyio, so on trio) is imported by a server's task only: a process or a
-session without MCP servers never loads it. Start-up never delays ``get_state``; a model
-request waits for servers still connecting (at most `STARTUP_WAIT_S`), then goes on without
-them. A call that hangs past the server's ``timeout`` fails and restarts the server; ``abort``
-cancels the call (the SDK sends ``notifications/cancelled``) and the tool ends at once.
+session without MCP servers never loads it. Nothing waits for start-up: not ``get_state``, not
+a model request. Each server's tools as it last listed them are kept in
+``<agentDir>/mcp-cache/`` (`ListingCache`), so a session offers them from its first request; a
+server never listed before offers its tools from the first request after it connects. A call
+to a tool of a server still connecting waits for that server. A call that hangs past the
+server's ``timeout`` fails and restarts the server; ``abort`` cancels the call (the SDK sends
+``notifications/cancelled``) and the tool ends at once.
 """
 
 from __future__ import annotations
@@ -41,14 +44,16 @@ import trio
 
 from . import __version__
 from . import _wire as w
-from ._log import log
+from ._codec import structure, unstructure
+from ._errors import WireError
+from ._log import log, log_exception
 from ._models import resolve_value
-from ._tools import Tool, ToolContext, ToolError, text_result
+from ._paths import rewrite
+from ._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, ToolError, text_result
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0
-STARTUP_WAIT_S = 10.0
-"""How long a model request waits for a server that is still connecting."""
+CACHE_DIR = "mcp-cache"
 MAX_BACKOFF_S = 30.0
 MAX_TOOL_NAME = 64
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -226,21 +231,86 @@ def exposed(patterns: list[str], tool: str) -> bool:
     return not shown or any(fnmatch.fnmatchcase(tool, p) for p in shown)
 
 
+# --- what a server offered when it last connected ---------------------------------------------
+
+@attrs.frozen(kw_only=True)
+class ListedTool:
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] = attrs.Factory(lambda: {"type": "object"})
+
+
+@attrs.frozen(kw_only=True)
+class Listing:
+    tools: list[ListedTool]
+    resources: bool = False
+
+
+class ListingCache:
+    """Each server's `Listing` as it last connected, one file per way of reaching a server
+    (its command or URL, arguments, environment and headers, as written: a secret in a
+    ``${VAR}`` is not expanded, and the file name is a hash). Read and written in worker
+    threads; a missing or unreadable file is no listing."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        """None: nothing is kept (``forged mcp list`` of a bare configuration)."""
+
+    def _path(self, spec: ServerSpec) -> Path | None:
+        if self.folder is None:
+            return None
+        reached = [spec.transport, spec.command, spec.args, spec.env, spec.cwd, spec.url,
+                   spec.headers]
+        digest = hashlib.sha256(orjson.dumps(reached)).hexdigest()[:32]
+        return self.folder / f"{digest}.json"
+
+    def read(self, spec: ServerSpec) -> Listing | None:
+        path = self._path(spec)
+        if path is None:
+            return None
+        try:
+            return structure(orjson.loads(path.read_bytes()), Listing)
+        except FileNotFoundError:
+            return None
+        except (OSError, orjson.JSONDecodeError, WireError) as exc:
+            log(f"MCP server {spec.name}: its cached tool list {path} is unreadable ({exc})")
+            return None
+
+    def write(self, spec: ServerSpec, listing: Listing) -> None:
+        path = self._path(spec)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            rewrite(path, orjson.dumps(unstructure(listing)))
+        except OSError as exc:
+            log(f"MCP server {spec.name}: cannot keep its tool list in {path} ({exc})")
+
+
+def _listed(tool: Any) -> ListedTool:
+    """The SDK's ``Tool`` as kept."""
+    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
+    return ListedTool(name=tool.name, description=tool.description, input_schema=schema)
+
+
 # --- one server --------------------------------------------------------------------------------
 
 class McpServer:
     """One server of a session: its connection, its tools, and how it is doing."""
 
-    def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None]) -> None:
+    def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None],
+                 cache: ListingCache, listing: Listing | None = None) -> None:
         self.spec = spec
         self._cwd = cwd
         self._changed = changed
+        self._cache = cache
+        self._kept = listing
         self.status = "starting" if spec.enabled else "disabled"
         """``starting``, ``ready``, ``failed``, ``stopped`` or ``disabled``."""
         self.last_error: str | None = None
-        self.listed: list[Any] = []
-        """The server's tools (the SDK's), as last listed."""
-        self.resources = False
+        self.listed: list[ListedTool] = listing.tools if listing else []
+        """The server's tools as last listed (kept from an earlier session until it connects)."""
+        self.resources = listing.resources if listing else False
         """The server offers resources."""
         self.session: Any = None
         """The SDK's ClientSession while connected."""
@@ -252,11 +322,23 @@ class McpServer:
         self._lost = trio.Event()
         self._stderr_tail: list[str] = []
         self.started_at = math.inf
+        self._broken = False
+        """Its task ended on a failure of forged's own: no attempt comes any more."""
 
     async def serve(self) -> None:
-        """Connect, and reconnect on the next use after the connection is lost."""
+        """Connect, and reconnect on the next use after the connection is lost. A failure
+        of forged's own (a bug, a broken SDK) ends this server only, never the session."""
         if not self.spec.enabled:
             return
+        try:
+            await self._serve()
+        except Exception as exc:
+            log_exception(f"MCP server {self.spec.name} stopped: {exc!r}", exc)
+            self.session, self._broken = None, True
+            self.status, self.last_error = "failed", f"forged's client failed: {exc!r}"
+            self._end_attempt()
+
+    async def _serve(self) -> None:
         await trio.to_thread.run_sync(_load_sdk)  # 0.6 s of imports, off the loop
         while True:
             self._wanted = trio.Event()
@@ -287,7 +369,12 @@ class McpServer:
                     return
                 self.status, self.last_error = "ready", None
                 self._failures = 0
+                log(f"MCP server {self.spec.name} connected: {len(self.listed)} tools")
                 self._end_attempt()
+                listing = Listing(tools=self.listed, resources=self.resources)
+                if listing != self._kept:
+                    self._kept = listing
+                    await trio.to_thread.run_sync(self._cache.write, self.spec, listing)
                 await self._lost.wait()
                 self.session = None
                 self.status = "failed" if self.last_error else "stopped"
@@ -330,7 +417,7 @@ class McpServer:
                 cursor = page.next_cursor
                 if not cursor:
                     break
-        self.listed = tools
+        self.listed = [_listed(tool) for tool in tools]
         self.resources = init.capabilities.resources is not None
         return session
 
@@ -387,6 +474,8 @@ class McpServer:
             return self.session
         if self.status == "disabled":
             raise ToolError(f"MCP server {self.spec.name} is disabled")
+        if self._broken:
+            raise ToolError(f"MCP server {self.spec.name} is not available: {self.last_error}")
         attempt = self._attempt
         self._wanted.set()
         await attempt.wait()
@@ -405,21 +494,11 @@ class McpServer:
         if self.status == "starting":
             await self._attempt.wait()
 
-    async def wait_started(self) -> None:
-        """Until a server still connecting is connected or has failed, at most
-        `STARTUP_WAIT_S` (or its timeout) after it began."""
-        if self.status != "starting":
-            return
-        deadline = self.started_at + min(STARTUP_WAIT_S, self.spec.timeout_s)
-        with trio.move_on_at(deadline):
-            await self._attempt.wait()
-
     async def call(self, tool: str, arguments: dict[str, Any], ctx: ToolContext
                    ) -> w.ToolResult:
+        session = await self.connected()  # once connected, the SDK is imported
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
-
-        session = await self.connected()
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             counted = f"{done:g}/{total:g}" if total else f"{done:g}"
@@ -522,9 +601,17 @@ def _result(result: Any) -> w.ToolResult:
 class McpServers:
     """A session's servers and the tools they give the model (`tools`, kept up to date)."""
 
-    def __init__(self, specs: list[ServerSpec], cwd: Path) -> None:
-        self.servers = {spec.name: McpServer(spec, cwd, self._retool) for spec in specs}
+    def __init__(self, specs: list[ServerSpec], cwd: Path, *,
+                 cache: ListingCache | None = None, listings: dict[str, Listing] | None = None,
+                 keep: Callable[[str], bool] = lambda _: True) -> None:
+        cache = cache or ListingCache(None)
+        listings = listings or {}
+        self.servers = {spec.name: McpServer(spec, cwd, self._retool, cache,
+                                             listings.get(spec.name)) for spec in specs}
+        self._keep = keep
+        """Which tools reach the model (``--tools`` and ``--exclude-tools``)."""
         self.tools: dict[str, Tool] = {}
+        self._retool()
 
     async def serve(self) -> None:
         if not self.servers:
@@ -533,9 +620,17 @@ class McpServers:
             for server in self.servers.values():
                 nursery.start_soon(server.serve)
 
-    async def wait_started(self) -> None:
-        for server in self.servers.values():
-            await server.wait_started()
+    async def tool(self, name: str) -> Tool | None:
+        """The tool called `name`. When there is none yet, the server whose tool it would be
+        (``mcp__<server>__…``) is connected first, or `ToolError` says why it cannot be; a
+        resource tool waits for the servers still connecting."""
+        if name not in self.tools:
+            for server in self.servers.values():
+                if name.startswith(tool_name(server.spec.name, "")):
+                    await server.connected()
+                elif name in MCP_RESOURCE_TOOLS:
+                    await server.attempted()
+        return self.tools.get(name)
 
     def infos(self) -> list[w.McpServerInfo]:
         return [server.info() for server in self.servers.values()]
@@ -543,7 +638,7 @@ class McpServers:
     def _retool(self) -> None:
         """Name every listed tool ``mcp__<server>__<tool>`` (a hash suffix for names that
         collide or run long), and add the resource tools when a server has resources."""
-        wanted: list[tuple[str, McpServer, Any]] = [
+        wanted: list[tuple[str, McpServer, ListedTool]] = [
             (tool_name(server.spec.name, listed.name), server, listed)
             for server in self.servers.values() for listed in server.listed
             if exposed(server.spec.tool_exposure, listed.name)]
@@ -558,7 +653,7 @@ class McpServers:
         if any(server.resources for server in self.servers.values()):
             tools.update({tool.name: tool for tool in self._resource_tools()})
         self.tools.clear()
-        self.tools.update(tools)
+        self.tools.update((name, tool) for name, tool in tools.items() if self._keep(name))
 
     def _resource_tools(self) -> list[Tool]:
         servers = self.servers
@@ -617,14 +712,12 @@ def _server(servers: dict[str, McpServer], name: str) -> McpServer:
     return server
 
 
-def _server_tool(name: str, server: McpServer, listed: Any) -> Tool:
+def _server_tool(name: str, server: McpServer, listed: ListedTool) -> Tool:
     description = listed.description or listed.name
-    schema = listed.input_schema if isinstance(listed.input_schema, dict) else {
-        "type": "object"}
 
     async def run(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
         return await server.call(listed.name, arguments, ctx)
 
     return Tool(name=name, snippet=description.splitlines()[0] if description else name,
                 description=f"{description}\n\n(MCP server {server.spec.name}, tool "
-                f"{listed.name})", parameters=schema, parse=dict, run=run)
+                f"{listed.name})", parameters=listed.input_schema, parse=dict, run=run)

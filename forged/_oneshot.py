@@ -158,7 +158,7 @@ def _mcp_entry(args: Any) -> dict[str, Any] | None:
 
 async def _mcp_list(cwd: Path) -> int:
     """Connect every server of `cwd` and print each: transport, status, tools."""
-    from ._mcp import MCP_FILE, McpConfig, McpServers
+    from ._mcp import CACHE_DIR, MCP_FILE, ListingCache, McpConfig, McpServers
     from ._settings import PROJECT_DIR, Settings
 
     settings = Settings(agent_dir(), cwd)
@@ -166,7 +166,7 @@ async def _mcp_list(cwd: Path) -> int:
                        project_file=cwd / PROJECT_DIR / MCP_FILE
                        if settings.project_trusted else None)
     specs = config.load()
-    servers = McpServers(specs, cwd)
+    servers = McpServers(specs, cwd, cache=ListingCache(agent_dir() / CACHE_DIR))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(servers.serve)
         for server in servers.servers.values():

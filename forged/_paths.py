@@ -131,10 +131,11 @@ async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
 # --- replacing a file --------------------------------------------------------------------------
 
 def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace the file at `path` with `data`: a temporary file beside it, fsynced, renamed
-    over it, and the directory fsynced. A failure leaves `path` as it was and no temporary
+    """Replace the file at `path` with `data`: a temporary file beside it (its own, so that
+    threads replacing one file at once do not share one), fsynced, renamed over it, and the
+    directory fsynced. A failure leaves `path` as it was and no temporary
     file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:

@@ -29,7 +29,8 @@ from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
 from ._jsonl import encode_line
 from ._log import log
-from ._mcp import MCP_FILE, McpConfig, McpServers, ServerSpec
+from ._mcp import CACHE_DIR as MCP_CACHE_DIR
+from ._mcp import MCP_FILE, Listing, ListingCache, McpConfig, McpServers, ServerSpec
 from ._model_choice import ModelChoice
 from ._models import ModelRegistry, clamp_level
 from ._paths import session_dir_for
@@ -106,6 +107,8 @@ class _Files:
     resources: Resources
     store: SessionFile
     mcp_servers: list[ServerSpec]
+    mcp_listings: dict[str, Listing]
+    """The servers' tools as they last listed them."""
 
     @classmethod
     def read(cls, config: SessionConfig) -> _Files:
@@ -114,12 +117,16 @@ class _Files:
             config.mcp, user_file=config.agent_dir / MCP_FILE,
             project_file=config.cwd / PROJECT_DIR / MCP_FILE if settings.project_trusted
             else None)
+        servers = mcp.load()
+        cache = ListingCache(config.agent_dir / MCP_CACHE_DIR)
         return cls(settings=settings,
                    resources=Resources.load(config.cwd, config.agent_dir, settings, config.extra),
                    store=open_store(config.session_path, config.new_files_dir, config.cwd,
                                     session_id=config.new_session_id,
                                     fork_from=config.fork_from),
-                   mcp_servers=mcp.load())
+                   mcp_servers=servers,
+                   mcp_listings={spec.name: listing for spec in servers
+                                 if spec.enabled and (listing := cache.read(spec))})
 
 
 @contextlib.asynccontextmanager
@@ -298,7 +305,9 @@ class Session:
         self._wait_for_room = wait_for_room
         self.plugins = Plugins([], self)  # `emit` tells them; the real ones register last
         self.queues = Queues(self.emit, settings)
-        self.mcp = McpServers(files.mcp_servers, config.cwd)
+        self.mcp = McpServers(files.mcp_servers, config.cwd,
+                              cache=ListingCache(config.agent_dir / MCP_CACHE_DIR),
+                              listings=files.mcp_listings, keep=config.tools.keeps_mcp)
         self.own_tools: dict[str, Tool] = {}
         """The built-in and plugin tools; `tools` adds the MCP servers' as they connect."""
         self.tools: Mapping[str, Tool] = {}
@@ -519,9 +528,9 @@ class Session:
         """Why a plugin blocks `call`, or None to run it."""
         return await self.plugins.before_tool_call(call.id, call.name, call.arguments)
 
-    async def tools_ready(self) -> None:
-        """Until the MCP servers still connecting have connected, or waited long enough."""
-        await self.mcp.wait_started()
+    async def tool(self, name: str) -> Tool | None:
+        """The tool called `name`, connecting its MCP server first if need be."""
+        return self.own_tools.get(name) or await self.mcp.tool(name)
 
     def model_request(self) -> tuple[Provider, ProviderRequest]:
         own = list(self.own_tools.values())

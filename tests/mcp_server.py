@@ -3,9 +3,11 @@
     python mcp_server.py stdio [NAME]     on stdin and stdout
     python mcp_server.py http [NAME]      streamable HTTP on 127.0.0.1; prints its port first
     python mcp_server.py silent           reads stdin and never answers (not even initialize)
+    python mcp_server.py stdio NAME FILE  as stdio, or as silent once FILE exists
 
 Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress), ``hang``
-(never returns), ``crash`` (the process exits mid-call), ``fail`` (an error result),
+(never returns; says ``hang started`` on stderr, and ``hang cancelled`` when the client
+cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result),
 ``echo-text`` and ``echo_text`` (names that collide once made tool names); one resource,
 ``note://hello``.
 """
@@ -44,7 +46,12 @@ def build(name: str) -> MCPServer:
 
     @server.tool(description="Never return")
     async def hang() -> str:
-        await anyio.sleep_forever()
+        print("hang started", file=sys.stderr, flush=True)
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            print("hang cancelled", file=sys.stderr, flush=True)
+            raise
         return ""
 
     @server.tool(description="Exit in the middle of the call")
@@ -85,7 +92,7 @@ async def serve_http(server: MCPServer) -> None:
 def main() -> None:
     mode = sys.argv[1]
     name = sys.argv[2] if len(sys.argv) > 2 else "tests"
-    if mode == "silent":
+    if mode == "silent" or (len(sys.argv) > 3 and os.path.exists(sys.argv[3])):
         sys.stdin.buffer.read()
     elif mode == "http":
         anyio.run(serve_http, build(name))

@@ -25,16 +25,33 @@ SERVER = str(Path(__file__).parent / "mcp_server.py")
 DONE = Reply(content=[ScriptText(text="done")])
 
 
-def stdio_entry(name: str, mode: str = "stdio", **more: Any) -> dict[str, Any]:
-    return {"command": sys.executable, "args": [SERVER, mode, name], **more}
+def stdio_entry(name: str, mode: str = "stdio", *args: str, **more: Any) -> dict[str, Any]:
+    return {"command": sys.executable, "args": [SERVER, mode, name, *args], **more}
 
 
 class Forged(Child):
-    """``forged --mode rpc`` with MCP servers; its stderr kept in `log`."""
+    """``forged --mode rpc`` with MCP servers; what it writes on stderr gathers in `log`."""
 
-    def __init__(self, process: trio.Process, log: Path) -> None:
+    def __init__(self, process: trio.Process) -> None:
         super().__init__(process)
-        self.log = log
+        self.log = ""
+        self._logged = trio.Event()
+        self.stderr_closed = trio.Event()
+
+    async def read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        async for data in self.process.stderr:
+            self.log += data.decode(errors="replace")
+            self._logged.set()
+            self._logged = trio.Event()
+        self.stderr_closed.set()
+
+    async def logged(self, text: str) -> None:
+        """Until `text` is in forged's stderr."""
+        with trio.move_on_after(30):  # a hang guard, not a timing
+            while text not in self.log:
+                await self._logged.wait()
+        assert text in self.log, f"forged's stderr:\n{self.log}"
 
     async def call(self, command: str, **fields: Any) -> Any:
         await self.send({"id": command, "type": command, **fields})
@@ -57,18 +74,17 @@ async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Rep
     project.mkdir(exist_ok=True)
     (agent_dir / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
     provider = ScriptedServer(replies)
-    log = tmp_path / "forged.log"
     async with trio.open_nursery() as nursery:
         await nursery.start(provider.serve)
         (agent_dir / "models.json").write_text(json.dumps({"providers": {"local": {
             "baseUrl": provider.base_url, "api": "anthropic-messages", "apiKey": "k",
             "models": [{"id": "m"}]}}}))
-        with log.open("wb") as stderr:
-            process = await trio.lowlevel.open_process(
-                [*RPC, "--model", "local/m", "--cwd", str(project), *args],
-                env=child_env(agent_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=stderr)
-        child = Forged(process, log)
+        process = await trio.lowlevel.open_process(
+            [*RPC, "--model", "local/m", "--cwd", str(project), *args],
+            env=child_env(agent_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        child = Forged(process)
+        nursery.start_soon(child.read_stderr)
         try:
             yield child, provider
         finally:
@@ -76,6 +92,7 @@ async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Rep
             await process.stdin.aclose()
             with trio.fail_after(20):  # a hang guard, not a timing
                 await process.wait()
+                await child.stderr_closed.wait()
             nursery.cancel_scope.cancel()
 
 
@@ -98,6 +115,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
             forged, provider):
         state = await forged.call("get_state")  # answered while the server starts
+        await forged.logged("MCP server local connected: 8 tools")
         events = await forged.prompt("use the tools")
         servers = (await forged.call("get_mcp_servers"))["servers"]
     assert state["sessionId"]
@@ -125,7 +143,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     (server,) = servers
     assert (server["name"], server["transport"], server["status"], server["toolCount"]) == (
         "local", "stdio", "ready", 8)
-    assert "[mcp local] local started" in forged.log.read_text()
+    assert "[mcp local] local started" in forged.log
 
 
 async def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call(
@@ -142,7 +160,7 @@ async def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call
     assert "stopped during the call" in text(crashed)
     assert text(echoed) == "local echo: again" and echoed["isError"] is False
     assert servers[0]["status"] == "ready"
-    log = forged.log.read_text()
+    log = forged.log
     assert "[mcp local] local is crashing" in log
     assert log.count("local started (pid") == 2
 
@@ -152,10 +170,11 @@ async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
     async with forged_with(tmp_path, {"slow": stdio_entry("slow", timeout=5)},
                            [hang, hang, DONE]) as (forged, _):
         await forged.send({"type": "prompt", "message": "hang"})
-        await forged.read_until("tool_execution_start")
+        await forged.logged("[mcp slow] hang started")  # the call reached the server
         await forged.send({"id": "a", "type": "abort"})
         aborted = await forged.read_until("tool_execution_end")
         await forged.read_until("agent_settled")
+        await forged.logged("[mcp slow] hang cancelled")  # notifications/cancelled reached it
         timed_out = ends(await forged.prompt("hang until the timeout"))
         servers = (await forged.call("get_mcp_servers"))["servers"]
     assert aborted["isError"] is True
@@ -164,19 +183,45 @@ async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
     assert servers[0]["status"] in ("failed", "starting", "ready")
 
 
-async def test_a_server_that_never_answers_delays_nothing_past_its_timeout(
+async def test_a_server_that_never_answers_delays_only_the_calls_to_it(
         tmp_path: Path) -> None:
-    servers = {"mute": stdio_entry("mute", "silent", timeout=1),
+    servers = {"mute": stdio_entry("mute", "silent"),  # 60 s to answer initialize
+               "brief": stdio_entry("brief", "silent", timeout=1),
                "local": stdio_entry("local")}
-    async with forged_with(tmp_path, servers, [DONE]) as (forged, provider):
+    replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo", arguments={"text": "hi"}),
+                              ScriptToolCall(name="mcp__brief__echo", arguments={})]), DONE]
+    async with forged_with(tmp_path, servers, replies) as (forged, _):
         await forged.call("get_state")
         events = await forged.prompt("hello")
         listed = {s["name"]: s for s in (await forged.call("get_mcp_servers"))["servers"]}
     assert events[-1] == {"type": "agent_settled", "aborted": False}
-    assert listed["mute"]["status"] == "failed"
-    assert listed["mute"]["lastError"]
+    echoed, brief = ends(events)
+    assert text(echoed) == "local echo: hi"  # the call waited for its own server only
+    assert brief["isError"] and text(brief) == (
+        "MCP server brief is not available: it did not answer initialize in time")
+    assert listed["mute"]["status"] == "starting"  # the turn never waited for it
+    assert listed["brief"]["status"] == "failed" and listed["brief"]["lastError"]
     assert listed["local"]["status"] == "ready"
-    assert "mcp__local__echo" in {tool["name"] for tool in provider.requests[0].body["tools"]}
+
+
+async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"  # once it exists, the server never answers initialize
+    entry = stdio_entry("local", "stdio", str(hold))
+    async with forged_with(tmp_path, {"local": entry}, []) as (forged, _):
+        await forged.logged("MCP server local connected: 8 tools")
+    assert len(list((tmp_path / "agent" / "mcp-cache").glob("*.json"))) == 1
+    hold.touch()
+    replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo",
+                                             arguments={"text": "hi"})]), DONE]
+    async with forged_with(tmp_path, {"local": {**entry, "timeout": 1}}, replies,
+                           "--tools", "read,mcp__local__echo") as (forged, provider):
+        events = await forged.prompt("echo")
+    offered = {tool["name"]: tool for tool in provider.requests[0].body["tools"]}
+    assert offered.keys() == {"read", "mcp__local__echo"}  # kept, then chosen by --tools
+    assert "no tool is called" not in forged.log
+    assert offered["mcp__local__echo"]["input_schema"]["required"] == ["text"]
+    (echoed,) = ends(events)
+    assert echoed["isError"] and "not available" in text(echoed)  # it waited, then failed
 
 
 async def test_a_streamable_http_server(tmp_path: Path) -> None:
@@ -191,6 +236,7 @@ async def test_a_streamable_http_server(tmp_path: Path) -> None:
         replies = [Reply(content=[ScriptToolCall(name="mcp__web__echo",
                                                  arguments={"text": "over http"})]), DONE]
         async with forged_with(tmp_path, {"web": entry}, replies) as (forged, provider):
+            await forged.logged("MCP server web connected")
             events = await forged.prompt("echo")
             listed = (await forged.call("get_mcp_servers"))["servers"]
     finally:
@@ -245,35 +291,66 @@ def test_tool_names_and_exposure() -> None:
     assert not exposed(["!delete_*"], "delete_x") and exposed(["!delete_*"], "get_x")
 
 
-def test_an_editor_hands_the_session_its_mcp_servers(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("argv", "kept"), [
+    ([], {"mcp__a__x", "mcp__b__y", "list_mcp_resources"}),
+    (["--tools", "read,bash"], {"mcp__a__x", "mcp__b__y", "list_mcp_resources"}),
+    (["--tools", "read,mcp__a__*"], {"mcp__a__x"}),
+    (["--tools", "-mcp__b__y"], {"mcp__a__x", "list_mcp_resources"}),
+    (["--exclude-tools", "mcp__*"], {"list_mcp_resources"}),
+    (["--no-tools"], set()),
+    (["--no-tools", "--tools", "+mcp__b__y"], {"mcp__b__y"}),
+    (["--no-builtin-tools"], {"mcp__a__x", "mcp__b__y", "list_mcp_resources"})])
+def test_tool_flags_filter_mcp_tools_once_they_name_one(argv: list[str],
+                                                         kept: set[str]) -> None:
+    from forged._cli import options_from, parse_command_line
+
+    choice = options_from(parse_command_line(argv)).tools
+    names = {"mcp__a__x", "mcp__b__y", "list_mcp_resources"}
+    assert {name for name in names if choice.keeps_mcp(name)} == kept
+
+
+@pytest.mark.parametrize("how", ["acp", "connect"])
+def test_an_editor_hands_the_session_its_mcp_servers(tmp_path: Path, how: str) -> None:
     import asyncio
 
     from .acp_editor import Editor, acp
     from .test_acp import forged_acp, use_script
+    from .test_process import stop_daemon
 
-    command, env = forged_acp(tmp_path)
+    command, env = forged_acp(tmp_path, how)
     project = str(tmp_path / "project")
-    use_script(command, tmp_path, replies=[
-        {"content": [{"type": "toolCall", "name": "mcp__editor__echo",
-                      "arguments": {"text": "from the editor"}}]},
-        {"content": [{"type": "text", "text": "Done."}]}])
+    echo = {"content": [{"type": "toolCall", "name": "mcp__editor__echo",
+                         "arguments": {"text": "from the editor"}}]}
+    done = {"content": [{"type": "text", "text": "Done."}]}
+    use_script(command, tmp_path, replies=[echo, done, echo, done])
+    servers = [acp.schema.McpServerStdio(
+        name="editor", command=sys.executable, args=[SERVER, "stdio", "editor"],
+        env=[acp.schema.EnvVariable(name="UNUSED", value="1")])]
 
-    async def drive() -> list[Any]:
+    async def drive(session_id: str | None) -> tuple[str, list[Any]]:
         editor = Editor()
         async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
                                            cwd=project) as (conn, _):
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
-            session = await conn.new_session(cwd=project, mcp_servers=[acp.schema.McpServerStdio(
-                name="editor", command=sys.executable, args=[SERVER, "stdio", "editor"],
-                env=[acp.schema.EnvVariable(name="UNUSED", value="1")])])
-            await conn.prompt(session_id=session.session_id,
-                              prompt=[acp.text_block("Echo")])
-        return editor.updates
+            if session_id is None:
+                session_id = (await conn.new_session(cwd=project, mcp_servers=servers)
+                              ).session_id
+            else:
+                await conn.load_session(cwd=project, session_id=session_id,
+                                        mcp_servers=servers)
+                editor.updates.clear()  # the replayed ones
+            await conn.prompt(session_id=session_id, prompt=[acp.text_block("Echo")])
+        return session_id, editor.updates
 
-    updates = asyncio.run(asyncio.wait_for(drive(), 60))
-    (end,) = [u for u in updates if type(u).__name__ == "ToolCallProgress"]
-    assert end.status == "completed"
-    assert end.content[0].content.text == "editor echo: from the editor"
+    try:
+        session_id, new = asyncio.run(asyncio.wait_for(drive(None), 60))
+        _, loaded = asyncio.run(asyncio.wait_for(drive(session_id), 60))
+    finally:
+        stop_daemon(tmp_path / "run")
+    for updates in (new, loaded):
+        (end,) = [u for u in updates if type(u).__name__ == "ToolCallProgress"]
+        assert end.status == "completed"
+        assert end.content[0].content.text == "editor echo: from the editor"
 
 
 def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:

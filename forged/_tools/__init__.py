@@ -38,6 +38,16 @@ def parse_arguments(tool: Tool, arguments: dict[str, Any]) -> Any:
 
 DEFAULT_TOOLS = ("read", "bash", "edit", "write")
 """What the model gets when nothing chooses otherwise, as in the ancestor."""
+MCP_RESOURCE_TOOLS = ("list_mcp_resources", "read_mcp_resource")
+"""MCP tools as much as the servers' own ``mcp__<server>__<tool>``."""
+
+
+def is_mcp_tool(name: str) -> bool:
+    return name.startswith("mcp__") or name in MCP_RESOURCE_TOOLS
+
+
+def _matches(patterns: list[str], name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
 @attrs.define(kw_only=True)
@@ -54,6 +64,20 @@ class ToolChoice:
     default: list[str] | None = None
     """The ``defaultTools`` setting: plain names replace `DEFAULT_TOOLS`, ``+name``/``-name``
     entries change it."""
+
+    def keeps_mcp(self, name: str) -> bool:
+        """Whether the MCP tool `name` reaches the model. A ``--tools`` list filters MCP tools
+        only once one of its entries starts with ``mcp__`` (or with ``--no-tools``: then only
+        the ones it names); ``-name`` entries and ``--exclude-tools`` remove them."""
+        entries = self.tools or []
+        named = [entry.lstrip("+") for entry in entries if not entry.startswith("-")]
+        removed = [entry[1:] for entry in entries if entry.startswith("-")]
+        if _matches(self.exclude, name) or _matches(removed, name):
+            return False
+        if self.no_tools or (not _modifiers_only(entries)
+                             and any(entry.startswith("mcp__") for entry in entries)):
+            return _matches(named, name)
+        return True
 
 
 def _modifiers_only(names: list[str]) -> bool:
@@ -94,16 +118,14 @@ def select_tools(plugin_tools: Mapping[str, Tool], choice: ToolChoice
     else:
         wanted, allowed = default, ([] if choice.no_tools else None)
 
-    def matches(patterns: list[str], name: str) -> bool:
-        return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-
-    chosen = {name: tool for name, tool in BUILTIN_TOOLS.items() if matches(wanted, name)}
+    chosen = {name: tool for name, tool in BUILTIN_TOOLS.items() if _matches(wanted, name)}
     chosen.update((name, tool) for name, tool in plugin_tools.items()
-                  if name not in chosen and (allowed is None or matches(allowed, name)))
+                  if name not in chosen and (allowed is None or _matches(allowed, name)))
     for name in list(chosen):
-        if matches(choice.exclude, name):
+        if _matches(choice.exclude, name):
             del chosen[name]
     known = {*BUILTIN_TOOLS, *plugin_tools}
     asked = [entry.lstrip("+-") for entry in [*(choice.tools or []), *(choice.default or [])]]
-    unknown = [name for name in dict.fromkeys(asked) if "*" not in name and name not in known]
+    unknown = [name for name in dict.fromkeys(asked)
+               if "*" not in name and name not in known and not is_mcp_tool(name)]
     return chosen, unknown
