@@ -34,6 +34,7 @@ import hashlib
 import math
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,13 @@ from ._log import log, log_exception
 from ._models import resolve_value
 from ._paths import rewrite
 from ._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, ToolError, text_result
+from ._tools.base import ScratchDir
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0
 CACHE_DIR = "mcp-cache"
+RESULT_TEXT_LIMIT = 20 * 1024
+"""Characters of a result's text the model gets, as in the ancestor."""
 MAX_BACKOFF_S = 30.0
 MAX_TOOL_NAME = 64
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -523,7 +527,12 @@ class McpServer:
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.lose(str(exc))
             raise ToolError(f"MCP server {self.spec.name}: {exc}") from None
-        return _result(result)
+        bounded = await _bounded(_result(result), ctx)
+        if result.is_error:
+            raise ToolError("\n".join(block.text for block in bounded.content
+                                      if isinstance(block, w.TextContent)) or "The tool failed",
+                            structured=bounded.structured_content)
+        return bounded
 
     def info(self) -> w.McpServerInfo:
         return w.McpServerInfo(
@@ -567,8 +576,8 @@ def _describe(exc: BaseException | None, stderr: list[str]) -> str:
 
 
 def _result(result: Any) -> w.ToolResult:
-    """A ``tools/call`` result as a tool result: text, images and resources; ``isError``
-    makes it a failure."""
+    """A ``tools/call`` result's text, images and resources as a tool result (the caller
+    makes one with ``isError`` a failure)."""
     content: list[w.UserContent] = []
     for block in result.content:
         kind = getattr(block, "type", "")
@@ -588,12 +597,32 @@ def _result(result: Any) -> w.ToolResult:
             content.append(w.TextContent(text=f"[{kind or 'unknown'} content]"))
     structured = result.structured_content if isinstance(result.structured_content,
                                                          dict) else None
-    if result.is_error:
-        raise ToolError("\n".join(block.text for block in content
-                                  if isinstance(block, w.TextContent)) or "The tool failed",
-                        structured=structured)
     return w.ToolResult(content=content or [w.TextContent(text="(no output)")],
                         structured_content=structured)
+
+
+async def _bounded(result: w.ToolResult, ctx: ToolContext) -> w.ToolResult:
+    """`result` with its text cut to `RESULT_TEXT_LIMIT` characters: the middle of a longer
+    text is left out (marked ``…N chars truncated…``), and the whole text is kept in a file
+    the result names. Images stay."""
+    texts = [block.text for block in result.content if isinstance(block, w.TextContent)]
+    whole = "\n".join(texts)
+    if len(whole) <= RESULT_TEXT_LIMIT:
+        return result
+    path = await trio.to_thread.run_sync(_keep, whole, ctx.scratch)
+    half = RESULT_TEXT_LIMIT // 2
+    shown = (f"{whole[:half]}\n…{len(whole) - 2 * half} chars truncated…\n{whole[-half:]}"
+             f"\n\n[The whole result is in {path}]")
+    return attrs.evolve(result, content=[w.TextContent(text=shown), *(
+        block for block in result.content if not isinstance(block, w.TextContent))])
+
+
+def _keep(text: str, scratch: ScratchDir | None) -> Path:
+    descriptor, name = tempfile.mkstemp(prefix="forged-mcp-", suffix=".txt",
+                                        dir=scratch.path() if scratch is not None else None)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
+    return Path(name)
 
 
 # --- a session's servers -----------------------------------------------------------------------
@@ -687,7 +716,8 @@ class McpServers:
                 else:
                     content.append(w.TextContent(
                         text=f"[binary resource {item.uri} ({item.mime_type or 'unknown'})]"))
-            return w.ToolResult(content=content or [w.TextContent(text="(empty resource)")])
+            return await _bounded(w.ToolResult(
+                content=content or [w.TextContent(text="(empty resource)")]), ctx)
 
         return [
             Tool(name="list_mcp_resources", snippet="List MCP servers' resources",

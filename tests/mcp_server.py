@@ -7,9 +7,9 @@
 
 Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress), ``hang``
 (never returns; says ``hang started`` on stderr, and ``hang cancelled`` when the client
-cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result),
-``echo-text`` and ``echo_text`` (names that collide once made tool names); one resource,
-``note://hello``.
+cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result), ``flood``
+(as much text as asked for), ``echo-text`` and ``echo_text`` (names that collide once made
+tool names); one resource, ``note://hello``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ def build(name: str) -> MCPServer:
     def crash() -> str:
         print(f"{name} is crashing", file=sys.stderr, flush=True)
         os._exit(3)
+
+    @server.tool(description="Numbered lines, size characters in all")
+    def flood(size: int) -> str:
+        return "".join(f"{n:07d}\n" for n in range(size // 8))
 
     @server.tool(description="Fail")
     def fail() -> str:

@@ -105,7 +105,8 @@ def text(end: dict[str, Any]) -> str:
 
 
 async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
-    calls = [("echo", {"text": "hi"}), ("picture", {}), ("count", {"n": 3}), ("fail", {})]
+    calls = [("echo", {"text": "hi"}), ("picture", {}), ("count", {"n": 3}), ("fail", {}),
+             ("flood", {"size": 100_000})]
     replies = [Reply(content=[
         *(ScriptToolCall(name=f"mcp__local__{tool}", arguments=arguments)
           for tool, arguments in calls),
@@ -115,9 +116,12 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
             forged, provider):
         state = await forged.call("get_state")  # answered while the server starts
-        await forged.logged("MCP server local connected: 8 tools")
+        await forged.logged("MCP server local connected: 9 tools")
         events = await forged.prompt("use the tools")
         servers = (await forged.call("get_mcp_servers"))["servers"]
+        flooded = text(ends(events)[4])
+        kept = Path(flooded.rsplit("[The whole result is in ", 1)[1].rstrip("]"))
+        whole = kept.read_text()  # the session's scratch folder, gone with it
     assert state["sessionId"]
     offered = {tool["name"]: tool for tool in provider.requests[0].body["tools"]}
     echo = offered["mcp__local__echo"]
@@ -127,7 +131,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     assert len(dashed) == 2 and all(len(name) == len("mcp__local__echo_text") + 7
                                     for name in dashed)  # the collision: hash suffixes
     assert {"read", "bash", "list_mcp_resources", "read_mcp_resource"} <= offered.keys()
-    echoed, picture, counted, failed, listed, read = ends(events)
+    echoed, picture, counted, failed, _, listed, read = ends(events)
     assert json.loads(text(listed))["resources"][0] == {
         "server": "local", "uri": "note://hello", "name": "hello", "mimeType": "text/plain",
         "description": "A note"}
@@ -140,9 +144,13 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
                if e["type"] == "tool_execution_update"]
     assert updates == ["step 1 (1/3)", "step 2 (2/3)", "step 3 (3/3)"]
     assert failed["isError"] is True and text(failed) == "Error executing tool fail"
+    assert len(whole) == 100_000 and whole.startswith("0000000\n0000001\n")
+    assert len(flooded) < 21_000  # its middle left out
+    assert flooded.startswith("0000000\n") and "\n…79520 chars truncated…\n" in flooded
+    assert not kept.exists()
     (server,) = servers
     assert (server["name"], server["transport"], server["status"], server["toolCount"]) == (
-        "local", "stdio", "ready", 8)
+        "local", "stdio", "ready", 9)
     assert "[mcp local] local started" in forged.log
 
 
@@ -208,7 +216,7 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     hold = tmp_path / "hold"  # once it exists, the server never answers initialize
     entry = stdio_entry("local", "stdio", str(hold))
     async with forged_with(tmp_path, {"local": entry}, []) as (forged, _):
-        await forged.logged("MCP server local connected: 8 tools")
+        await forged.logged("MCP server local connected: 9 tools")
     assert len(list((tmp_path / "agent" / "mcp-cache").glob("*.json"))) == 1
     hold.touch()
     replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo",
@@ -371,6 +379,6 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
     listed = run("list")
     assert listed.returncode == 0, listed.stderr
     assert "local  stdio  ready" in listed.stdout
-    assert "8 tools: echo, picture, count" in listed.stdout
+    assert "9 tools: echo, picture, count" in listed.stdout
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
