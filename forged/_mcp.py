@@ -2,9 +2,9 @@
 
 Configuration, in this order (a later entry of a name replaces an earlier one):
 ``<agentDir>/mcp.json``; a trusted project's ``.agent-forge/mcp.json`` (an entry with no
-``command``, ``url`` or ``type`` changes only ``enabled`` and ``toolExposure`` of the user's
-entry); each ``--mcp-config FILE``; the servers a client hands the session (ACP's
-``mcpServers``). The format is the one other MCP clients share:
+``command``, ``url`` or ``type`` changes only ``enabled``, ``exposure`` and ``toolExposure``
+of the user's entry); each ``--mcp-config FILE``; the servers a client hands the session
+(ACP's ``mcpServers``). The format is the one other MCP clients share:
 ``{"mcpServers": {NAME: {...}}}`` (docs/protocol.md, MCP servers).
 
 Each server of a session is a task of that session; nothing is shared between sessions::
@@ -84,8 +84,13 @@ class ServerSpec:
     enabled: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
     description: str | None = None
-    tool_exposure: list[str] = attrs.Factory(list)
-    """``name`` shows only the tools listed so; ``!name`` hides one (``*`` matches any)."""
+    exposure: str = "direct"
+    """The server's tools: ``hidden``, or offered to the model (the ancestor's ``direct``,
+    ``codemode`` and ``deferred`` alike: forged declares every reachable tool)."""
+    tool_exposure: list[str] | dict[str, str] = attrs.Factory(list)
+    """A list: ``name`` shows only the tools listed so, ``!name`` hides one; or the ancestor's
+    object of names or patterns to exposures (an exact name first, else the first pattern
+    that matches). ``*`` matches any characters."""
     source: str = ""
 
 
@@ -125,8 +130,25 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
         url=raw.get("url"), headers=_string_map(raw.get("headers", {}), name, "headers"),
         enabled=raw.get("enabled", True) is not False, timeout_s=float(timeout),
         description=raw["description"] if isinstance(raw.get("description"), str) else None,
-        tool_exposure=_strings(raw.get("toolExposure", []), name, "toolExposure"),
+        exposure=_exposure(raw.get("exposure", "direct"), name, "exposure"),
+        tool_exposure=_tool_exposure(raw.get("toolExposure", []), name),
         source=source)
+
+
+EXPOSURES = ("direct", "codemode", "codemode-deferred", "deferred", "hidden")
+
+
+def _exposure(value: Any, name: str, key: str) -> str:
+    if value not in EXPOSURES:
+        raise ConfigProblem(f"server {name}: {key} must be one of {', '.join(EXPOSURES)}")
+    return str(value)
+
+
+def _tool_exposure(value: Any, name: str) -> list[str] | dict[str, str]:
+    if isinstance(value, dict):
+        return {str(tool): _exposure(exposure, name, f"toolExposure.{tool}")
+                for tool, exposure in value.items()}
+    return _strings(value, name, "toolExposure")
 
 
 def _strings(value: Any, name: str, key: str) -> list[str]:
@@ -194,7 +216,12 @@ class McpConfig:
                 if (layer == "project" and previous is not None and isinstance(entry, dict)
                         and not {"command", "url", "type"} & entry.keys()):
                     entry = {**previous[0], **{key: entry[key] for key in (
-                        "enabled", "toolExposure") if key in entry}}
+                        "enabled", "exposure", "toolExposure") if key in entry}}
+                same = next((known for known in raw if _same_server(known, name)), name)
+                if same != name:
+                    self._problem(f"MCP server skipped ({source}): {name} and {same} name one "
+                                  "server (- and _ are alike in tool names)")
+                    continue
                 raw[name] = (entry, source)
         specs: list[ServerSpec] = []
         for name, (entry, source) in raw.items():
@@ -207,6 +234,10 @@ class McpConfig:
     def _problem(self, text: str) -> None:
         log(text)
         self.problems.append(text)
+
+
+def _same_server(one: str, other: str) -> bool:
+    return one.replace("-", "_") == other.replace("-", "_")
 
 
 def expand(value: str) -> str:
@@ -225,14 +256,22 @@ def _suffixed(name: str, key: str) -> str:
     return f"{name[:MAX_TOOL_NAME - 7]}_{digest}"
 
 
-def exposed(patterns: list[str], tool: str) -> bool:
-    """Whether `tool` reaches the model under ``toolExposure``."""
+def exposed(tool: str, tool_exposure: list[str] | dict[str, str],
+            exposure: str = "direct") -> bool:
+    """Whether `tool` reaches the model under ``exposure`` and ``toolExposure``."""
     import fnmatch
 
-    shown = [p for p in patterns if not p.startswith("!")]
-    if any(fnmatch.fnmatchcase(tool, p[1:]) for p in patterns if p.startswith("!")):
+    if isinstance(tool_exposure, dict):
+        chosen = tool_exposure.get(tool) or next(
+            (value for pattern, value in tool_exposure.items()
+             if fnmatch.fnmatchcase(tool, pattern)), exposure)
+        return chosen != "hidden"
+    if any(fnmatch.fnmatchcase(tool, p[1:]) for p in tool_exposure if p.startswith("!")):
         return False
-    return not shown or any(fnmatch.fnmatchcase(tool, p) for p in shown)
+    shown = [p for p in tool_exposure if not p.startswith("!")]
+    if shown:
+        return any(fnmatch.fnmatchcase(tool, p) for p in shown)
+    return exposure != "hidden"
 
 
 # --- what a server offered when it last connected ---------------------------------------------
@@ -670,7 +709,7 @@ class McpServers:
         wanted: list[tuple[str, McpServer, ListedTool]] = [
             (tool_name(server.spec.name, listed.name), server, listed)
             for server in self.servers.values() for listed in server.listed
-            if exposed(server.spec.tool_exposure, listed.name)]
+            if exposed(listed.name, server.spec.tool_exposure, server.spec.exposure)]
         counts: dict[str, int] = {}
         for name, _, _ in wanted:
             counts[name] = counts.get(name, 0) + 1

@@ -158,7 +158,7 @@ def _mcp_entry(args: Any) -> dict[str, Any] | None:
 
 async def _mcp_list(cwd: Path) -> int:
     """Connect every server of `cwd` and print each: transport, status, tools."""
-    from ._mcp import CACHE_DIR, MCP_FILE, ListingCache, McpConfig, McpServers
+    from ._mcp import CACHE_DIR, MCP_FILE, ListingCache, McpConfig, McpServers, exposed
     from ._settings import PROJECT_DIR, Settings
 
     settings = Settings(agent_dir(), cwd)
@@ -177,8 +177,9 @@ async def _mcp_list(cwd: Path) -> int:
             where = spec.command if spec.transport == "stdio" else spec.url
             print(f"{spec.name}  {spec.transport}  {server.status}  {where}  ({spec.source})")
             if server.status == "ready":
-                print(f"  {len(server.listed)} tools: "
-                      f"{', '.join(tool.name for tool in server.listed) or '(none)'}")
+                names = [tool.name if exposed(tool.name, spec.tool_exposure, spec.exposure)
+                         else f"{tool.name} (hidden)" for tool in server.listed]
+                print(f"  {len(server.listed)} tools: {', '.join(names) or '(none)'}")
             elif server.status == "failed":
                 failed = True
                 print(f"  error: {server.last_error}")

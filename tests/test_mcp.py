@@ -268,7 +268,9 @@ def test_an_entry_is_checked_and_legacy_sse_refused() -> None:
             ({"command": "x", "url": "y"}, "either command"),
             ({"command": "x", "timeout": 0}, "timeout"),
             ({"command": "x", "type": "http"}, "does not match"),
-            ({"command": "x", "args": "not a list"}, "args")]:
+            ({"command": "x", "args": "not a list"}, "args"),
+            ({"command": "x", "exposure": "visible"}, "exposure must be"),
+            ({"command": "x", "toolExposure": {"a": "shown"}}, "toolExposure.a must be")]:
         with pytest.raises(ConfigProblem, match=problem):
             parse_entry("s", entry, "user")
     with pytest.raises(ConfigProblem, match="letters, digits"):
@@ -281,12 +283,14 @@ def test_a_project_entry_replaces_or_adjusts_the_users(tmp_path: Path) -> None:
         "a": {"command": "a-server"}, "b": {"command": "b-server", "env": {"K": "v"}},
         "broken": {"type": "sse", "url": "x"}}}))
     project.write_text(json.dumps({"mcpServers": {
-        "a": {"command": "project-a"}, "b": {"enabled": False}}}))
+        "a": {"command": "project-a"}, "b": {"enabled": False, "exposure": "hidden"},
+        "a_b": {"command": "one"}, "a-b": {"command": "two"}}}))
     specs = {spec.name: spec for spec in McpConfig(
         user_file=user, project_file=project, handed={"c": {"url": "http://c"}}).load()}
     assert specs["a"].command == "project-a"
-    assert (specs["b"].command, specs["b"].env, specs["b"].enabled) == (
-        "b-server", {"K": "v"}, False)
+    assert (specs["b"].command, specs["b"].env, specs["b"].enabled, specs["b"].exposure) == (
+        "b-server", {"K": "v"}, False, "hidden")
+    assert specs["a_b"].command == "one" and "a-b" not in specs  # one server's names
     assert specs["c"].source == "client"
     assert "broken" not in specs
     assert McpConfig(user_file=user, disabled=True).load() == []
@@ -294,9 +298,16 @@ def test_a_project_entry_replaces_or_adjusts_the_users(tmp_path: Path) -> None:
 
 def test_tool_names_and_exposure() -> None:
     assert tool_name("my-server", "get.thing") == "mcp__my_server__get_thing"
-    assert exposed([], "anything")
-    assert exposed(["get_*"], "get_x") and not exposed(["get_*"], "delete_x")
-    assert not exposed(["!delete_*"], "delete_x") and exposed(["!delete_*"], "get_x")
+    assert exposed("anything", [])
+    assert exposed("get_x", ["get_*"]) and not exposed("delete_x", ["get_*"])
+    assert not exposed("delete_x", ["!delete_*"]) and exposed("get_x", ["!delete_*"])
+    assert not exposed("get_x", [], "hidden") and exposed("get_x", ["get_x"], "hidden")
+    ancestors = {"search_code": "direct", "get_*": "codemode", "*": "hidden",
+                 "delete_*": "direct"}  # an exact name first, then the first pattern
+    assert [exposed(tool, ancestors, "deferred") for tool in (
+        "search_code", "get_x", "delete_x", "other")] == [True, True, False, False]
+    assert exposed("x", {"y": "hidden"}, "codemode")  # the ancestor's default: offered
+    assert not exposed("x", {"y": "direct"}, "hidden")
 
 
 @pytest.mark.parametrize(("argv", "kept"), [
@@ -370,15 +381,20 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
                               capture_output=True, text=True, env=env, timeout=60, check=False)
 
     assert run("add", "local", "--", sys.executable, SERVER, "stdio", "local").returncode == 0
+    config = tmp_path / "agent" / "mcp.json"
+    saved = json.loads(config.read_text())
+    saved["mcpServers"]["local"]["toolExposure"] = {"crash": "hidden"}  # as the ancestor writes
+    config.write_text(json.dumps(saved))
     assert run("add", "old", "--url", "https://example.com/sse").returncode == 0
     assert run("add", "bad name", "--url", "https://x").returncode == 2
-    saved = json.loads((tmp_path / "agent" / "mcp.json").read_text())["mcpServers"]
-    assert saved["local"] == {"command": sys.executable, "args": [SERVER, "stdio", "local"]}
+    saved = json.loads(config.read_text())["mcpServers"]
+    assert saved["local"] == {"command": sys.executable, "args": [SERVER, "stdio", "local"],
+                              "toolExposure": {"crash": "hidden"}}
     assert run("remove", "old").returncode == 0
     assert run("remove", "old").returncode == 1
     listed = run("list")
     assert listed.returncode == 0, listed.stderr
     assert "local  stdio  ready" in listed.stdout
-    assert "9 tools: echo, picture, count" in listed.stdout
+    assert "9 tools: echo, picture, count, hang, crash (hidden), flood" in listed.stdout
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
