@@ -539,24 +539,29 @@ class McpServer:
 
     async def call(self, tool: str, arguments: dict[str, Any], ctx: ToolContext
                    ) -> w.ToolResult:
+        """Call `tool`. It has the server's ``timeout`` to answer, counted again from each
+        progress notification; past it, the call is cancelled and the server restarted."""
         session = await self.connected()  # once connected, the SDK is imported
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED
+
+        timeout = self.spec.timeout_s
+        answer_by = trio.CancelScope(deadline=trio.current_time() + timeout)
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
+            answer_by.deadline = trio.current_time() + timeout
             counted = f"{done:g}/{total:g}" if total else f"{done:g}"
             ctx.update(text_result(f"{message} ({counted})" if message else counted))
 
         try:
-            result = await session.call_tool(tool, arguments,
-                                             read_timeout_seconds=self.spec.timeout_s,
-                                             progress_callback=progress)
-        except MCPError as exc:
-            if exc.code == REQUEST_TIMEOUT:
-                self.lose(f"{tool} did not answer within {self.spec.timeout_s:g} s")
+            with answer_by:  # the SDK's own timeout would not count from the last progress
+                result = await session.call_tool(tool, arguments, read_timeout_seconds=math.inf,
+                                                 progress_callback=progress)
+            if answer_by.cancelled_caught:
+                self.lose(f"{tool} did not answer within {timeout:g} s")
                 raise ToolError(f"MCP server {self.spec.name}: {tool} did not answer within "
-                                f"{self.spec.timeout_s:g} s; the server is restarted on "
-                                "the next call") from None
+                                f"{timeout:g} s; the server is restarted on the next call")
+        except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self.lose("the connection closed during a call")
                 raise ToolError(f"MCP server {self.spec.name} stopped during the call "

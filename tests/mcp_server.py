@@ -5,7 +5,8 @@
     python mcp_server.py silent           reads stdin and never answers (not even initialize)
     python mcp_server.py stdio NAME FILE  as stdio, or as silent once FILE exists
 
-Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress), ``hang``
+Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress),
+``count_slowly`` (takes its time, and reports progress as it goes), ``hang``
 (never returns; says ``hang started`` on stderr, and ``hang cancelled`` when the client
 cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result), ``flood``
 (as much text as asked for), ``echo-text`` and ``echo_text`` (names that collide once made
@@ -43,6 +44,13 @@ def build(name: str) -> MCPServer:
         for step in range(1, n + 1):
             await ctx.report_progress(step, n, f"step {step}")
         return f"counted to {n}"
+
+    @server.tool(description="Count to n, a step every `every` seconds, reporting each")
+    async def count_slowly(n: int, every: float, ctx: Context) -> str:
+        for step in range(1, n + 1):
+            await anyio.sleep(every)
+            await ctx.report_progress(step, n)
+        return f"counted slowly to {n}"
 
     @server.tool(description="Never return")
     async def hang() -> str:

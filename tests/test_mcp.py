@@ -116,7 +116,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
             forged, provider):
         state = await forged.call("get_state")  # answered while the server starts
-        await forged.logged("MCP server local connected: 9 tools")
+        await forged.logged("MCP server local connected: 10 tools")
         events = await forged.prompt("use the tools")
         servers = (await forged.call("get_mcp_servers"))["servers"]
         flooded = text(ends(events)[4])
@@ -150,7 +150,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     assert not kept.exists()
     (server,) = servers
     assert (server["name"], server["transport"], server["status"], server["toolCount"]) == (
-        "local", "stdio", "ready", 9)
+        "local", "stdio", "ready", 10)
     assert "[mcp local] local started" in forged.log
 
 
@@ -175,8 +175,12 @@ async def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call
 
 async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
     hang = Reply(content=[ScriptToolCall(name="mcp__slow__hang", arguments={})])
-    async with forged_with(tmp_path, {"slow": stdio_entry("slow", timeout=5)},
-                           [hang, hang, DONE]) as (forged, _):
+    ticking = Reply(content=[ScriptToolCall(name="mcp__ticking__count_slowly",
+                                            arguments={"n": 6, "every": 0.5})])
+    servers = {"slow": stdio_entry("slow", timeout=5),
+               "ticking": stdio_entry("ticking", timeout=2)}
+    async with forged_with(tmp_path, servers, [hang, hang, DONE, ticking, DONE]) as (
+            forged, _):
         await forged.send({"type": "prompt", "message": "hang"})
         await forged.logged("[mcp slow] hang started")  # the call reached the server
         await forged.send({"id": "a", "type": "abort"})
@@ -184,11 +188,13 @@ async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
         await forged.read_until("agent_settled")
         await forged.logged("[mcp slow] hang cancelled")  # notifications/cancelled reached it
         timed_out = ends(await forged.prompt("hang until the timeout"))
-        servers = (await forged.call("get_mcp_servers"))["servers"]
+        listed = (await forged.call("get_mcp_servers"))["servers"]
+        (slowly,) = ends(await forged.prompt("3 s, with progress every 0.5 s"))
     assert aborted["isError"] is True
     (late,) = timed_out
     assert late["isError"] is True and "did not answer within 5 s" in text(late)
-    assert servers[0]["status"] in ("failed", "starting", "ready")
+    assert listed[0]["status"] in ("failed", "starting", "ready")
+    assert text(slowly) == "counted slowly to 6"  # progress restarts its 2 s timeout
 
 
 async def test_a_server_that_never_answers_delays_only_the_calls_to_it(
@@ -216,7 +222,7 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     hold = tmp_path / "hold"  # once it exists, the server never answers initialize
     entry = stdio_entry("local", "stdio", str(hold))
     async with forged_with(tmp_path, {"local": entry}, []) as (forged, _):
-        await forged.logged("MCP server local connected: 9 tools")
+        await forged.logged("MCP server local connected: 10 tools")
     assert len(list((tmp_path / "agent" / "mcp-cache").glob("*.json"))) == 1
     hold.touch()
     replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo",
@@ -395,6 +401,7 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
     listed = run("list")
     assert listed.returncode == 0, listed.stderr
     assert "local  stdio  ready" in listed.stdout
-    assert "9 tools: echo, picture, count, hang, crash (hidden), flood" in listed.stdout
+    assert ("10 tools: echo, picture, count, count_slowly, hang, crash (hidden), flood"
+            in listed.stdout)
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
