@@ -355,6 +355,8 @@ class McpServer:
         """The server's tools as last listed (kept from an earlier session until it connects)."""
         self.resources = listing.resources if listing else False
         """The server offers resources."""
+        self.summary: str | None = None
+        """The first line of the server's instructions, once connected."""
         self.session: Any = None
         """The SDK's ClientSession while connected."""
         self._failures = 0
@@ -447,7 +449,7 @@ class McpServer:
             streams = await self._http(stack)
         read, write = streams
         session = await stack.enter_async_context(ClientSession(
-            read, write, read_timeout_seconds=self.spec.timeout_s,
+            read, write, read_timeout_seconds=self.spec.timeout_s, logging_callback=self._on_log,
             client_info=Implementation(name="forged", version=__version__)))
         with trio.fail_at(self.started_at + self.spec.timeout_s):
             init = await session.initialize()
@@ -462,7 +464,15 @@ class McpServer:
                     break
         self.listed = [_listed(tool) for tool in tools]
         self.resources = init.capabilities.resources is not None
+        self.summary = next(iter((init.instructions or "").strip().splitlines()), None)
         return session
+
+    async def _on_log(self, params: Any) -> None:
+        """A logging notification, to forged's log as ``[mcp NAME] level logger: message``."""
+        data = params.data if isinstance(params.data, str) else orjson.dumps(
+            params.data, default=str).decode()
+        log(f"[mcp {self.spec.name}] {params.level}"
+            f"{f' {params.logger}' if params.logger else ''}: {data}")
 
     async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -582,7 +592,7 @@ class McpServer:
         return w.McpServerInfo(
             name=self.spec.name, transport=self.spec.transport, status=self.status,
             tool_count=len(self.listed), last_error=self.last_error,
-            description=self.spec.description, source=self.spec.source or None)
+            description=self.spec.description or self.summary, source=self.spec.source or None)
 
 
 def _load_sdk() -> None:

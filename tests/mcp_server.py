@@ -29,10 +29,11 @@ PNG = base64.b64decode(
 
 
 def build(name: str) -> MCPServer:
-    server = MCPServer(name)
+    server = MCPServer(name, instructions=f"The {name} test server.\nIts tools are for tests.")
 
     @server.tool(description="Echo the text back")
-    def echo(text: str) -> str:
+    async def echo(text: str, ctx: Context) -> str:
+        await ctx.info(f"echoing {text}")
         return f"{name} echo: {text}"
 
     @server.tool(description="A one-pixel picture")

@@ -149,8 +149,9 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     assert flooded.startswith("0000000\n") and "\n…79520 chars truncated…\n" in flooded
     assert not kept.exists()
     (server,) = servers
-    assert (server["name"], server["transport"], server["status"], server["toolCount"]) == (
-        "local", "stdio", "ready", 10)
+    assert (server["name"], server["transport"], server["status"], server["toolCount"],
+            server["description"]) == ("local", "stdio", "ready", 10, "The local test server.")
+    assert "[mcp local] info: echoing hi" in forged.log  # a logging notification
     assert "[mcp local] local started" in forged.log
 
 
