@@ -330,6 +330,21 @@ class ListingCache:
             log(f"MCP server {spec.name}: cannot keep its tool list in {path} ({exc})")
 
 
+async def _list_tools(session: Any) -> list[ListedTool]:
+    """Every page of a server's ``tools/list``."""
+    from mcp.types import PaginatedRequestParams
+
+    tools: list[ListedTool] = []
+    cursor: str | None = None
+    while True:
+        page = await session.list_tools(
+            params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools += [_listed(tool) for tool in page.tools]
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
 def _listed(tool: Any) -> ListedTool:
     """The SDK's ``Tool`` as kept."""
     schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
@@ -365,6 +380,7 @@ class McpServer:
         """Set when the connection attempt under way (or the next one) has ended."""
         self._wanted = trio.Event()
         self._lost = trio.Event()
+        self._tools_changed = trio.Event()
         self._stderr_tail: list[str] = []
         self.started_at = math.inf
         self._broken = False
@@ -403,7 +419,7 @@ class McpServer:
 
     async def _connect(self) -> None:
         """One connection, from start-up until it is lost or the session ends."""
-        self._lost = trio.Event()
+        self._lost, self._tools_changed = trio.Event(), trio.Event()
         self._stderr_tail.clear()
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -416,11 +432,11 @@ class McpServer:
                 self._failures = 0
                 log(f"MCP server {self.spec.name} connected: {len(self.listed)} tools")
                 self._end_attempt()
-                listing = Listing(tools=self.listed, resources=self.resources)
-                if listing != self._kept:
-                    self._kept = listing
-                    await trio.to_thread.run_sync(self._cache.write, self.spec, listing)
-                await self._lost.wait()
+                async with trio.open_nursery() as connected:
+                    connected.start_soon(self._follow_tools)
+                    await self._keep_listing()
+                    await self._lost.wait()
+                    connected.cancel_scope.cancel()
                 self.session = None
                 self.status = "failed" if self.last_error else "stopped"
                 self._end_attempt()
@@ -441,7 +457,7 @@ class McpServer:
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
         from mcp.client.session import ClientSession
-        from mcp.types import Implementation, PaginatedRequestParams
+        from mcp.types import Implementation
 
         if self.spec.transport == "stdio":
             streams = await self._stdio(stack)
@@ -450,22 +466,44 @@ class McpServer:
         read, write = streams
         session = await stack.enter_async_context(ClientSession(
             read, write, read_timeout_seconds=self.spec.timeout_s, logging_callback=self._on_log,
+            message_handler=self._on_message,
             client_info=Implementation(name="forged", version=__version__)))
         with trio.fail_at(self.started_at + self.spec.timeout_s):
             init = await session.initialize()
-            tools: list[Any] = []
-            cursor: str | None = None
-            while True:
-                page = await session.list_tools(
-                    params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-                tools += page.tools
-                cursor = page.next_cursor
-                if not cursor:
-                    break
-        self.listed = [_listed(tool) for tool in tools]
+            self.listed = await _list_tools(session)
         self.resources = init.capabilities.resources is not None
         self.summary = next(iter((init.instructions or "").strip().splitlines()), None)
         return session
+
+    async def _keep_listing(self) -> None:
+        """Remember the tools just listed, for the next session, when they changed."""
+        listing = Listing(tools=self.listed, resources=self.resources)
+        if listing != self._kept:
+            self._kept = listing
+            await trio.to_thread.run_sync(self._cache.write, self.spec, listing)
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self._tools_changed.set()
+
+    async def _follow_tools(self) -> None:
+        """List the tools again each time the server says they changed: new ones are
+        offered from the next model request, withdrawn ones no more."""
+        while True:
+            await self._tools_changed.wait()
+            self._tools_changed = trio.Event()
+            try:
+                with trio.fail_after(self.spec.timeout_s):
+                    self.listed = await _list_tools(self.session)
+            except Exception as exc:  # the old list stays
+                log(f"MCP server {self.spec.name}: listing its changed tools failed: "
+                    f"{_describe(exc, [])}")
+                continue
+            log(f"MCP server {self.spec.name} changed its tools: {len(self.listed)} tools")
+            self._changed()
+            await self._keep_listing()
 
     async def _on_log(self, params: Any) -> None:
         """A logging notification, to forged's log as ``[mcp NAME] level logger: message``."""

@@ -9,8 +9,9 @@ Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress)
 ``count_slowly`` (takes its time, and reports progress as it goes), ``hang``
 (never returns; says ``hang started`` on stderr, and ``hang cancelled`` when the client
 cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result), ``flood``
-(as much text as asked for), ``echo-text`` and ``echo_text`` (names that collide once made
-tool names); one resource, ``note://hello``.
+(as much text as asked for), ``grow`` (offers one more tool, ``extra``, and says so),
+``echo-text`` and ``echo_text`` (names that collide once made tool names); one resource,
+``note://hello``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def build(name: str) -> MCPServer:
     @server.tool(description="Numbered lines, size characters in all")
     def flood(size: int) -> str:
         return "".join(f"{n:07d}\n" for n in range(size // 8))
+
+    @server.tool(description="Offer one more tool, extra, and tell the client")
+    async def grow(ctx: Context) -> str:
+        server.add_tool(lambda: "extra!", name="extra", description="Added by grow")
+        await ctx.session.send_tool_list_changed()
+        return "grown"
 
     @server.tool(description="Fail")
     def fail() -> str:

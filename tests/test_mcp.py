@@ -116,7 +116,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
             forged, provider):
         state = await forged.call("get_state")  # answered while the server starts
-        await forged.logged("MCP server local connected: 10 tools")
+        await forged.logged("MCP server local connected: 11 tools")
         events = await forged.prompt("use the tools")
         servers = (await forged.call("get_mcp_servers"))["servers"]
         flooded = text(ends(events)[4])
@@ -150,7 +150,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     assert not kept.exists()
     (server,) = servers
     assert (server["name"], server["transport"], server["status"], server["toolCount"],
-            server["description"]) == ("local", "stdio", "ready", 10, "The local test server.")
+            server["description"]) == ("local", "stdio", "ready", 11, "The local test server.")
     assert "[mcp local] info: echoing hi" in forged.log  # a logging notification
     assert "[mcp local] local started" in forged.log
 
@@ -172,6 +172,23 @@ async def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call
     log = forged.log
     assert "[mcp local] local is crashing" in log
     assert log.count("local started (pid") == 2
+
+
+async def test_a_server_that_changes_its_tools_is_listed_again(tmp_path: Path) -> None:
+    def calling(tool: str) -> Reply:
+        return Reply(content=[ScriptToolCall(name=f"mcp__local__{tool}", arguments={})])
+
+    async with forged_with(tmp_path, {"local": stdio_entry("local")},
+                           [calling("grow"), DONE, calling("extra"), DONE]) as (
+            forged, provider):
+        await forged.prompt("grow")
+        await forged.logged("MCP server local changed its tools: 12 tools")
+        events = await forged.prompt("use the new tool")
+    offered = [{tool["name"] for tool in request.body["tools"]} for request in provider.requests]
+    assert "mcp__local__extra" not in offered[0] and "mcp__local__extra" in offered[2]
+    assert text(ends(events)[0]) == "extra!"
+    cached = next((tmp_path / "agent" / "mcp-cache").glob("*.json")).read_text()
+    assert '"name":"extra"' in cached  # the next session starts with it
 
 
 async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
@@ -223,7 +240,7 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     hold = tmp_path / "hold"  # once it exists, the server never answers initialize
     entry = stdio_entry("local", "stdio", str(hold))
     async with forged_with(tmp_path, {"local": entry}, []) as (forged, _):
-        await forged.logged("MCP server local connected: 10 tools")
+        await forged.logged("MCP server local connected: 11 tools")
     assert len(list((tmp_path / "agent" / "mcp-cache").glob("*.json"))) == 1
     hold.touch()
     replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo",
@@ -402,7 +419,7 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
     listed = run("list")
     assert listed.returncode == 0, listed.stderr
     assert "local  stdio  ready" in listed.stdout
-    assert ("10 tools: echo, picture, count, count_slowly, hang, crash (hidden), flood"
+    assert ("11 tools: echo, picture, count, count_slowly, hang, crash (hidden), flood"
             in listed.stdout)
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
