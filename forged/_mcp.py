@@ -530,11 +530,14 @@ class McpServer:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
+        from ._mcp_http import RetryingTransport
+
         url, headers = await trio.to_thread.run_sync(
             lambda: (expand(self.spec.url or ""),
                      {k: expand(v) for k, v in self.spec.headers.items()}))
         client = await stack.enter_async_context(httpx2.AsyncClient(
-            headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s)))
+            headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s),
+            transport=RetryingTransport(self.spec.name)))
         return await stack.enter_async_context(streamable_http_client(url, http_client=client))
 
     async def _read_stderr(self, fd: int) -> None:
@@ -640,6 +643,8 @@ def _load_sdk() -> None:
     import mcp.client.session
     import mcp.client.stdio
     import mcp.client.streamable_http  # noqa: F401
+
+    from . import _mcp_http  # noqa: F401
 
 
 def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     python mcp_server.py stdio [NAME]     on stdin and stdout
     python mcp_server.py http [NAME]      streamable HTTP on 127.0.0.1; prints its port first
+    python mcp_server.py flaky-http NAME  as http, answering every other POST with 503
     python mcp_server.py silent           reads stdin and never answers (not even initialize)
     python mcp_server.py stdio NAME FILE  as stdio, or as silent once FILE exists
 
@@ -20,6 +21,7 @@ import base64
 import os
 import socket
 import sys
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -99,14 +101,33 @@ def build(name: str) -> MCPServer:
     return server
 
 
-async def serve_http(server: MCPServer) -> None:
+async def serve_http(server: MCPServer, flaky: bool) -> None:
     import uvicorn
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    app = server.streamable_http_app()
+    config = uvicorn.Config(every_other_post_fails(app) if flaky else app, log_level="warning")
     await uvicorn.Server(config).serve(sockets=[listener])
+
+
+def every_other_post_fails(app: Any) -> Any:
+    """`app`, answering 503 to the first POST, the third, and so on."""
+    posts = 0
+
+    async def flaky(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal posts
+        if scope["type"] == "http" and scope["method"] == "POST":
+            posts += 1
+            if posts % 2:
+                await send({"type": "http.response.start", "status": 503,
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"try again"})
+                return
+        await app(scope, receive, send)
+
+    return flaky
 
 
 def main() -> None:
@@ -114,8 +135,8 @@ def main() -> None:
     name = sys.argv[2] if len(sys.argv) > 2 else "tests"
     if mode == "silent" or (len(sys.argv) > 3 and os.path.exists(sys.argv[3])):
         sys.stdin.buffer.read()
-    elif mode == "http":
-        anyio.run(serve_http, build(name))
+    elif mode in ("http", "flaky-http"):
+        anyio.run(serve_http, build(name), mode == "flaky-http")
     else:
         build(name).run("stdio")
 

@@ -256,8 +256,9 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     assert echoed["isError"] and "not available" in text(echoed)  # it waited, then failed
 
 
-async def test_a_streamable_http_server(tmp_path: Path) -> None:
-    server = await trio.lowlevel.open_process([sys.executable, SERVER, "http", "web"],
+async def test_a_streamable_http_server_that_fails_every_other_request(
+        tmp_path: Path) -> None:
+    server = await trio.lowlevel.open_process([sys.executable, SERVER, "flaky-http", "web"],
                                               stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None
@@ -275,7 +276,8 @@ async def test_a_streamable_http_server(tmp_path: Path) -> None:
         server.kill()
         await server.wait()
         os.environ.pop("MCP_TEST_PATH", None)
-    assert text(ends(events)[0]) == "web echo: over http"
+    assert text(ends(events)[0]) == "web echo: over http"  # each request sent twice
+    assert "failed (HTTP 503); again in 0.25 s" in forged.log
     assert listed[0]["transport"] == "http"
     offered = {tool["name"] for tool in provider.requests[0].body["tools"]}
     assert {"mcp__web__echo", "mcp__web__count"} <= offered
