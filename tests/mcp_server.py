@@ -10,7 +10,8 @@ Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress)
 ``count_slowly`` (takes its time, and reports progress as it goes), ``hang``
 (never returns; says ``hang started`` on stderr, and ``hang cancelled`` when the client
 cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result), ``flood``
-(as much text as asked for), ``grow`` (offers one more tool, ``extra``, and says so),
+(as much text as asked for), ``shout`` (as many lines on stderr), ``grow`` (offers one more
+tool, ``extra``, and says so),
 ``echo-text`` and ``echo_text`` (names that collide once made tool names); one resource,
 ``note://hello``.
 """
@@ -80,6 +81,13 @@ def build(name: str) -> MCPServer:
         server.add_tool(lambda: "extra!", name="extra", description="Added by grow")
         await ctx.session.send_tool_list_changed()
         return "grown"
+
+    @server.tool(description="Write n lines to stderr")
+    def shout(n: int) -> str:
+        for line in range(n):
+            print(f"shouting, line {line} of {n}", file=sys.stderr)
+        sys.stderr.flush()
+        return f"shouted {n} lines"
 
     @server.tool(description="Fail")
     def fail() -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -23,6 +24,8 @@ from .test_process import RPC, Child, child_env
 
 SERVER = str(Path(__file__).parent / "mcp_server.py")
 DONE = Reply(content=[ScriptText(text="done")])
+TOOLS = 12
+"""How many tools ``mcp_server.py`` offers."""
 
 
 def stdio_entry(name: str, mode: str = "stdio", *args: str, **more: Any) -> dict[str, Any]:
@@ -68,7 +71,10 @@ class Forged(Child):
 
 @asynccontextmanager
 async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Reply],
-                      *args: str) -> AsyncIterator[tuple[Forged, ScriptedServer]]:
+                      *args: str, read_stderr: bool = True
+                      ) -> AsyncIterator[tuple[Forged, ScriptedServer]]:
+    """forged on these MCP `servers`, the model's `replies` scripted; its stderr is read as it
+    comes unless not `read_stderr` (then from when `Forged.read_stderr` is started)."""
     agent_dir, project = tmp_path / "agent", tmp_path / "project"
     agent_dir.mkdir(exist_ok=True)
     project.mkdir(exist_ok=True)
@@ -84,12 +90,15 @@ async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Rep
             env=child_env(agent_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
         child = Forged(process)
-        nursery.start_soon(child.read_stderr)
+        if read_stderr:
+            nursery.start_soon(child.read_stderr)
         try:
             yield child, provider
         finally:
             assert process.stdin is not None
             await process.stdin.aclose()
+            if not read_stderr:
+                nursery.start_soon(child.read_stderr)
             with trio.fail_after(20):  # a hang guard, not a timing
                 await process.wait()
                 await child.stderr_closed.wait()
@@ -116,7 +125,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     async with forged_with(tmp_path, {"local": stdio_entry("local")}, replies) as (
             forged, provider):
         state = await forged.call("get_state")  # answered while the server starts
-        await forged.logged("MCP server local connected: 11 tools")
+        await forged.logged(f"MCP server local connected: {TOOLS} tools")
         events = await forged.prompt("use the tools")
         servers = (await forged.call("get_mcp_servers"))["servers"]
         flooded = text(ends(events)[4])
@@ -150,7 +159,7 @@ async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
     assert not kept.exists()
     (server,) = servers
     assert (server["name"], server["transport"], server["status"], server["toolCount"],
-            server["description"]) == ("local", "stdio", "ready", 11, "The local test server.")
+            server["description"]) == ("local", "stdio", "ready", TOOLS, "The local test server.")
     assert "[mcp local] info: echoing hi" in forged.log  # a logging notification
     assert "[mcp local] local started" in forged.log
 
@@ -182,13 +191,29 @@ async def test_a_server_that_changes_its_tools_is_listed_again(tmp_path: Path) -
                            [calling("grow"), DONE, calling("extra"), DONE]) as (
             forged, provider):
         await forged.prompt("grow")
-        await forged.logged("MCP server local changed its tools: 12 tools")
+        await forged.logged(f"MCP server local changed its tools: {TOOLS + 1} tools")
         events = await forged.prompt("use the new tool")
     offered = [{tool["name"] for tool in request.body["tools"]} for request in provider.requests]
     assert "mcp__local__extra" not in offered[0] and "mcp__local__extra" in offered[2]
     assert text(ends(events)[0]) == "extra!"
     cached = next((tmp_path / "agent" / "mcp-cache").glob("*.json")).read_text()
     assert '"name":"extra"' in cached  # the next session starts with it
+
+
+async def test_a_server_flooding_stderr_never_holds_forged_up(tmp_path: Path) -> None:
+    """Nobody reads forged's stderr (a 64 KiB pipe) while a server writes 2 MB there."""
+    shout = Reply(content=[ScriptToolCall(name="mcp__loud__shout", arguments={"n": 50_000})])
+    async with forged_with(tmp_path, {"loud": stdio_entry("loud")}, [shout, DONE],
+                           read_stderr=False) as (forged, _):
+        with trio.fail_after(60):  # a hang guard: forged blocked on its stderr would stop here
+            (shouted,) = ends(await forged.prompt("shout"))
+            assert (await forged.call("get_state"))["isStreaming"] is False
+    assert text(shouted) == "shouted 50000 lines"
+    kept = forged.log.count("[mcp loud] shouting, line")
+    assert 10_000 < kept < 50_000  # what the pipe held, and the lines that waited
+    (dropped,) = re.findall(r"forged: (\d+) log lines dropped: stderr was not being read",
+                            forged.log)
+    assert int(dropped) >= 50_000 - kept  # and any other line logged while the queue was full
 
 
 async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
@@ -240,7 +265,7 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     hold = tmp_path / "hold"  # once it exists, the server never answers initialize
     entry = stdio_entry("local", "stdio", str(hold))
     async with forged_with(tmp_path, {"local": entry}, []) as (forged, _):
-        await forged.logged("MCP server local connected: 11 tools")
+        await forged.logged(f"MCP server local connected: {TOOLS} tools")
     assert len(list((tmp_path / "agent" / "mcp-cache").glob("*.json"))) == 1
     hold.touch()
     replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo",
@@ -421,7 +446,7 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
     listed = run("list")
     assert listed.returncode == 0, listed.stderr
     assert "local  stdio  ready" in listed.stdout
-    assert ("11 tools: echo, picture, count, count_slowly, hang, crash (hidden), flood"
+    assert (f"{TOOLS} tools: echo, picture, count, count_slowly, hang, crash (hidden), flood"
             in listed.stdout)
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
