@@ -59,6 +59,10 @@ CACHE_DIR = "mcp-cache"
 RESULT_TEXT_LIMIT = 20 * 1024
 """Characters of a result's text the model gets, as in the ancestor."""
 MAX_BACKOFF_S = 30.0
+PROGRESS_BURST = 20
+PROGRESS_PER_S = 20.0
+"""A call's progress notifications become ``tool_execution_update`` events at this rate at
+most (after a burst): a server that floods them does not flood the client."""
 MAX_TOOL_NAME = 64
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
@@ -598,11 +602,13 @@ class McpServer:
 
         timeout = self.spec.timeout_s
         answer_by = trio.CancelScope(deadline=trio.current_time() + timeout)
+        shown = _RateLimit(PROGRESS_BURST, PROGRESS_PER_S)
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             answer_by.deadline = trio.current_time() + timeout
-            counted = f"{done:g}/{total:g}" if total else f"{done:g}"
-            ctx.update(text_result(f"{message} ({counted})" if message else counted))
+            if shown.allows():
+                counted = f"{done:g}/{total:g}" if total else f"{done:g}"
+                ctx.update(text_result(f"{message} ({counted})" if message else counted))
 
         try:
             with answer_by:  # the SDK's own timeout would not count from the last progress
@@ -720,6 +726,24 @@ def _keep(text: str, scratch: ScratchDir | None) -> Path:
     with os.fdopen(descriptor, "w", encoding="utf-8") as file:
         file.write(text)
     return Path(name)
+
+
+class _RateLimit:
+    """A token bucket: `burst` at once, then `per_s` a second."""
+
+    def __init__(self, burst: int, per_s: float) -> None:
+        self._burst, self._per_s = burst, per_s
+        self._tokens = float(burst)
+        self._at = trio.current_time()
+
+    def allows(self) -> bool:
+        now = trio.current_time()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
 
 # --- a session's servers -----------------------------------------------------------------------

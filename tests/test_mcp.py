@@ -200,15 +200,22 @@ async def test_a_server_that_changes_its_tools_is_listed_again(tmp_path: Path) -
     assert '"name":"extra"' in cached  # the next session starts with it
 
 
-async def test_a_server_flooding_stderr_never_holds_forged_up(tmp_path: Path) -> None:
-    """Nobody reads forged's stderr (a 64 KiB pipe) while a server writes 2 MB there."""
-    shout = Reply(content=[ScriptToolCall(name="mcp__loud__shout", arguments={"n": 50_000})])
-    async with forged_with(tmp_path, {"loud": stdio_entry("loud")}, [shout, DONE],
+async def test_a_server_that_floods_holds_nothing_up(tmp_path: Path) -> None:
+    """Nobody reads forged's stderr (a 64 KiB pipe) while a server writes 2 MB there; then the
+    server sends 5,000 progress notifications in a burst."""
+    flood = Reply(content=[
+        ScriptToolCall(name="mcp__loud__shout", arguments={"n": 50_000}),
+        ScriptToolCall(name="mcp__loud__count", arguments={"n": 5_000})])
+    async with forged_with(tmp_path, {"loud": stdio_entry("loud")}, [flood, DONE],
                            read_stderr=False) as (forged, _):
         with trio.fail_after(60):  # a hang guard: forged blocked on its stderr would stop here
-            (shouted,) = ends(await forged.prompt("shout"))
+            events = await forged.prompt("shout")
             assert (await forged.call("get_state"))["isStreaming"] is False
+    shouted, counted = ends(events)
     assert text(shouted) == "shouted 50000 lines"
+    assert text(counted) == "counted to 5000"
+    updates = [e for e in events if e["type"] == "tool_execution_update"]
+    assert 20 <= len(updates) < 1_000  # a burst, then 20 a second
     kept = forged.log.count("[mcp loud] shouting, line")
     assert 10_000 < kept < 50_000  # what the pipe held, and the lines that waited
     (dropped,) = re.findall(r"forged: (\d+) log lines dropped: stderr was not being read",
