@@ -334,25 +334,42 @@ class ListingCache:
             log(f"MCP server {spec.name}: cannot keep its tool list in {path} ({exc})")
 
 
-async def _list_tools(session: Any) -> list[ListedTool]:
-    """Every page of a server's ``tools/list``."""
+async def _list_tools(session: Any, server: str) -> list[ListedTool]:
+    """Every page of a server's ``tools/list`` (a cursor seen before ends it), without the
+    tools no model API would take, and each name once."""
     from mcp.types import PaginatedRequestParams
 
     tools: list[ListedTool] = []
     cursor: str | None = None
+    seen: set[str] = set()
+    names: set[str] = set()
     while True:
         page = await session.list_tools(
             params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-        tools += [_listed(tool) for tool in page.tools]
         cursor = page.next_cursor
-        if not cursor:
+        for tool in page.tools:
+            if tool.name in names:
+                continue
+            names.add(tool.name)
+            listed = _listed(tool)
+            if listed is None:
+                log(f"MCP server {server}: tool {tool.name!r} skipped: its inputSchema is not "
+                    "a JSON schema of an object")
+            else:
+                tools.append(listed)
+        if not cursor or cursor in seen:
             return tools
+        seen.add(cursor)
 
 
-def _listed(tool: Any) -> ListedTool:
-    """The SDK's ``Tool`` as kept."""
-    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {"type": "object"}
-    return ListedTool(name=tool.name, description=tool.description, input_schema=schema)
+def _listed(tool: Any) -> ListedTool | None:
+    """The SDK's ``Tool`` as kept; None when its schema is not an object's (valid from MCP
+    2026-07-28 on, but a model API would refuse every request that offered it)."""
+    schema = tool.input_schema
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not tool.name:
+        return None
+    return ListedTool(name=tool.name, description=tool.description,
+                      input_schema={"type": "object", **schema})
 
 
 # --- one server --------------------------------------------------------------------------------
@@ -474,7 +491,7 @@ class McpServer:
             client_info=Implementation(name="forged", version=__version__)))
         with trio.fail_at(self.started_at + self.spec.timeout_s):
             init = await session.initialize()
-            self.listed = await _list_tools(session)
+            self.listed = await _list_tools(session, self.spec.name)
         self.resources = init.capabilities.resources is not None
         self.summary = next(iter((init.instructions or "").strip().splitlines()), None)
         return session
@@ -500,7 +517,7 @@ class McpServer:
             self._tools_changed = trio.Event()
             try:
                 with trio.fail_after(self.spec.timeout_s):
-                    self.listed = await _list_tools(self.session)
+                    self.listed = await _list_tools(self.session, self.spec.name)
             except Exception as exc:  # the old list stays
                 log(f"MCP server {self.spec.name}: listing its changed tools failed: "
                     f"{_describe(exc, [])}")

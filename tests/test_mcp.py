@@ -183,6 +183,25 @@ async def test_a_crashed_server_is_an_error_result_and_restarts_on_the_next_call
     assert log.count("local started (pid") == 2
 
 
+async def test_servers_that_lie_in_their_tool_lists(tmp_path: Path) -> None:
+    def liar(how: str) -> dict[str, Any]:
+        return {"command": sys.executable, "args": [str(Path(__file__).parent / "mcp_liar.py"),
+                                                    how]}
+
+    replies = [Reply(content=[ScriptToolCall(name="mcp__endless__echo",
+                                             arguments={"text": "hi"})]), DONE]
+    async with forged_with(tmp_path, {"endless": liar("endless"), "array": liar("array")},
+                           replies) as (forged, provider):
+        await forged.logged("MCP server endless connected: 1 tools")
+        await forged.logged("MCP server array failed")
+        events = await forged.prompt("echo")
+        listed = {s["name"]: s for s in (await forged.call("get_mcp_servers"))["servers"]}
+    offered = [tool["name"] for tool in provider.requests[0].body["tools"]]
+    assert [name for name in offered if name.startswith("mcp__")] == ["mcp__endless__echo"]
+    assert text(ends(events)[0]) == "liar echo: hi"
+    assert "inputSchema.type" in listed["array"]["lastError"]  # the SDK refuses the listing
+
+
 async def test_a_server_that_changes_its_tools_is_listed_again(tmp_path: Path) -> None:
     def calling(tool: str) -> Reply:
         return Reply(content=[ScriptToolCall(name=f"mcp__local__{tool}", arguments={})])
