@@ -455,18 +455,20 @@ class McpServer:
                 self._end_attempt()
                 async with trio.open_nursery() as connected:
                     connected.start_soon(self._follow_tools)
-                    await self._keep_listing()
+                    connected.start_soon(self._keep_listing)
                     await self._lost.wait()
                     connected.cancel_scope.cancel()
                 self.session = None
                 self.status = "failed" if self.last_error else "stopped"
                 self._end_attempt()
         except Exception as exc:  # a transport that fails in the background ends up here
+            self.session = None
             if self.status == "starting":
                 self._failed(exc)
             else:
                 self.status, self.last_error = "failed", _describe(exc, self._stderr_tail)
                 log(f"MCP server {self.spec.name} lost its connection: {self.last_error}")
+                self._end_attempt()
         finally:
             self.session = None
 
@@ -585,6 +587,8 @@ class McpServer:
     async def connected(self) -> Any:
         """The SDK session, connecting (or reconnecting) first if need be; `ToolError` when
         the server cannot be reached."""
+        if self.session is not None and self._lost.is_set():
+            await self._attempt.wait()  # a lost connection winding down, then the next one
         if self.session is not None:
             return self.session
         if self.status == "disabled":
