@@ -329,7 +329,7 @@ class ListingCache:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            rewrite(path, orjson.dumps(unstructure(listing)))
+            rewrite(path, orjson.dumps(unstructure(listing)), durable=False)
         except OSError as exc:
             log(f"MCP server {spec.name}: cannot keep its tool list in {path} ({exc})")
 

@@ -130,11 +130,11 @@ async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
 
 # --- replacing a file --------------------------------------------------------------------------
 
-def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
+def rewrite(path: Path, data: bytes, mode: int = 0o600, *, durable: bool = True) -> None:
     """Replace the file at `path` with `data`: a temporary file beside it (its own, so that
     threads replacing one file at once do not share one), fsynced, renamed over it, and the
-    directory fsynced. A failure leaves `path` as it was and no temporary
-    file."""
+    directory fsynced (unless not `durable`: a cache, whose loss costs nothing). A failure
+    leaves `path` as it was and no temporary file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
@@ -142,14 +142,16 @@ def rewrite(path: Path, data: bytes, mode: int = 0o600) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temporary, path)
     except BaseException:
         temporary.unlink(missing_ok=True)  # a failed write leaves nothing behind
         raise
-    fsync_directory(path.parent)
+    if durable:
+        fsync_directory(path.parent)
 
 
 def fsync_directory(directory: Path) -> None:
