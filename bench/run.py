@@ -446,6 +446,21 @@ class Bench:
         await self.with_server([*echo, Reply(content=[ScriptText(text="done")])], body)
         result["mcp_sdk_call_ms"] = await _sdk_call_ms(server)
         result["mcp_overhead_ms"] = result["mcp_call_ms"] - result["mcp_sdk_call_ms"]
+
+        config.write_text(json.dumps({"mcpServers": {"mute": {
+            "command": server[0], "args": [server[1], "silent", "mute"]}}}))
+        reply = Reply(content=[ScriptText(text="hello there", chunks=2)])
+
+        async def prompt_at_once(child: Child, _: ScriptedServer) -> float:
+            await child.send({"id": "s", "type": "get_state"})
+            await child.until(is_type("response"))
+            sent = await child.send({"id": "p", "type": "prompt", "message": "hi"})
+            first = await child.until(is_delta)
+            await child.until(is_type("agent_settled"))
+            return (first - sent) * 1000
+
+        result["mcp_mute_first_token_ms"] = await self.with_server([reply], prompt_at_once)
+        config.unlink()
         return result
 
 
@@ -591,6 +606,8 @@ async def main(repeat: int, only: list[str]) -> None:
          ""),
         ("mcp", "  the same call from the SDK in-process", "mcp_sdk_call_ms", "ms", "", ""),
         ("mcp", "  forged's overhead", "mcp_overhead_ms", "ms", "< 5 ms", ""),
+        ("mcp", "fresh process, a server that never answers: prompt to first text_delta",
+         "mcp_mute_first_token_ms", "ms", "", ""),
         ("mcp", "  file descriptors added by 99 more calls", "mcp_fds_added", "", "0", ""),
         ("mcp", "  child processes added by 99 more calls", "mcp_children_added", "", "0", ""),
     ]
