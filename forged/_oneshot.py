@@ -78,7 +78,7 @@ def export(path: str, output: str | None) -> int:
     ``forged-session-<name>.html`` in the current directory); print where."""
     cwd = Path.cwd()
     try:
-        store = SessionFile.open(Path(path).expanduser(), cwd)
+        store = SessionFile.snapshot(Path(path).expanduser())
         try:
             written = trio.run(lambda: export_html(store, cwd, output, name=stored_name(store),
                                                    model=None))

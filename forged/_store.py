@@ -186,6 +186,31 @@ class SessionFile:
         session._size = good_length
         return session
 
+    @classmethod
+    def snapshot(cls, path: Path) -> SessionFile:
+        """Read the session file at `path` as it is now, for reading only (a fork's source,
+        an export): no lock, so a file another forged holds can be read, and nothing on disk
+        is changed; a file of an older version is migrated in memory only."""
+        path = path.resolve()
+        data = _read_session_bytes(path)
+        header = _read_header(data)
+        if header is None or b"\n" not in data:
+            raise CommandError(f"{path} has no complete session header")
+        migrated = header.get("version", 1) in (1, 2)
+        if migrated:
+            data = migrate(data)
+            header = orjson.loads(data[:data.index(b"\n")])
+        entries, _ = _index(data)
+        session = cls(path, header)
+        for item in entries:
+            if migrated:  # its offsets are the migrated text's, not the file's
+                value = orjson.loads(data[item.offset:item.offset + item.length])
+                item.value = value if isinstance(value, dict) else {}
+            session._add(item)
+        if not migrated:
+            session._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return session
+
     # --- reading -------------------------------------------------------------------------------
 
     @property

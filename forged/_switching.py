@@ -33,7 +33,7 @@ def open_store(session_path: Path | None, session_dir: Path | None, cwd: Path, *
     if session_path is not None:
         return open_or_create(session_path, cwd)
     if fork_from is not None:
-        source = SessionFile.open(fork_from, cwd)
+        source = SessionFile.snapshot(fork_from)
         try:
             entries = source.branch(LEAF)
         finally:

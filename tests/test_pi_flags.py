@@ -233,15 +233,16 @@ async def test_session_id_starts_or_continues_that_session(project: Path,
 
 
 async def test_fork_copies_a_session_into_a_new_one(project: Path) -> None:
-    async with session_for(project) as session:
-        session.remember(_user("the original"))
-        source = session.store.path
-    assert source is not None
-    async with session_for(project, "--fork", str(source), "--session-id", "copy-1") as session:
-        assert session.session_id == "copy-1"
-        assert session.store.header["parentSession"] == str(source)
-        assert [m.content[0].text for m in session.messages] == ["the original"]  # type: ignore[union-attr]
-        forked = session.store.path
+    async with session_for(project) as original:
+        original.remember(_user("the original"))
+        source = original.store.path
+        assert source is not None
+        async with session_for(project, "--fork", str(source), "--session-id",
+                               "copy-1") as session:  # while another session holds the source
+            assert session.session_id == "copy-1"
+            assert session.store.header["parentSession"] == str(source)
+            assert [m.content[0].text for m in session.messages] == ["the original"]  # type: ignore[union-attr]
+            forked = session.store.path
     assert forked is not None and forked != source and forked.exists()
     assert len(SessionFile.open(source).entries_since(None)) == len(
         SessionFile.open(forked).entries_since(None))
@@ -288,12 +289,15 @@ def test_list_models_prints_a_table_of_the_usable_ones(
 
 async def test_export_writes_a_session_file_as_html(
         project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "page.html"
     async with session_for(project) as session:
         session.remember(_user("export me"))
         source = session.store.path
-    assert source is not None
-    out = tmp_path / "page.html"
-    assert await trio.to_thread.run_sync(main, ["--export", str(source), str(out)]) == 0
+        assert source is not None
+        held = source.read_bytes()
+        assert await trio.to_thread.run_sync(  # while the session holds its file
+            main, ["--export", str(source), str(out)]) == 0
+        assert source.read_bytes() == held
     assert capsys.readouterr().out == f"Exported to: {out}\n"
     assert "export me" in out.read_text()
     assert await trio.to_thread.run_sync(main, ["--export", str(tmp_path / "none.jsonl")]) == 1

@@ -144,6 +144,26 @@ def test_a_version_1_file_is_migrated_in_place(tmp_path: Path) -> None:
     assert lines(path) == migrated  # migrating again changes nothing
 
 
+def test_a_snapshot_reads_without_a_lock_or_a_change(tmp_path: Path) -> None:
+    path = tmp_path / "old.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in [
+        {"type": "session", "id": "s-1", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"},
+        {"type": "message", "timestamp": "2025-01-01T00:00:01.000Z", "message": user("one")},
+        {"type": "message", "timestamp": "2025-01-01T00:00:02.000Z", "message": user("two")}]))
+    before = path.read_bytes()
+    old = SessionFile.snapshot(path)  # version 1: migrated in memory only
+    assert [e["message"]["content"][0]["text"] for e in old.entries()] == ["one", "two"]  # type: ignore[index]
+    assert path.read_bytes() == before
+    held = SessionFile.open(path)  # migrated on disk now, and locked
+    held.append("message", message=user("three"))
+    current = SessionFile.snapshot(path)
+    assert current.entries() == held.entries()
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    old.close()
+    current.close()
+    held.close()
+
+
 @pytest.fixture
 def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A 64 KiB tmpfs, to fill up for real (mounting needs root)."""
