@@ -7,15 +7,20 @@ of the user's entry); each ``--mcp-config FILE``; the servers a client hands the
 (ACP's ``mcpServers``). The format is the one other MCP clients share:
 ``{"mcpServers": {NAME: {...}}}`` (docs/protocol.md, MCP servers).
 
-Each server of a session is a task of that session; nothing is shared between sessions::
+Each server of a session is a task of that session; nothing is shared between sessions
+(but the listings kept on disk)::
 
     session_nursery
     └── McpServers.serve
         └── McpServer.serve           one per enabled server: connect, list its tools, hold
             │                         the connection until the session ends or it is lost;
             │                         then wait for the next use and reconnect (backoff)
-            ├── the SDK's transport   stdio: a process group of its own; HTTP: one client
-            └── read_stderr           a stdio server's stderr -> forged's log, as [mcp NAME]
+            ├── the SDK's transport   stdio: a process group of its own; HTTP: one client,
+            │                         retrying (forged._mcp_http)
+            ├── read_stderr           a stdio server's stderr -> forged's log, as [mcp NAME]
+            ├── follow_tools          while connected: lists the tools again when the
+            │                         server says they changed
+            └── keep_listing          while connected: the listing to <agentDir>/mcp-cache
 
 The ``mcp`` SDK (on anyio, so on trio) is imported by a server's task only: a process or a
 session without MCP servers never loads it. Nothing waits for start-up: not ``get_state``, not
