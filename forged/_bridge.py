@@ -65,7 +65,8 @@ async def status(socket_path: Path | None) -> int:
 
 # --- connect -----------------------------------------------------------------------------------
 
-def connect(args: argparse.Namespace, argv: list[str]) -> int:
+def connect(args: argparse.Namespace, argv: list[str], unused: list[str]) -> int:
+    """`unused`: the options given that only a daemon connect starts would take."""
     from ._paths import default_socket_path
 
     path = args.socket or default_socket_path()
@@ -74,7 +75,7 @@ def connect(args: argparse.Namespace, argv: list[str]) -> int:
     if args.acp or args.mode == "acp":
         return trio.run(_acp_bridge, path, cwd, {
             **({"provider": args.provider} if args.provider else {}),
-            **({"model": args.model} if args.model else {})}, start, reserve_stdout())
+            **({"model": args.model} if args.model else {})}, start, unused, reserve_stdout())
     if args.session and ("/" in args.session or args.session.endswith(".jsonl")):
         args.session = str((cwd / Path(args.session).expanduser()).resolve())  # not the daemon's
     opening: dict[str, Any] = (
@@ -87,11 +88,11 @@ def connect(args: argparse.Namespace, argv: list[str]) -> int:
          **({"continueRecent": True} if args.continue_ else {}),
          **({"noSession": True} if args.no_session else {})})
     protocol_fd = reserve_stdout()
-    return trio.run(_bridge, path, opening, start, protocol_fd)
+    return trio.run(_bridge, path, opening, start, unused, protocol_fd)
 
 
 async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: list[str] | None,
-                      stdout_fd: int) -> int:
+                      unused: list[str], stdout_fd: int) -> int:
     """``forged connect --acp``: the Agent Client Protocol on stdio, each session one of the
     daemon's (a connection of its own)."""
     from ._acp import INTERNAL_ERROR, AcpError, InDaemon, serve_acp
@@ -99,7 +100,7 @@ async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: lis
 
     async def connect() -> trio.abc.Stream:
         try:
-            return await _open(path, start)
+            return await _open(path, start, unused)
         except ConfigError as exc:
             raise AcpError(INTERNAL_ERROR, str(exc)) from None
 
@@ -123,14 +124,22 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
     return [sys.executable, "-m", "forged", "serve", "--socket", str(path), *passed]
 
 
-async def _open(path: Path, start: list[str] | None) -> trio.SocketStream:
+async def _open(path: Path, start: list[str] | None, unused: list[str]) -> trio.SocketStream:
+    """A connection to the daemon, started with `start` if none runs. When one ran, the
+    options in `unused` (each said once) did not reach it."""
     from ._paths import open_daemon_socket
 
     try:
-        return await open_daemon_socket(path)
+        stream = await open_daemon_socket(path)
     except OSError:
         if start is None:
             raise ConfigError(f"no forged daemon on {path} (and --no-start)") from None
+    else:
+        if unused:
+            log(f"{', '.join(unused)}: the daemon already runs and keeps its own options "
+                "(they apply to a daemon that connect starts, or to forged serve)")
+            unused.clear()
+        return stream
     log_path = _start_daemon(start, path)
     with trio.move_on_after(START_TIMEOUT_S):
         while True:
@@ -153,12 +162,12 @@ def _start_daemon(argv: list[str], path: Path) -> Path:
 
 
 async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
-                  stdout_fd: int) -> int:
+                  unused: list[str], stdout_fd: int) -> int:
     from ._connection import open_fd_stream
     from ._jsonl import LineSplitter, LineTooLong
 
     try:
-        stream = await _open(path, start)
+        stream = await _open(path, start, unused)
     except ConfigError as exc:
         log(str(exc))
         return 1

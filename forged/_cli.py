@@ -393,6 +393,22 @@ def build_connect_parser() -> argparse.ArgumentParser:
     return parser
 
 
+CONNECT_PER_SESSION = frozenset({
+    "provider", "model", "session_name", "session", "continue_", "no_session", "cwd", "socket",
+    "mode", "acp", "no_start", "attach"})
+"""connect's options that reach the session it opens (or connect itself); the others shape
+only a daemon that connect starts."""
+
+
+def daemon_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The options given to ``forged connect`` that only a daemon it starts would take."""
+    defaults = parser.parse_args([])
+    return [next((flag for flag in action.option_strings if flag.startswith("--")),
+                 action.option_strings[0]) for action in parser._actions
+            if action.option_strings and action.dest not in CONNECT_PER_SESSION
+            and getattr(args, action.dest, None) != getattr(defaults, action.dest, None)]
+
+
 def build_status_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="forged status", description="Whether a daemon "
                                      "runs, and its sessions and clients.")
@@ -409,7 +425,9 @@ def run_subcommand(command: str, argv: list[str]) -> int:
         from . import _bridge
 
         if command == "connect":
-            return _bridge.connect(build_connect_parser().parse_args(argv), argv)
+            parser = build_connect_parser()
+            args = parser.parse_args(argv)
+            return _bridge.connect(args, argv, daemon_only(parser, args))
         return trio.run(_bridge.status, build_status_parser().parse_args(argv).socket)
     except ConfigError as exc:
         log(str(exc))

@@ -516,6 +516,8 @@ async def test_a_client_refuses_a_daemon_of_another_user(tmp_path: Path) -> None
 async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path: Path) -> None:
     from .test_process import BIN, child_env
 
+    said: list[str] = []
+
     async def through_connect(daemon: Any, *options: str) -> dict[str, Any]:
         env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
         with trio.fail_after(20):
@@ -524,6 +526,7 @@ async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path:
                 stdin=b'{"type":"get_state","id":"s"}\n', capture_stdout=True,
                 capture_stderr=True, check=False, env=env, cwd=tmp_path / "project")
         assert result.returncode == 0, result.stderr
+        said.append(result.stderr.decode())
         (state,) = [orjson.loads(line) for line in result.stdout.splitlines()]
         return dict(state["data"])
 
@@ -535,10 +538,15 @@ async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path:
             await client.prompt_and_wait("hello")
             recent = (await client.get_state())["sessionId"]
         continued = await through_connect(daemon, "-c")
+        await through_connect(daemon, "--tools", "read", "--thinking", "high", "--name", "x")
     assert named["sessionName"] == "demo"
     assert named["sessionFile"] == str(tmp_path / "project" / "kept.jsonl")
     assert "sessionFile" not in memory
     assert continued["sessionId"] == recent
+    assert not any(said[:-1])  # each of those options reached the session
+    assert said[-1] == ("forged: --thinking, --tools: the daemon already runs and keeps its own "
+                        "options (they apply to a daemon that connect starts, or to forged "
+                        "serve)\n")
 
 
 async def test_a_dropped_connections_empty_session_goes_soon_a_conversation_stays(
