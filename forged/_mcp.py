@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 import os
 import re
@@ -677,6 +678,23 @@ def _load_sdk() -> None:
     import mcp.client.streamable_http  # noqa: F401
 
     from . import _mcp_http  # noqa: F401
+
+    sdk = logging.getLogger("mcp")
+    if not any(isinstance(handler, _SdkLog) for handler in sdk.handlers):
+        sdk.addHandler(_SdkLog(logging.WARNING))
+        sdk.propagate = False  # not Python's last-resort handler, a blocking write to stderr
+
+
+class _SdkLog(logging.Handler):
+    """The SDK's warnings and errors (a server that writes what is not JSON-RPC, say) as one
+    line each in forged's log, which never blocks."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"MCP SDK {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            text += f" ({type(error).__name__}: {next(iter(str(error).splitlines()), '')})"
+        log(text)
 
 
 def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:

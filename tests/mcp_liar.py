@@ -4,6 +4,7 @@ sends)::
     python mcp_liar.py endless     its tools/list pages never end: each names the same next
                                    cursor and repeats the tools
     python mcp_liar.py array       it offers a tool whose schema is an array's as well
+    python mcp_liar.py noisy       it writes a line that is not JSON-RPC before each answer
 
 Its one good tool is ``echo``.
 """
@@ -37,6 +38,8 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     for line in sys.stdin:
         message = json.loads(line)
+        if sys.argv[1] == "noisy":
+            print("this is not JSON-RPC", flush=True)
         if "id" in message and "method" in message:
             reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer(message)}
             print(json.dumps(reply), flush=True)

@@ -188,17 +188,22 @@ async def test_servers_that_lie_in_their_tool_lists(tmp_path: Path) -> None:
         return {"command": sys.executable, "args": [str(Path(__file__).parent / "mcp_liar.py"),
                                                     how]}
 
-    replies = [Reply(content=[ScriptToolCall(name="mcp__endless__echo",
-                                             arguments={"text": "hi"})]), DONE]
-    async with forged_with(tmp_path, {"endless": liar("endless"), "array": liar("array")},
-                           replies) as (forged, provider):
+    replies = [Reply(content=[
+        ScriptToolCall(name="mcp__endless__echo", arguments={"text": "hi"}),
+        ScriptToolCall(name="mcp__noisy__echo", arguments={"text": "there"})]), DONE]
+    servers = {"endless": liar("endless"), "array": liar("array"), "noisy": liar("noisy")}
+    async with forged_with(tmp_path, servers, replies) as (forged, provider):
         await forged.logged("MCP server endless connected: 1 tools")
+        await forged.logged("MCP server noisy connected: 1 tools")
         await forged.logged("MCP server array failed")
         events = await forged.prompt("echo")
         listed = {s["name"]: s for s in (await forged.call("get_mcp_servers"))["servers"]}
     offered = [tool["name"] for tool in provider.requests[0].body["tools"]]
-    assert [name for name in offered if name.startswith("mcp__")] == ["mcp__endless__echo"]
-    assert text(ends(events)[0]) == "liar echo: hi"
+    assert [name for name in offered if name.startswith("mcp__")] == [
+        "mcp__endless__echo", "mcp__noisy__echo"]
+    assert [text(end) for end in ends(events)] == ["liar echo: hi", "liar echo: there"]
+    assert "forged: MCP SDK error: Failed to parse JSONRPC message from server" in forged.log
+    assert "Traceback" not in forged.log  # one line each, through forged's log
     assert "inputSchema.type" in listed["array"]["lastError"]  # the SDK refuses the listing
 
 
