@@ -34,6 +34,7 @@ server's ``timeout`` fails and restarts the server; ``abort`` cancels the call (
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import logging
@@ -402,7 +403,6 @@ class McpServer:
         self.session: Any = None
         """The SDK's ClientSession while connected."""
         self._failures = 0
-        self._retry_at = 0.0
         self._attempt = trio.Event()
         """Set when the connection attempt under way (or the next one) has ended."""
         self._wanted = trio.Event()
@@ -434,10 +434,9 @@ class McpServer:
             self.status = "starting"
             await self._connect()
             self._failures += 1
-            self._retry_at = trio.current_time() + min(MAX_BACKOFF_S,
-                                                       0.25 * 2 ** (self._failures - 1))
+            retry_at = trio.current_time() + min(MAX_BACKOFF_S, 0.25 * 2 ** (self._failures - 1))
             await self._wanted.wait()
-            await trio.sleep_until(self._retry_at)
+            await trio.sleep_until(retry_at)
 
     def _end_attempt(self) -> None:
         ended, self._attempt = self._attempt, trio.Event()
@@ -468,7 +467,6 @@ class McpServer:
                 self.status = "failed" if self.last_error else "stopped"
                 self._end_attempt()
         except Exception as exc:  # a transport that fails in the background ends up here
-            self.session = None
             if self.status == "starting":
                 self._failed(exc)
             else:
@@ -836,9 +834,7 @@ class McpServers:
             (tool_name(server.spec.name, listed.name), server, listed)
             for server in self.servers.values() for listed in server.listed
             if exposed(listed.name, server.spec.tool_exposure, server.spec.exposure)]
-        counts: dict[str, int] = {}
-        for name, _, _ in wanted:
-            counts[name] = counts.get(name, 0) + 1
+        counts = collections.Counter(name for name, _, _ in wanted)
         tools: dict[str, Tool] = {}
         for name, server, listed in wanted:
             if counts[name] > 1 or len(name) > MAX_TOOL_NAME:

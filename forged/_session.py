@@ -107,6 +107,7 @@ class _Files:
     resources: Resources
     store: SessionFile
     mcp_servers: list[ServerSpec]
+    mcp_cache: ListingCache
     mcp_listings: dict[str, Listing]
     """The servers' tools as they last listed them."""
 
@@ -124,7 +125,7 @@ class _Files:
                    store=open_store(config.session_path, config.new_files_dir, config.cwd,
                                     session_id=config.new_session_id,
                                     fork_from=config.fork_from),
-                   mcp_servers=servers,
+                   mcp_servers=servers, mcp_cache=cache,
                    mcp_listings={spec.name: listing for spec in servers
                                  if spec.enabled and (listing := cache.read(spec))})
 
@@ -306,8 +307,8 @@ class Session:
         self.plugins = Plugins([], self)  # `emit` tells them; the real ones register last
         self.queues = Queues(self.emit, settings)
         self.mcp = McpServers(files.mcp_servers, config.cwd,
-                              cache=ListingCache(config.agent_dir / MCP_CACHE_DIR),
-                              listings=files.mcp_listings, keep=config.tools.keeps_mcp)
+                              cache=files.mcp_cache, listings=files.mcp_listings,
+                              keep=config.tools.keeps_mcp)
         self.own_tools: dict[str, Tool] = {}
         """The built-in and plugin tools; `tools` adds the MCP servers' as they connect."""
         self.tools: Mapping[str, Tool] = {}
