@@ -349,6 +349,13 @@ class AcpSession:
             self._stop = event["message"].get("stopReason", "stop")
             self._error = event["message"].get("errorMessage")
             self._usage(event["message"])
+        elif kind == "agent_end":
+            # A failure that could not be stored (the session file cannot be written) is
+            # announced in agent_end only: it answers the turn all the same.
+            replies = [message for message in event.get("messages") or []
+                       if message.get("role") == "assistant"]
+            if replies and replies[-1].get("stopReason") == "error":
+                self._stop, self._error = "error", replies[-1].get("errorMessage")
         elif kind == "queue_update":
             self._queue_changed(event)
         elif kind == "extension_ui_request":
@@ -461,6 +468,8 @@ class AcpSession:
         stop = "cancelled" if aborted else STOP_REASONS.get(self._stop, "end_turn")
         if self._stop == "error" and not aborted:
             stop = "refusal" if _REFUSED.search(self._error or "") else ""
+        if running and not stop:
+            log(f"session {self.session_id}: the run failed: {self._error or 'no reason given'}")
         for request_id in running:
             if stop:
                 self._answer(request_id, stop)

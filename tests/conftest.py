@@ -3,9 +3,29 @@ nothing about the next, and under CI (``CI`` set, as `.ci/run` does) it is deran
 test draws the same examples every time."""
 
 import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("dev", database=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """An empty folder on a read-only file system, which even root cannot write (mounting
+    needs root: the test skips, saying so, without it)."""
+    mount_point = tmp_path / "read-only"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs",
+                              str(mount_point)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a read-only file system: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)

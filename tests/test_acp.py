@@ -552,3 +552,34 @@ def test_a_prompt_while_busy_steers_when_the_setting_says_so(tmp_path: Path) -> 
     roles = [entry["message"]["role"] for entry in map(json.loads, stored.read_text().split(
         "\n")[1:-1]) if entry["type"] == "message"]
     assert roles == ["user", "assistant", "toolResult", "user", "assistant"]
+
+
+def test_a_run_that_cannot_be_stored_answers_its_prompt_with_an_error(
+        tmp_path: Path, how: str, read_only_folder: Path) -> None:
+    """The session file cannot be written: the prompt is not answered end_turn (the editor
+    would show a turn that is gone on reload) but with the run's error, said once on
+    stderr."""
+    command, env = forged_acp(tmp_path, how)
+    command += ["--session-dir", str(read_only_folder)]
+    project = str(tmp_path / "project")
+    use_script(command, tmp_path, replies=[{"content": [{"type": "text", "text": "Lost"}]}])
+    stderr = tmp_path / "stderr.txt"
+
+    async def drive() -> str:
+        with stderr.open("wb") as errors:
+            async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
+                                               cwd=project,
+                                               transport_kwargs={"stderr": errors}) as (conn, _):
+                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                sid = (await conn.new_session(cwd=project)).session_id
+                try:
+                    answer = await conn.prompt(session_id=sid, prompt=[acp.text_block("Hi")])
+                except acp.RequestError as exc:
+                    return str(exc)
+                return f"answered {answer.stop_reason}"
+
+    failed = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert "Cannot write the session file" in failed and "Read-only file system" in failed
+    said = [line for line in stderr.read_text().splitlines() if "the run failed" in line]
+    assert len(said) == 1 and "Read-only file system" in said[0]
+    assert list(read_only_folder.iterdir()) == []
