@@ -23,7 +23,7 @@ against the import graph). A package named here stands for all its modules::
                                          dialogs
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
-    _jsonl _paths _errors _log _time _tls _systemd
+    _jsonl _paths _errors _log _time _tls _systemd _version
                                          the ground floor
 
 The supervision trees are drawn in `forged._transports.stdio` (one session on stdio) and
@@ -32,7 +32,8 @@ The supervision trees are drawn in `forged._transports.stdio` (one session on st
 
 import typing
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
+
 __all__ = ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
            "SessionConfig"]
 

@@ -35,7 +35,7 @@ import attrs
 import orjson
 import trio
 
-from . import __version__, _codec
+from . import _codec
 from . import _wire as w
 from ._config import Models, Options, list_stored, open_models, session_config
 from ._connection import Outbox, open_fd_stream, read_lines
@@ -47,6 +47,7 @@ from ._session import open_session
 from ._tools import ToolError
 from ._tools.files import read_file, write_file
 from ._transports.stdio import SHUTDOWN_GRACE_S
+from ._version import __version__
 
 PROTOCOL_VERSION = 1
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from . import __version__, _tls
+from . import _tls
 from ._errors import ConfigError, ForgedError
 from ._log import log, reserve_stdout
+from ._version import __version__
 
 if TYPE_CHECKING:
     from ._config import Options

@@ -50,7 +50,6 @@ import attrs
 import orjson
 import trio
 
-from . import __version__
 from . import _wire as w
 from ._codec import structure, unstructure
 from ._errors import WireError
@@ -59,6 +58,7 @@ from ._models import resolve_value
 from ._paths import rewrite
 from ._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, ToolError, text_result
 from ._tools.base import ScratchDir
+from ._version import __version__
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0

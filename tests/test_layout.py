@@ -68,6 +68,21 @@ def test_no_module_imports_from_a_layer_above_its_own() -> None:
     assert upward == []
 
 
+def test_no_module_imports_the_package_itself() -> None:
+    """``from . import name`` of what is not a module reads the package's ``__init__``, which
+    loads the session and all under it: a cycle the graph below would not show."""
+    modules = _modules()
+    found = []
+    for name, path in modules.items():
+        package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level and not node.module and (
+                    len(package) - node.level + 1 == 0):
+                found += [f"{name}: from . import {alias.name}" for alias in node.names
+                          if alias.name not in modules]
+    assert found == []
+
+
 def test_there_is_no_import_cycle() -> None:
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
