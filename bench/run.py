@@ -26,6 +26,7 @@ import orjson
 import trio
 
 import forged
+from forged._process import live_group_members
 from forged._providers.scripted import (
     Reply,
     ScriptedServer,
@@ -33,7 +34,6 @@ from forged._providers.scripted import (
     ScriptToolCall,
     ScriptUsage,
 )
-from forged._tools.bash import live_group_members
 
 FORGED = str(Path(sys.executable).parent / "forged")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import trio
 
+from forged._process import live_group_members
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
-from forged._tools.bash import live_group_members
 
 from .harness import open_client
 

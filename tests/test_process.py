@@ -17,8 +17,8 @@ import pytest
 import trio
 
 import forged
+from forged._process import live_group_members
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
-from forged._tools.bash import live_group_members
 
 from .oracles import check_requests
 

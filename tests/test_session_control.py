@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from forged._process import live_group_members
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._session import BUSY_PROMPT_ERROR
-from forged._tools.bash import live_group_members
 
 from .harness import open_client
 from .test_loop import shapes

@@ -285,6 +285,18 @@ async def test_bash_output_exit_code_and_updates(tmp_path: Path) -> None:
     assert text(await call("bash", tmp_path, command="pwd")) == f"{tmp_path}\n"
 
 
+async def test_a_long_command_outlives_the_thread_that_started_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child's parent-death signal comes when the *thread* that forked it exits; trio's
+    worker threads exit after ten idle seconds, which killed every command that ran longer.
+    Here they exit after 50 ms, and the command still runs to its end."""
+    import trio._core._thread_cache as thread_cache
+
+    monkeypatch.setattr(thread_cache, "IDLE_TIMEOUT", 0.05)
+    result = await call("bash", tmp_path, command="sleep 0.6; echo survived")
+    assert text(result) == "survived\n"
+
+
 async def test_bash_truncates_and_spills_the_full_output(tmp_path: Path) -> None:
     result = await call("bash", tmp_path, command="seq 1 100000")
     assert result.details is not None

@@ -7,16 +7,12 @@ outgrows what a result can show, the whole of it goes to a 0600 temp file as wel
 from __future__ import annotations
 
 import codecs
-import ctypes
 import os
 import re
-import signal
-import subprocess
 import tempfile
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +20,7 @@ import attrs
 import trio
 
 from .. import _wire as w
+from .._process import group_alive, kill_process_group, open_process
 from .._time import now_ms
 from .base import (
     MAX_BYTES,
@@ -43,19 +40,9 @@ GUARD = ('trap "kill -KILL 0" TERM; __forged_command=$1; shift; '
          'eval "$__forged_command" & wait $!')
 """What a POSIX shell runs: the command in a subshell, while the shell itself (the process
 group's leader, so ``$$`` is still the group) waits for it and exits with its status. The
-shell gets SIGTERM when forged's process ends, however it ends (``PR_SET_PDEATHSIG``, set
-between fork and exec), and then kills its whole process group: no child of a command
-outlives a killed forged."""
+shell gets SIGTERM when forged's process ends, however it ends (`forged._process`), and
+then kills its whole process group: no child of a command outlives a killed forged."""
 POSIX_SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
-_PR_SET_PDEATHSIG = 1
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def _die_with_forged(forged_pid: int) -> None:
-    """In the child, before exec: SIGTERM when forged ends (already ended: at once)."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != forged_pid:
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def guarded(shell: Shell, command: str) -> list[str]:
@@ -67,8 +54,6 @@ def guarded(shell: Shell, command: str) -> list[str]:
     return [argv[0], "-c", GUARD, argv[0], *argv[2:]]
 
 
-KILL_GRACE_S = 2.0
-"""SIGTERM first; the process group gets SIGKILL if anything is left after this long."""
 EXIT_DRAIN_S = 0.5
 """After the shell exits, how long output from leftover background processes is still read."""
 UPDATE_INTERVAL_S = 0.05
@@ -164,66 +149,6 @@ class OutputSpool:
             self._file.close()
 
 
-def live_group_members(pgid: int) -> list[int]:
-    """Processes of group `pgid` that still run (zombies excluded: an init that never reaps
-    leaves them in the group forever, and they hold nothing)."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return []  # the common case, answered by one system call
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return [pgid]
-    members = []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            if os.getpgid(int(entry)) != pgid:  # one system call, not a file read
-                continue
-            with open(f"/proc/{entry}/stat", "rb") as stat_file:
-                state = stat_file.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z":
-            members.append(int(entry))
-    return members
-
-
-def _group_alive(pgid: int) -> bool:
-    return bool(live_group_members(pgid))
-
-
-GROUP_POLL_S = (0.001, 0.05)
-"""How often a killed group is checked for members still running: from the first value,
-doubling up to the second (no event tells when the leader's children are gone)."""
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def kill_process_group(process: trio.Process, *, force: bool = False) -> None:
-    """SIGTERM the process's group (SIGKILL with `force`), SIGKILL what is left after
-    `KILL_GRACE_S`. Waits for the group leader. Shielded: it finishes even when cancelled."""
-    pgid = process.pid
-    with trio.CancelScope(shield=True):
-        _signal_group(pgid, signal.SIGKILL if force else signal.SIGTERM)
-        with trio.move_on_after(KILL_GRACE_S):
-            await process.wait()
-            poll_s, longest_s = GROUP_POLL_S
-            while _group_alive(pgid):
-                await trio.sleep(poll_s)
-                poll_s = min(poll_s * 2, longest_s)
-        if _group_alive(pgid) or process.returncode is None:
-            _signal_group(pgid, signal.SIGKILL)
-            await process.wait()
-
-
 @attrs.define(kw_only=True)
 class Execution:
     """How a command ended."""
@@ -252,17 +177,14 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
     instead of filling memory). `env` changes forged's environment for it (None: unset).
 
-    Cancellation: the process group is killed (SIGTERM, then SIGKILL after `KILL_GRACE_S`)
+    Cancellation: the process group is killed (SIGTERM, then SIGKILL after a grace)
     before `Cancelled` propagates; nothing of it survives. The shell `GUARD` runs the command
     under answers SIGTERM by killing its whole group at once, so this is quick.
     """
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
-    process = await trio.lowlevel.open_process(
-        guarded(shell or Shell(), command), cwd=cwd, env=_environment(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=partial(_die_with_forged, os.getpid()))
+    process = await open_process(guarded(shell or Shell(), command), cwd=cwd,
+                                 env=_environment(env))
     assert process.stdout is not None
     output_closed = trio.Event()
 
@@ -290,9 +212,9 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
             timed_out = True
             await kill_process_group(process, force=True)
     finally:
-        if process.returncode is None or _group_alive(process.pid):
+        if process.returncode is None or group_alive(process.pid):
             await kill_process_group(process)
-        await process.stdout.aclose()
+        await process.aclose()
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+import signal
 import sys
 import sysconfig
 from pathlib import Path
@@ -15,6 +15,7 @@ import orjson
 import trio
 
 from .. import _wire as w
+from .._process import PIPE, kill_process_group, open_process, signal_group
 from .base import (
     MAX_BYTES,
     ToolContext,
@@ -47,9 +48,7 @@ async def _run_rg(args: list[str], cwd: Path, on_line: Any) -> tuple[int, str]:
 
     Resource handling: rg is killed if `on_line` stops early or the caller is cancelled.
     """
-    process = await trio.lowlevel.open_process(
-        [ripgrep(), *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+    process = await open_process([ripgrep(), *args], cwd=cwd, stderr=PIPE)
     assert process.stdout is not None and process.stderr is not None
     errors = bytearray()
     stopped = False
@@ -70,15 +69,16 @@ async def _run_rg(args: list[str], cwd: Path, on_line: Any) -> tuple[int, str]:
                         stopped = True
                         break
                 if stopped:
-                    process.kill()
+                    signal_group(process.pid, signal.SIGKILL)  # and its stderr ends
                     break
             if buffer and not stopped:
                 on_line(buffer)
     finally:
         if process.returncode is None:
-            process.kill()
+            await kill_process_group(process, force=True)
         with trio.CancelScope(shield=True):
             await process.wait()
+            await process.aclose()
     return (0 if stopped else process.returncode or 0), errors.decode(errors="replace")
 
 

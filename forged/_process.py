@@ -1,0 +1,331 @@
+"""Processes forged starts: each in a process group of its own, told to end when forged ends,
+and stopped as a whole group (SIGTERM, then SIGKILL after `KILL_GRACE_S`), so nothing a child
+forks outlives it.
+
+`open_process` is the one way a command or a server is started. Linux sends the signal a
+child asked for with ``PR_SET_PDEATHSIG`` when the *thread* that forked it exits, not the
+process; trio forks in a worker thread that exits after ten idle seconds, which killed any
+command that ran longer. So children are forked by one thread that lives as long as forged
+(`_Spawner`), and the loop waits for it without blocking.
+
+`run_value_command` runs a configuration's ``!command`` (an API key, a header, an MCP
+server's value): in a group of its own, output capped, taken when the command exits even if a
+child of it still holds the pipe, and the group stopped afterwards. It blocks: run it in a
+worker thread, never on the loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+
+import trio
+
+from ._log import log
+
+KILL_GRACE_S = 2.0
+"""SIGTERM first; the process group gets SIGKILL if anything is left after this long."""
+GROUP_POLL_S = (0.001, 0.05)
+"""How often a killed group is checked for members still running: from the first value,
+doubling up to the second (no event tells when the leader's children are gone)."""
+VALUE_TIMEOUT_S = 10.0
+VALUE_MAX_BYTES = 1024 * 1024
+"""A ``!command``'s output is its value up to this size; a longer one is refused."""
+VALUE_EXIT_DRAIN_S = 0.1
+"""After a ``!command`` exits, how long output still in flight is read."""
+
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def die_with_forged(forged_pid: int) -> None:
+    """In the child, before exec: SIGTERM when forged ends (already ended: at once)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != forged_pid:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Spawner:
+    """One thread, started on first use and living as long as the process, that forks every
+    child: a child's parent-death signal then comes only when forged ends."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+    async def run(self, spawn: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+        """`spawn()` on the spawner thread. Shielded: a fork is quick, and a child started
+        while its caller was cancelled would have no owner."""
+        with self._lock:
+            if not self._started:
+                threading.Thread(target=self._serve, name="forged-spawner", daemon=True).start()
+                self._started = True
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        result: list[subprocess.Popen[bytes]] = []
+        failure: list[BaseException] = []
+
+        def job() -> None:
+            try:
+                result.append(spawn())
+            except BaseException as exc:
+                failure.append(exc)
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        self._jobs.put(job)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        if failure:
+            raise failure[0]
+        return result[0]
+
+
+_spawner = _Spawner()
+
+PIPE = subprocess.PIPE
+DEVNULL = subprocess.DEVNULL
+STDOUT = subprocess.STDOUT
+
+
+class Child:
+    """A process `open_process` started: its pid (its process group's id too), its pipes as
+    trio streams, and `wait`.
+
+    Resource handling: the caller owns the process and its pipes; `kill_process_group` stops
+    it and everything it forked, and `aclose` closes the pipes."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdin: trio.lowlevel.FdStream | None,
+                 stdout: trio.lowlevel.FdStream | None,
+                 stderr: trio.lowlevel.FdStream | None) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self._wait_lock = trio.Lock()
+        try:
+            self._pidfd: int | None = os.pidfd_open(popen.pid)
+        except (AttributeError, OSError):  # an old kernel: a thread waits instead
+            self._pidfd = None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        """Until the process has exited (it is reaped); its exit status."""
+        async with self._wait_lock:
+            if self._popen.poll() is None:
+                if self._pidfd is not None:
+                    await trio.lowlevel.wait_readable(self._pidfd)
+                else:
+                    await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+            status = self._popen.wait()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        return status
+
+    async def aclose(self) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+async def open_process(argv: Sequence[str], *, cwd: Path | str | None = None,
+                       env: Mapping[str, str] | None = None, stdin: int = DEVNULL,
+                       stdout: int = PIPE, stderr: int = STDOUT) -> Child:
+    """Start `argv` in a process group of its own (its pid is the group's id), told to end
+    when forged ends. `stdin`, `stdout` and `stderr` are `PIPE` (a trio stream of the
+    `Child`), `DEVNULL`, `STDOUT` (for stderr) or a file descriptor of ours."""
+    ends: list[int] = []  # the child's ends of our pipes, closed here once it has them
+    ours: dict[str, trio.lowlevel.FdStream] = {}
+
+    def pipe(name: str, given: int, *, to_child: bool) -> int:
+        if given != PIPE:
+            return given
+        read, write = os.pipe()
+        child_end, our_end = (read, write) if to_child else (write, read)
+        ends.append(child_end)
+        ours[name] = trio.lowlevel.FdStream(our_end)
+        return child_end
+
+    try:
+        stdin = pipe("stdin", stdin, to_child=True)
+        stdout = pipe("stdout", stdout, to_child=False)
+        if stderr == STDOUT and stdout == DEVNULL:
+            stderr = DEVNULL
+        stderr = pipe("stderr", stderr, to_child=False)
+        forged_pid = os.getpid()
+
+        def spawn() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout,
+                                    stderr=stderr, start_new_session=True,
+                                    preexec_fn=partial(die_with_forged, forged_pid))
+
+        popen = await _spawner.run(spawn)
+    except BaseException:
+        for stream in ours.values():
+            await stream.aclose()
+        raise
+    finally:
+        for fd in ends:
+            os.close(fd)
+    return Child(popen, ours.get("stdin"), ours.get("stdout"), ours.get("stderr"))
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of group `pgid` that still run (zombies excluded: an init that never reaps
+    leaves them in the group forever, and they hold nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return []  # the common case, answered by one system call
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return [pgid]
+    members = []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry)) != pgid:  # one system call, not a file read
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as stat_file:
+                state = stat_file.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z":
+            members.append(int(entry))
+    return members
+
+
+def group_alive(pgid: int) -> bool:
+    return bool(live_group_members(pgid))
+
+
+def signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def kill_process_group(process: Child, *, force: bool = False) -> None:
+    """SIGTERM the process's group (SIGKILL with `force`), SIGKILL what is left after
+    `KILL_GRACE_S`, whether or not the leader still lives. Waits for the group leader.
+    Shielded: it finishes even when cancelled."""
+    pgid = process.pid
+    with trio.CancelScope(shield=True):
+        signal_group(pgid, signal.SIGKILL if force else signal.SIGTERM)
+        with trio.move_on_after(KILL_GRACE_S):
+            await process.wait()
+            poll_s, longest_s = GROUP_POLL_S
+            while group_alive(pgid):
+                await trio.sleep(poll_s)
+                poll_s = min(poll_s * 2, longest_s)
+        if group_alive(pgid) or process.returncode is None:
+            signal_group(pgid, signal.SIGKILL)
+            await process.wait()
+
+
+# --- a configuration's !command ----------------------------------------------------------------
+
+class ValueCommandFailed(Exception):
+    """Why a ``!command`` gave no value."""
+
+
+def run_value_command(command: str, *, timeout_s: float = VALUE_TIMEOUT_S,
+                      max_bytes: int = VALUE_MAX_BYTES) -> str:
+    """The trimmed output of ``sh -c command``; `ValueCommandFailed` when it fails, prints
+    nothing, runs past `timeout_s` or prints more than `max_bytes`.
+
+    Resource handling: the command runs in a process group of its own, which gets SIGTERM
+    once the command has exited (a child it left in the background ends with it) or timed
+    out, and SIGKILL if anything is left after `KILL_GRACE_S`. Its value is taken when the
+    command exits, even if such a child still holds the pipe. Blocks the calling thread."""
+    # This thread waits until the command and its group have ended, so the parent-death
+    # signal, tied to it, cannot come early.
+    process = subprocess.Popen(
+        ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+        preexec_fn=partial(die_with_forged, os.getpid()))
+    assert process.stdout is not None
+    output = bytearray()
+    deadline = time.monotonic() + timeout_s
+    drain_until: float | None = None
+    failure: str | None = None
+    try:
+        fd = process.stdout.fileno()
+        while True:
+            now = time.monotonic()
+            if process.poll() is not None and drain_until is None:
+                drain_until = now + VALUE_EXIT_DRAIN_S
+            until = min(deadline, drain_until) if drain_until is not None else deadline
+            if now >= until:
+                if drain_until is None:
+                    failure = f"it did not finish within {timeout_s:g} s"
+                break
+            ready, _, _ = select.select([fd], [], [], until - now)
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:  # every writer closed the pipe
+                process.wait(max(0.0, deadline - time.monotonic()))
+                break
+            output += chunk
+            if len(output) > max_bytes:
+                failure = f"its output is over {max_bytes // 1024} KiB"
+                break
+    except subprocess.TimeoutExpired:
+        failure = f"it did not finish within {timeout_s:g} s"
+    finally:
+        process.stdout.close()
+        _stop_group(process)
+    if failure is None and process.returncode != 0:
+        failure = f"it exited with status {process.returncode}"
+    value = output.decode("utf-8", "replace").strip()
+    if failure is None and not value:
+        failure = "it printed nothing"
+    if failure is not None:
+        raise ValueCommandFailed(failure)
+    return value
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the group of `process`, SIGKILL after the grace what is left; reap it."""
+    signal_group(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    poll_s = GROUP_POLL_S[0]
+    while True:
+        if process.poll() is None:
+            pass
+        elif not group_alive(process.pid):
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+        poll_s = min(poll_s * 2, GROUP_POLL_S[1])
+    signal_group(process.pid, signal.SIGKILL)
+    try:
+        process.wait(KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        log(f"a !command's process {process.pid} did not end after SIGKILL")
