@@ -348,8 +348,8 @@ class CompactionHost(Protocol):
     compaction: CompactionSettings
 
     def emit(self, event: w.Event) -> None: ...
-    def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
-                        ) -> tuple[Provider, ProviderRequest]: ...
+    async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
+                              ) -> tuple[Provider, ProviderRequest]: ...
 
 
 @attrs.define
@@ -368,10 +368,10 @@ class _Summarizer:
         retried = False
         try:
             while True:
-                provider, request = self.host.summary_request(
-                    text, max_tokens=max_tokens, reasoning=reasoning)
-                builder = AssistantBuilder(request.model, _ignore)
                 try:
+                    provider, request = await self.host.summary_request(
+                        text, max_tokens=max_tokens, reasoning=reasoning)
+                    builder = AssistantBuilder(request.model, _ignore)
                     await provider(request, builder)
                     builder.end_all()
                 except ProviderError as exc:

@@ -43,7 +43,7 @@ class AgentHost(Protocol):
     def end_message(self, message: w.AgentMessage, *, started: bool = True) -> None: ...
     def take_steering(self) -> list[w.AgentMessage]: ...
     def take_follow_ups(self) -> list[w.AgentMessage]: ...
-    def model_request(self) -> tuple[Provider, ProviderRequest]: ...
+    async def model_request(self) -> tuple[Provider, ProviderRequest]: ...
     async def before_tool_call(self, call: w.ToolCall) -> str | None: ...
     def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool: ...
     async def wait_for_room(self) -> None: ...
@@ -132,8 +132,10 @@ def unstored_failure(model: w.Model | None, reason: str) -> w.AssistantMessage:
 
 async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
                            turn: _Turn) -> w.AssistantMessage:
-    provider, request = host.model_request()
-    builder = AssistantBuilder(request.model, host.emit, host.wait_for_room)
+    model = host.model
+    if model is None:
+        raise ProviderError("No model selected")
+    builder = AssistantBuilder(model, host.emit, host.wait_for_room)
     message = builder.message
     message.stop_reason = "pending"  # as the event is written: still streaming
     host.emit(w.MessageStart(message=message))
@@ -146,6 +148,7 @@ async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
         return message
 
     try:
+        provider, request = await host.model_request()  # its !command values run first
         await provider(request, builder)
         builder.end_all()
     except ProviderError as exc:

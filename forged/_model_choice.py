@@ -63,6 +63,9 @@ class ModelChoice:
             if model.provider == provider and model.id == model_id:
                 self._switch(model)
                 return model
+        if self.registry.find(provider, model_id) is not None:
+            raise CommandError(self.registry.key_problem(provider)
+                               or f"No API key for {provider}")
         raise CommandError(f"Model not found: {provider}/{model_id}")
 
     def cycle_model(self) -> w.CycledModel | None:

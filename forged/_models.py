@@ -8,19 +8,21 @@ import fnmatch
 import functools
 import os
 import re
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import orjson
+import trio
 
 from . import _codec
 from . import _wire as w
 from ._errors import ConfigError, WireError
 from ._log import log
 from ._paths import agent_dir
+from ._process import ValueCommandFailed, run_value_command
 from ._providers import APIS
 
 LEVELS: list[str] = list(w.THINKING_LEVELS)
@@ -188,6 +190,8 @@ class ProviderDefinition:
 
 
 _command_values: dict[str, str | None] = {}
+"""Each ``!command`` value's output (None: it failed), run once per process."""
+_commands_running: dict[str, tuple[trio.lowlevel.TrioToken, trio.Event]] = {}
 
 
 def resolve_value(value: str | None) -> str | None:
@@ -195,25 +199,62 @@ def resolve_value(value: str | None) -> str | None:
     output of the command (run once per process, 10 s at most; None if it fails);
     ``$NAME`` and ``${NAME}`` in a value are environment variables (``$$`` is ``$``, ``$!``
     is ``!``; None if one is unset); a value that names a set environment variable is its
-    value; anything else is the value itself."""
+    value; anything else is the value itself.
+
+    A ``!command`` not run yet is run here, blocking: call it in a worker thread, or call
+    `resolve_commands` first (`value_now` never runs one)."""
+    if value and value.startswith("!") and value not in _command_values:
+        _command_values[value] = _run_command(value[1:])
+    return value_now(value)
+
+
+def value_now(value: str | None) -> str | None:
+    """`resolve_value` without running a command: a ``!command`` not run yet is None."""
     if not value:
         return None
     if value.startswith("!"):
-        if value not in _command_values:
-            _command_values[value] = _run_command(value[1:])
-        return _command_values[value]
+        return _command_values.get(value)
     if "$" in value:
         return _interpolate(value)
     return os.environ.get(value, value)
 
 
+async def resolve_commands(values: Iterable[str | None]) -> None:
+    """Run the ``!command`` values among `values` not run yet, in worker threads: the loop
+    goes on meanwhile. One run per command, whoever else waits for it; a caller cancelled
+    while waiting leaves the command to finish (its value is kept)."""
+    token = trio.lowlevel.current_trio_token()
+    for value in values:
+        if not value or not value.startswith("!") or value in _command_values:
+            continue
+        running = _commands_running.get(value)
+        if running is None or running[0] is not token:  # none, or one of an ended trio run
+            done = trio.Event()
+            _commands_running[value] = (token, done)
+
+            def finished(_: object, value: str = value, done: trio.Event = done) -> None:
+                def settle() -> None:
+                    if _commands_running.get(value, (None, None))[1] is done:
+                        del _commands_running[value]
+                    done.set()
+
+                try:
+                    token.run_sync_soon(settle)
+                except trio.RunFinishedError:
+                    pass
+
+            trio.lowlevel.start_thread_soon(partial(resolve_value, value), finished,
+                                            name="forged !command")
+            running = (token, done)
+        await running[1].wait()
+
+
 def _run_command(command: str) -> str | None:
     try:
-        done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True,
-                              timeout=10, check=False, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        return run_value_command(command)
+    except (OSError, ValueCommandFailed) as exc:
+        log(f"the command !{command} gave no value: {exc}")
         return None
-    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 _REFERENCE = re.compile(r"\$(?:([$!])|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -365,18 +406,52 @@ class ModelRegistry:
                                                 literal_key=True)
 
     def api_key(self, provider: str) -> str | None:
+        """`provider`'s key; None when it has none (a built-in provider's variable unset, a
+        ``!command`` that failed or has not run yet: see `resolve`)."""
         config = self.providers.get(provider)
-        if config is not None and config.literal_key:
+        if config is None:
+            return None
+        if config.literal_key:
             return config.api_key
-        return resolve_value(config.api_key) if config else None
+        if config.key_from_env:
+            return os.environ.get(config.api_key or "") or None
+        return value_now(config.api_key)
+
+    def key_problem(self, provider: str) -> str | None:
+        """Why `provider` has no key, and how to give it one; None when it has one, or may
+        have (a ``!command`` not run yet). Never runs a command."""
+        config = self.providers.get(provider)
+        if config is None:
+            return f"No API key for {provider}: it is not a known provider"
+        value = config.api_key
+        if config.literal_key or self.api_key(provider) is not None or (
+                value and value.startswith("!") and value not in _command_values):
+            return None
+        if value and value.startswith("!"):
+            return f"No API key for {provider}: the command in its apiKey gave no value"
+        if config.key_from_env:
+            return f"No API key for {provider}: set {value}, or apiKey in models.json"
+        return f"No API key for {provider}: its apiKey in models.json resolves to nothing"
+
+    def _values(self, model: w.Model) -> list[str | None]:
+        config = self.providers.get(model.provider)
+        return [config.api_key if config and not config.literal_key else None,
+                *(config.headers.values() if config else ()),
+                *self._headers.get((model.provider, model.id), {}).values()]
+
+    async def resolve(self, model: w.Model) -> None:
+        """Run the ``!command`` values `model`'s key and headers use, if not run yet, off the
+        loop (`resolve_commands`)."""
+        await resolve_commands(self._values(model))
 
     def request_headers(self, model: w.Model) -> dict[str, str]:
-        """The provider's and the model's configured headers, values resolved, and the key
-        as ``Authorization: Bearer`` when the provider asks for it (``authHeader``)."""
+        """The provider's and the model's configured headers, values resolved (a
+        ``!command`` as `resolve` left it), and the key as ``Authorization: Bearer`` when the
+        provider asks for it (``authHeader``)."""
         config = self.providers.get(model.provider)
         headers = dict(config.headers) if config else {}
         headers.update(self._headers.get((model.provider, model.id), {}))
-        resolved = {key: resolve_value(value) or "" for key, value in headers.items()}
+        resolved = {key: value_now(value) or "" for key, value in headers.items()}
         key = self.api_key(model.provider)
         if config is not None and config.auth_header and key:
             resolved["Authorization"] = f"Bearer {key}"
@@ -432,6 +507,13 @@ class ModelRegistry:
         keys = " or ".join(sorted(str(config.api_key) for config in BUILTIN_PROVIDERS.values()))
         return (f"No model selected: set {keys}, or add a provider to "
                 f"{agent_dir() / 'models.json'}")
+
+    def no_models_available(self) -> str:
+        """What ``--list-models`` says when no provider has a key, and how to add one."""
+        keys = " or ".join(sorted(str(config.api_key) for config in BUILTIN_PROVIDERS.values()))
+        return (f"No models available: no provider has an API key. Set {keys} (or another "
+                f"provider's key variable: OPENROUTER_API_KEY, GROQ_API_KEY, ...), or add a "
+                f"provider with its apiKey to {agent_dir() / 'models.json'}")
 
     def _match(self, pattern: str, provider: str | None) -> w.Model | None:
         """The model `pattern` names, among `provider`'s (else every provider's: the

@@ -33,7 +33,7 @@ def list_models(options: Options, search: str) -> int:
         use_key(registry, options, options.provider)
     models = registry.available()
     if not models:
-        print(registry.no_model_reason())
+        print(registry.no_models_available())
         return 0
     found = [model for model in models if _fuzzy(search, f"{model.provider} {model.id}")]
     if not found:

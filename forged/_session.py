@@ -467,8 +467,9 @@ class Session:
     def check_can_prompt(self) -> None:
         if self.model is None:
             raise CommandError(self.registry.no_model_reason())
-        if self.registry.api_key(self.model.provider) is None:
-            raise CommandError(f"No API key found for {self.model.provider}")
+        problem = self.registry.key_problem(self.model.provider)
+        if problem is not None:
+            raise CommandError(problem)
 
     def disposition(self, streaming_behavior: str | None) -> Literal["started", "queued"]:
         """What a prompt sent now becomes: ``queued`` while busy (which needs a
@@ -533,30 +534,37 @@ class Session:
         """The tool called `name`, connecting its MCP server first if need be."""
         return self.own_tools.get(name) or await self.mcp.tool(name)
 
-    def model_request(self) -> tuple[Provider, ProviderRequest]:
+    async def model_request(self) -> tuple[Provider, ProviderRequest]:
         own = list(self.own_tools.values())
-        return self._request(self.resources.system_prompt(own, self.plugins.guidelines),
+        return await self._request(self.resources.system_prompt(own, self.plugins.guidelines),
                              list(self.messages), [*own, *self.mcp.tools.values()],
                              self.thinking_level)
 
-    def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
-                        ) -> tuple[Provider, ProviderRequest]:
+    async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
+                              ) -> tuple[Provider, ProviderRequest]:
         """A request for a compaction summary of `text`, to the session's model."""
         level = clamp_level(self.model, "high") if reasoning else "off"
-        return self._request(SYSTEM_PROMPT, [user_message(text, None)], [], level, max_tokens)
+        return await self._request(SYSTEM_PROMPT, [user_message(text, None)], [], level, max_tokens)
 
-    def _request(self, system_prompt: str, messages: list[w.AgentMessage], tools: list[Tool],
-                 thinking_level: str, max_tokens: int | None = None
-                 ) -> tuple[Provider, ProviderRequest]:
+    async def _request(self, system_prompt: str, messages: list[w.AgentMessage],
+                       tools: list[Tool], thinking_level: str, max_tokens: int | None = None
+                       ) -> tuple[Provider, ProviderRequest]:
+        """The request, its key and headers resolved (``!command`` values run off the loop);
+        `ProviderError` when the provider has no key."""
         model = self.model
         if model is None:
             raise CommandError(self.registry.no_model_reason())
+        await self.registry.resolve(model)
+        key = self.registry.api_key(model.provider)
+        if key is None:
+            raise ProviderError(self.registry.key_problem(model.provider)
+                                or f"No API key for {model.provider}")
         request = ProviderRequest(
             model=model, system_prompt=system_prompt, messages=messages,
             tools=[ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
                    for t in tools],
             thinking_level=thinking_level,
-            api_key=self.registry.api_key(model.provider) or "",
+            api_key=key,
             headers=self.registry.request_headers(model),
             session_id=self.session_id,
             idle_timeout_s=self.retry.idle_timeout_ms / 1000,

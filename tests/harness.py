@@ -196,6 +196,8 @@ class Daemon:
     socket_path: Path
     stop: trio.Event
     runtime: Path
+    registry: ModelRegistry
+    """The daemon's models: a provider added here reaches the sessions opened after."""
 
     def client(self) -> AbstractAsyncContextManager[ForgedClient]:
         return ForgedClient.open_unix(self.socket_path)
@@ -228,7 +230,7 @@ async def open_daemon(tmp_path: Path, replies: list[Reply] | None = None, *,
                 ServeOptions(socket_path=socket_path, **serve),
                 models=models, stop=stop))
             yield Daemon(hub=hub, server=server, socket_path=socket_path, stop=stop,
-                         runtime=runtime)
+                         runtime=runtime, registry=registry)
             stop.set()  # and the daemon drains
         nursery.cancel_scope.cancel()
     check_requests(server.requests)

@@ -69,6 +69,20 @@ async def test_print_mode_exits_1_when_the_prompt_is_refused(tmp_path: Path) -> 
     assert b"forged: No model selected" in result.stderr
 
 
+async def test_a_built_in_model_without_its_key_is_refused_at_once(tmp_path: Path) -> None:
+    """Never the variable's name sent as the key, and no retries: the prompt is refused,
+    saying which variable to set."""
+    (tmp_path / "agent").mkdir()
+    with trio.fail_after(30):
+        result = await trio.run_process(
+            [str(BIN / "forged"), "-p", "--model", "anthropic/claude-sonnet-4-6", "hi"],
+            capture_stdout=True, capture_stderr=True, check=False,
+            env=child_env(tmp_path / "agent"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        "forged: No API key for anthropic: set ANTHROPIC_API_KEY, or apiKey in models.json"]
+
+
 async def test_json_mode_prints_the_header_then_every_event(tmp_path: Path) -> None:
     result = await run_forged(tmp_path, ["--mode", "json", "one", "two"],
                               [text("A"), text("B")], stdin=b"piped")

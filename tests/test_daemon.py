@@ -13,12 +13,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 import trio
 import trio.testing
 
 from forged._errors import ConfigError
+from forged._models import ProviderConfig
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._transports.websocket import MAX_UNAUTHENTICATED
 from forged.client import Client, Event
@@ -560,3 +562,31 @@ async def test_a_dropped_connections_empty_session_goes_soon_a_conversation_stay
         async with daemon.client() as watcher:
             remaining = await until_sessions(watcher, lambda sessions: len(sessions) == 1)
     assert [s["sessionId"] for s in remaining] == [kept]  # the empty one went after 0.2 s
+
+
+async def test_a_key_command_never_holds_up_the_other_clients(tmp_path: Path) -> None:
+    """``"apiKey": "!command"`` runs off the loop: while one session waits for it (here
+    until the test makes a file), another client is answered within 50 ms; the run then
+    goes on with the command's output as its key."""
+    gate = tmp_path / "gate"
+    async with (open_daemon(tmp_path, [DONE]) as daemon, daemon.client() as first,
+                daemon.client() as second):
+        scripted = daemon.registry.find("scripted", "anthropic-messages")
+        assert scripted is not None
+        daemon.registry.add_provider(ProviderConfig(
+            name="slow-key", base_url=daemon.server.base_url,
+            api_key=f"!while [ ! -e {gate} ]; do sleep 0.01; done; echo the-key"),
+            [attrs.evolve(scripted, provider="slow-key")])
+        await first.new_session(provider="slow-key", model="anthropic-messages")
+        await first.prompt("hi")
+        waits = []
+        for _ in range(20):
+            started = trio.current_time()
+            await second.list_sessions()
+            waits.append(trio.current_time() - started)
+        assert not daemon.server.requests  # still waiting for its key
+        gate.touch()
+        events = await collect_until_settled(first)
+    assert max(waits) < 0.05, waits
+    assert [e["type"] for e in events if e["type"] == "message_end"] == ["message_end"] * 2
+    assert daemon.server.requests[0].headers["x-api-key"] == "the-key"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from forged import _wire as w
 from forged._errors import ConfigError
 from forged._models import ModelRegistry, clamp_level, resolve_value, supported_levels
+from forged._process import VALUE_TIMEOUT_S, ValueCommandFailed, run_value_command
 from forged._providers import ProviderRequest
 from forged._providers.anthropic import build_body, build_headers
 from forged._providers.openai import chat_params
@@ -148,11 +150,15 @@ def test_anthropic_thinking_parameters() -> None:
     assert "thinking" not in build_body(_request(opus46, "off"))
 
 
-async def test_model_and_thinking_commands(tmp_path: Path) -> None:
+async def test_model_and_thinking_commands(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="ok")])]) as client:
         models = await client.request({"type": "get_available_models"})
         chosen = await client.request({"type": "set_model", "provider": "scripted",
                                        "modelId": "openai-responses"})
+        keyless = await client.request({"type": "set_model", "provider": "anthropic",
+                                        "modelId": "claude-sonnet-4-6"})
         missing = await client.request({"type": "set_model", "provider": "scripted",
                                         "modelId": "nope"})
         cycled = await client.request({"type": "cycle_model"})
@@ -174,6 +180,8 @@ async def test_model_and_thinking_commands(tmp_path: Path) -> None:
     assert chosen["data"]["id"] == "openai-responses"
     assert missing["success"] is False
     assert missing["error"] == "Model not found: scripted/nope"
+    assert keyless["error"] == (
+        "No API key for anthropic: set ANTHROPIC_API_KEY, or apiKey in models.json")
     assert cycled["data"]["model"]["id"] == "anthropic-messages"
     assert cycled["data"]["isScoped"] is False
     assert levels["data"] == {"levels": ["off", "minimal", "low", "medium", "high"]}
@@ -226,6 +234,33 @@ def test_values_are_resolved_as_the_ancestor_resolves_them(
     assert resolve_value(command) == "from-a-command"
     assert counter.read_text() == "run\n"  # once per process
     assert resolve_value("!exit 3") is None
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, which no init here may reap, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+def test_a_value_command_is_bounded_and_leaves_nothing_running(tmp_path: Path) -> None:
+    """Its output is capped at 1 MiB, its value is taken when it exits even while a child
+    it left in the background holds the pipe (which is then stopped with its group), and
+    one that runs too long is stopped with everything it started."""
+    with pytest.raises(ValueCommandFailed, match="output is over 1024 KiB"):
+        run_value_command("yes")
+    pid_file = tmp_path / "child"
+    started = time.monotonic()
+    assert run_value_command(f"(sleep 100 & echo $! > {pid_file}); echo k") == "k"
+    assert time.monotonic() - started < VALUE_TIMEOUT_S / 2
+    assert not running(int(pid_file.read_text()))
+    with pytest.raises(ValueCommandFailed, match="did not finish within 0.3 s"):
+        run_value_command(f"sleep 100 & echo $! > {pid_file}; wait", timeout_s=0.3)
+    assert not running(int(pid_file.read_text()))
+    with pytest.raises(ValueCommandFailed, match="printed nothing"):
+        run_value_command("true")
 
 
 def test_model_overrides_and_provider_compat_change_built_in_models(tmp_path: Path) -> None:
