@@ -256,7 +256,7 @@ def test_a_value_command_is_bounded_and_leaves_nothing_running(tmp_path: Path) -
     assert run_value_command(f"(sleep 100 & echo $! > {pid_file}); echo k") == "k"
     assert time.monotonic() - started < VALUE_TIMEOUT_S / 2
     assert not running(int(pid_file.read_text()))
-    with pytest.raises(ValueCommandFailed, match="did not finish within 0.3 s"):
+    with pytest.raises(ValueCommandFailed, match=r"did not finish within 0\.3 s"):
         run_value_command(f"sleep 100 & echo $! > {pid_file}; wait", timeout_s=0.3)
     assert not running(int(pid_file.read_text()))
     with pytest.raises(ValueCommandFailed, match="printed nothing"):
