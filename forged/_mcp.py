@@ -54,6 +54,7 @@ from . import _wire as w
 from ._codec import structure, unstructure
 from ._errors import WireError
 from ._log import log, log_exception
+from ._mcp_sieve import Sieve, object_schema
 from ._models import resolve_value
 from ._paths import rewrite
 from ._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, ToolError, text_result
@@ -62,6 +63,9 @@ from ._version import __version__
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
+"""The most one message from a server may hold (``maxResultBytes``): past it, the call it
+answers fails, naming the limit, and nothing more of it is read."""
 CACHE_DIR = "mcp-cache"
 RESULT_TEXT_LIMIT = 20 * 1024
 """Characters of a result's text the model gets, as in the ancestor."""
@@ -94,6 +98,7 @@ class ServerSpec:
     headers: dict[str, str] = attrs.Factory(dict)
     enabled: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     description: str | None = None
     exposure: str = "direct"
     """The server's tools: ``hidden``, or offered to the model (the ancestor's ``direct``,
@@ -133,6 +138,10 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
     timeout = raw.get("timeout", DEFAULT_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise ConfigProblem(f"server {name}: timeout must be a positive number of seconds")
+    max_bytes = raw.get("maxResultBytes", DEFAULT_MAX_RESULT_BYTES)
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
+        raise ConfigProblem(f"server {name}: maxResultBytes must be a whole number of bytes, "
+                            "1024 at least")
     return ServerSpec(
         name=name, transport=transport, command=raw.get("command"),
         args=_strings(raw.get("args", []), name, "args"),
@@ -140,6 +149,7 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
         cwd=raw["cwd"] if isinstance(raw.get("cwd"), str) else None,
         url=raw.get("url"), headers=_string_map(raw.get("headers", {}), name, "headers"),
         enabled=raw.get("enabled", True) is not False, timeout_s=float(timeout),
+        max_result_bytes=max_bytes,
         description=raw["description"] if isinstance(raw.get("description"), str) else None,
         exposure=_exposure(raw.get("exposure", "direct"), name, "exposure"),
         tool_exposure=_tool_exposure(raw.get("toolExposure", []), name),
@@ -373,7 +383,7 @@ def _listed(tool: Any) -> ListedTool | None:
     """The SDK's ``Tool`` as kept; None when its schema is not an object's (valid from MCP
     2026-07-28 on, but a model API would refuse every request that offered it)."""
     schema = tool.input_schema
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not tool.name:
+    if not object_schema(schema) or not tool.name:
         return None
     return ListedTool(name=tool.name, description=tool.description,
                       input_schema={"type": "object", **schema})
@@ -412,6 +422,9 @@ class McpServer:
         self.started_at = math.inf
         self._broken = False
         """Its task ended on a failure of forged's own: no attempt comes any more."""
+        self._cut: str | None = None
+        """Why the transport last refused a message past ``maxResultBytes``, until a call
+        that failed takes it."""
 
     async def serve(self) -> None:
         """Connect, and reconnect on the next use after the connection is lost. A failure
@@ -490,9 +503,10 @@ class McpServer:
             streams = await self._stdio(stack)
         else:
             streams = await self._http(stack)
-        read, write = streams
+        sieve = Sieve(self.spec.name, *streams)
         session = await stack.enter_async_context(ClientSession(
-            read, write, read_timeout_seconds=self.spec.timeout_s, logging_callback=self._on_log,
+            sieve.read, sieve.write,
+            read_timeout_seconds=self.spec.timeout_s, logging_callback=self._on_log,
             message_handler=self._on_message,
             client_info=Implementation(name="forged", version=__version__)))
         with trio.fail_at(self.started_at + self.spec.timeout_s):
@@ -539,33 +553,49 @@ class McpServer:
         log(f"[mcp {self.spec.name}] {params.level}"
             f"{f' {params.logger}' if params.logger else ''}: {data}")
 
+    def _cut_message(self, what: str) -> str:
+        """Record, and say, that `what` went past ``maxResultBytes``."""
+        size = self.spec.max_result_bytes
+        shown = f"{size / (1 << 20):g} MiB" if size >= 1 << 20 else f"{size:,} bytes"
+        self._cut = (f"{what} is larger than {shown}, the most one message may hold "
+                     "(maxResultBytes); it was not read")
+        return self._cut
+
     async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
-        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from ._mcp_stdio import stdio_transport
 
         spec = self.spec
+        # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
+        values = await trio.to_thread.run_sync(_stdio_values, spec, self._cwd)
         read_fd, write_fd = os.pipe()
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
         nursery.start_soon(self._read_stderr, read_fd)
-        # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
-        parameters = StdioServerParameters(**await trio.to_thread.run_sync(
-            _stdio_values, spec, self._cwd))
-        with os.fdopen(write_fd, "w") as errlog:
-            return await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+        try:
+            return await stack.enter_async_context(stdio_transport(
+                spec.name, values["command"], values["args"], env=values["env"],
+                cwd=values["cwd"], errlog_fd=write_fd, max_bytes=spec.max_result_bytes,
+                cut=self._cut_message))
+        finally:
+            os.close(write_fd)  # the server has its own copy
 
     async def _http(self, stack: contextlib.AsyncExitStack) -> Any:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        from ._mcp_http import RetryingTransport
+        from ._mcp_http import SSE_SLACK_BYTES, RetryingTransport
 
         url, headers = await trio.to_thread.run_sync(
             lambda: (expand(self.spec.url or ""),
                      {k: expand(v) for k, v in self.spec.headers.items()}))
         client = await stack.enter_async_context(httpx2.AsyncClient(
             headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s),
-            transport=RetryingTransport(self.spec.name)))
-        return await stack.enter_async_context(streamable_http_client(url, http_client=client))
+            transport=RetryingTransport(self.spec.name, self.spec.max_result_bytes,
+                                        self._cut_message)))
+        # The transport cuts an event at the limit; the SDK's own bound is only a backstop.
+        return await stack.enter_async_context(streamable_http_client(
+            url, http_client=client,
+            max_sse_event_size=self.spec.max_result_bytes + SSE_SLACK_BYTES))
 
     async def _read_stderr(self, fd: int) -> None:
         """The server's stderr, a line at a time, to forged's log; its end is the server's."""
@@ -628,6 +658,7 @@ class McpServer:
         timeout = self.spec.timeout_s
         answer_by = trio.CancelScope(deadline=trio.current_time() + timeout)
         shown = _RateLimit(PROGRESS_BURST, PROGRESS_PER_S)
+        self._cut = None
 
         async def progress(done: float, total: float | None, message: str | None) -> None:
             answer_by.deadline = trio.current_time() + timeout
@@ -644,6 +675,9 @@ class McpServer:
                 raise ToolError(f"MCP server {self.spec.name}: {tool} did not answer within "
                                 f"{timeout:g} s; the server is restarted on the next call")
         except MCPError as exc:
+            cut, self._cut = self._cut, None
+            if cut is not None:
+                raise ToolError(f"MCP server {self.spec.name}: {cut}") from None
             if exc.code == CONNECTION_CLOSED:
                 self.lose("the connection closed during a call")
                 raise ToolError(f"MCP server {self.spec.name} stopped during the call "

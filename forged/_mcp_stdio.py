@@ -1,0 +1,148 @@
+"""The stdio transport of MCP servers: the server as a child process (`forged._process`), one
+JSON-RPC message per line each way, with a bound on one message.
+
+Imported by a stdio server's connection only (the SDK with it). It replaces the SDK's
+``stdio_client``, whose reader joins each chunk to what it holds (quadratic in a line's
+length: a 16 MB line took 12 s), holds a line of any size, and stops the server's process
+group only while its leader lives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import trio
+from mcp.client.stdio import get_default_environment
+from mcp.shared.message import SessionMessage
+
+from ._log import log
+from ._process import PIPE, Child, kill_process_group, open_process
+
+READ_CHUNK_BYTES = 1 << 20
+EXIT_WAIT_S = 2.0
+"""After its stdin closes, how long a server has to exit before its group gets SIGTERM."""
+
+
+@contextlib.asynccontextmanager
+async def stdio_transport(name: str, command: str, args: Sequence[str], *,
+                          env: Mapping[str, str], cwd: Path, errlog_fd: int,
+                          max_bytes: int, cut: Callable[[str], str]
+                          ) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's read and write streams to a server started with `command` and `args` (its
+    environment the SDK's safe default one and `env`, its stderr `errlog_fd`).
+
+    A line past `max_bytes` is not read: each request waiting for an answer fails with the
+    error `cut` makes of it, and the server is stopped (it is started again on next use).
+
+    Resource handling: the server's process group is stopped when the block ends, whatever
+    happened (stdin closed, `EXIT_WAIT_S` for it to exit, then SIGTERM to the whole group,
+    whether or not its leader still runs, and SIGKILL after the grace)."""
+    process = await open_process([command, *args], cwd=cwd,
+                                 env={**get_default_environment(), **env}, stdin=PIPE,
+                                 stdout=PIPE, stderr=errlog_fd)
+    read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
+    waiting: set[types.RequestId] = set()
+    """Requests sent and not answered yet."""
+    try:
+        async with trio.open_nursery() as transport_nursery:
+            transport_nursery.start_soon(_write, process, write_receive, waiting)
+            transport_nursery.start_soon(_read, name, process, read_send, waiting, max_bytes,
+                                         cut)
+            try:
+                yield read_receive, write_send
+            finally:
+                transport_nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await _stop(process)
+            for stream in (read_send, read_receive, write_send, write_receive):
+                stream.close()
+
+
+async def _write(process: Child, messages: Any, waiting: set[types.RequestId]) -> None:
+    assert process.stdin is not None
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
+                             anyio.ClosedResourceError, anyio.EndOfStream):
+        async with messages:
+            async for session_message in messages:
+                message = session_message.message
+                if isinstance(message, types.JSONRPCRequest):
+                    waiting.add(message.id)
+                data = message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send_all(data.encode() + b"\n")
+
+
+async def _read(name: str, process: Child, messages: Any, waiting: set[types.RequestId],
+                max_bytes: int, cut: Callable[[str], str]) -> None:
+    """Lines from the server's stdout to the session, each found by one scan of its bytes;
+    past `max_bytes` the connection ends (see `stdio_transport`)."""
+    assert process.stdout is not None
+    buffer = bytearray()
+    scanned = 0
+    async with messages:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
+                                 anyio.BrokenResourceError, anyio.ClosedResourceError):
+            while chunk := await process.stdout.receive_some(READ_CHUNK_BYTES):
+                buffer += chunk
+                while 0 <= (end := buffer.find(b"\n", scanned)) <= max_bytes:
+                    if end == len(buffer) - 1:  # the whole buffer: parsed where it lies
+                        del buffer[end:]
+                        line, buffer = buffer, bytearray()
+                    else:
+                        line = buffer[:end]
+                        del buffer[:end + 1]
+                    scanned = 0
+                    await _deliver(name, line, messages, waiting)
+                scanned = len(buffer)
+                if (end if end >= 0 else scanned) > max_bytes:
+                    del buffer[:]
+                    await _cut(name, process, messages, waiting, cut("the server's answer"))
+                    return
+
+
+async def _deliver(name: str, line: bytearray, messages: Any,
+                   waiting: set[types.RequestId]) -> None:
+    if not line or line.isspace():  # (no copy of a large line)
+        return
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as exc:
+        first = next(iter(str(exc).splitlines()), "")
+        log(f"MCP server {name}: skipped a line that is not JSON-RPC "
+            f"({type(exc).__name__}: {first})")
+        return
+    if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
+        waiting.discard(message.id)
+    await messages.send(SessionMessage(message))
+
+
+async def _cut(name: str, process: Child, messages: Any, waiting: set[types.RequestId],
+               reason: str) -> None:
+    """A message past the limit: what waits for an answer fails with `reason`, and the
+    server is stopped."""
+    log(f"MCP server {name}: {reason}; the server is stopped")
+    for request_id in sorted(waiting, key=str):
+        await messages.send(SessionMessage(types.JSONRPCError(
+            jsonrpc="2.0", id=request_id,
+            error=types.ErrorData(code=types.INTERNAL_ERROR, message=reason))))
+    waiting.clear()
+    await kill_process_group(process)
+
+
+async def _stop(process: Child) -> None:
+    """Close stdin, give the server `EXIT_WAIT_S` to exit, then stop its whole group."""
+    if process.stdin is not None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await process.stdin.aclose()
+    with trio.move_on_after(EXIT_WAIT_S):
+        await process.wait()
+    await kill_process_group(process)
+    await process.aclose()
+
+
