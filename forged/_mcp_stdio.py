@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import jiter
 import mcp_types as types
 import trio
 from mcp.client.stdio import get_default_environment
@@ -80,43 +81,54 @@ async def _write(process: Child, messages: Any, waiting: set[types.RequestId]) -
 
 async def _read(name: str, process: Child, messages: Any, waiting: set[types.RequestId],
                 max_bytes: int, cut: Callable[[str], str]) -> None:
-    """Lines from the server's stdout to the session, each found by one scan of its bytes;
-    past `max_bytes` the connection ends (see `stdio_transport`)."""
+    """Lines from the server's stdout to the session. Each chunk is scanned once, and a
+    line is joined once, when its end has come: while a line arrives, forged holds it once;
+    while it is read, twice at most (its bytes, then its text). Past `max_bytes` the
+    connection ends (see `stdio_transport`)."""
     assert process.stdout is not None
-    buffer = bytearray()
-    scanned = 0
+    pending: list[bytes] = []
+    """The line so far, before `chunk`."""
+    size = 0
     async with messages:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError,
                                  anyio.BrokenResourceError, anyio.ClosedResourceError):
             while chunk := await process.stdout.receive_some(READ_CHUNK_BYTES):
-                buffer += chunk
-                while 0 <= (end := buffer.find(b"\n", scanned)) <= max_bytes:
-                    if end == len(buffer) - 1:  # the whole buffer: parsed where it lies
-                        del buffer[end:]
-                        line, buffer = buffer, bytearray()
-                    else:
-                        line = buffer[:end]
-                        del buffer[:end + 1]
-                    scanned = 0
-                    await _deliver(name, line, messages, waiting)
-                scanned = len(buffer)
-                if (end if end >= 0 else scanned) > max_bytes:
-                    del buffer[:]
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0 and size + end - start <= max_bytes:
+                    pending.append(chunk[start:end])
+                    line = b"".join(pending)
+                    pending.clear()
+                    size, start = 0, end + 1
+                    message = _parse(name, line)
+                    del line  # the text holds it now
+                    if message is not None:
+                        await _deliver(message, messages, waiting)
+                if start < len(chunk):
+                    pending.append(chunk[start:] if start else chunk)
+                    size += len(chunk) - start
+                if size > max_bytes or end >= 0:  # past the bound, with or without its end
+                    pending.clear()
                     await _cut(name, process, messages, waiting, cut("the server's answer"))
                     return
 
 
-async def _deliver(name: str, line: bytearray, messages: Any,
-                   waiting: set[types.RequestId]) -> None:
-    if not line or line.isspace():  # (no copy of a large line)
-        return
+def _parse(name: str, line: bytes) -> Any:
+    """One line as a JSON-RPC message, or None (said on stderr). jiter reads the bytes where
+    they lie, and the SDK's types take its objects: a large text is one string, made once
+    (the SDK's ``validate_json`` holds four times a line's size, and orjson copies it)."""
+    if not line or line.isspace():
+        return None
     try:
-        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return types.jsonrpc_message_adapter.validate_python(jiter.from_json(line),
+                                                             by_name=False)
     except ValueError as exc:
         first = next(iter(str(exc).splitlines()), "")
         log(f"MCP server {name}: skipped a line that is not JSON-RPC "
             f"({type(exc).__name__}: {first})")
-        return
+        return None
+
+
+async def _deliver(message: Any, messages: Any, waiting: set[types.RequestId]) -> None:
     if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
         waiting.discard(message.id)
     await messages.send(SessionMessage(message))

@@ -3,6 +3,7 @@
     python mcp_server.py stdio [NAME]     on stdin and stdout
     python mcp_server.py http [NAME]      streamable HTTP on 127.0.0.1; prints its port first
     python mcp_server.py flaky-http NAME  as http, answering every other POST with 503
+    python mcp_server.py json-http NAME   as http, answering each request with JSON, not SSE
     python mcp_server.py silent           reads stdin and never answers (not even initialize)
     python mcp_server.py stdio NAME FILE  as stdio, or as silent once FILE exists
 
@@ -109,13 +110,13 @@ def build(name: str) -> MCPServer:
     return server
 
 
-async def serve_http(server: MCPServer, flaky: bool) -> None:
+async def serve_http(server: MCPServer, flaky: bool, json_response: bool = False) -> None:
     import uvicorn
 
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     print(listener.getsockname()[1], flush=True)
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response=json_response)
     config = uvicorn.Config(every_other_post_fails(app) if flaky else app, log_level="warning")
     await uvicorn.Server(config).serve(sockets=[listener])
 
@@ -143,8 +144,8 @@ def main() -> None:
     name = sys.argv[2] if len(sys.argv) > 2 else "tests"
     if mode == "silent" or (len(sys.argv) > 3 and os.path.exists(sys.argv[3])):
         sys.stdin.buffer.read()
-    elif mode in ("http", "flaky-http"):
-        anyio.run(serve_http, build(name), mode == "flaky-http")
+    elif mode in ("http", "flaky-http", "json-http"):
+        anyio.run(serve_http, build(name), mode == "flaky-http", mode == "json-http")
     else:
         build(name).run("stdio")
 

@@ -314,15 +314,25 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     assert echoed["isError"] and "not available" in text(echoed)  # it waited, then failed
 
 
-async def test_a_streamable_http_server_that_fails_every_other_request(
-        tmp_path: Path) -> None:
-    server = await trio.lowlevel.open_process([sys.executable, SERVER, "flaky-http", "web"],
+@asynccontextmanager
+async def http_server(mode: str, name: str = "remote") -> AsyncIterator[str]:
+    """``mcp_server.py`` over streamable HTTP in `mode`; its URL."""
+    server = await trio.lowlevel.open_process([sys.executable, SERVER, mode, name],
                                               stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None
         port = int((await server.stdout.receive_some(100)).split()[0])
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.kill()
+        await server.wait()
+
+
+async def test_a_streamable_http_server_that_fails_every_other_request(
+        tmp_path: Path) -> None:
+    async with http_server("flaky-http", "web") as url:
         os.environ["MCP_TEST_PATH"] = "mcp"
-        entry = {"url": f"http://127.0.0.1:{port}/${{MCP_TEST_PATH}}",
+        entry = {"url": url.replace("/mcp", "/${MCP_TEST_PATH}"),
                  "headers": {"X-Test": "yes"}, "toolExposure": ["echo", "count"]}
         replies = [Reply(content=[ScriptToolCall(name="mcp__web__echo",
                                                  arguments={"text": "over http"})]), DONE]
@@ -330,9 +340,6 @@ async def test_a_streamable_http_server_that_fails_every_other_request(
             await forged.logged("MCP server web connected")
             events = await forged.prompt("echo")
             listed = (await forged.call("get_mcp_servers"))["servers"]
-    finally:
-        server.kill()
-        await server.wait()
         os.environ.pop("MCP_TEST_PATH", None)
     assert text(ends(events)[0]) == "web echo: over http"  # each request sent twice
     assert "failed (HTTP 503); again in 0.25 s" in forged.log
@@ -483,3 +490,102 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
             in listed.stdout)
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, which no init here may reap, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+def liar(how: str, *args: str, **more: Any) -> dict[str, Any]:
+    return {"command": sys.executable,
+            "args": [str(Path(__file__).parent / "mcp_liar.py"), how, *args], **more}
+
+
+def echo(server: str, text: str = "hi") -> ScriptToolCall:
+    return ScriptToolCall(name=f"mcp__{server}__echo", arguments={"text": text})
+
+
+def peak_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+async def test_an_answer_past_max_result_bytes_fails_its_call_and_is_never_held(
+        tmp_path: Path) -> None:
+    """A line that goes past the server's maxResultBytes (here 1 MiB, and never ends) fails
+    the call at once, naming the limit; the server is started again for the next call."""
+    servers = {"big": liar("endless-line", str(3 << 20), maxResultBytes=1 << 20),
+               "fine": liar("huge", str(900 << 10), maxResultBytes=1 << 20)}
+    replies = [Reply(content=[echo("big"), echo("fine")]), DONE]
+    async with forged_with(tmp_path, servers, replies) as (forged, _):
+        await forged.logged("MCP server big connected: 1 tools")
+        events = await forged.prompt("echo")
+        servers_now = {s["name"]: s for s in (await forged.call("get_mcp_servers"))["servers"]}
+    cut, fine = ends(events)
+    assert cut["isError"] is True
+    assert text(cut) == (
+        "MCP server big: the server's answer is larger than 1 MiB, the most one message may "
+        "hold (maxResultBytes); it was not read")
+    assert cut["durationMs"] < 2000  # the server never ends its line: no waiting for it
+    assert fine["isError"] is False and len(text(fine)) < 21_000  # 900 KiB: under the bound
+    assert servers_now["big"]["status"] in ("stopped", "failed", "starting")
+    assert "MCP server big: the server's answer is larger than 1 MiB" in forged.log
+
+
+@pytest.mark.parametrize("size", [16 << 20, 200 << 20])
+async def test_a_large_answer_is_read_in_linear_time_and_bounded_memory(
+        tmp_path: Path, size: int) -> None:
+    """A 16 MB line arrives whole (the SDK's reader took 12 s), a 200 MB one is cut at the
+    default bound of 32 MiB; forged never holds more than twice the bound meanwhile."""
+    async with forged_with(tmp_path, {"big": liar("huge", str(size))},
+                           [Reply(content=[echo("big")]), DONE]) as (forged, _):
+        await forged.logged("MCP server big connected: 1 tools")
+        before = peak_rss_bytes(forged.process.pid)
+        (end,) = ends(await forged.prompt("echo"))
+        peak = peak_rss_bytes(forged.process.pid)
+    assert peak - before < 2 * (32 << 20), (before, peak)
+    assert end["durationMs"] < 5000
+    if size < 32 << 20:
+        left_out = size + len("liar echo: ") - 20 * 1024
+        assert end["isError"] is False and f"…{left_out} chars truncated…" in text(end)
+    else:
+        assert end["isError"] is True and "larger than 32 MiB" in text(end)
+
+
+@pytest.mark.parametrize("answers", ["sse", "json"])
+async def test_an_http_answer_past_max_result_bytes_fails_its_call_only(
+        tmp_path: Path, answers: str) -> None:
+    mode = "http" if answers == "sse" else "json-http"
+    async with http_server(mode) as url:
+        servers = {"remote": {"url": url, "maxResultBytes": 1 << 20}}
+        replies = [Reply(content=[
+            ScriptToolCall(name="mcp__remote__flood", arguments={"size": 3 << 20}),
+            ScriptToolCall(name="mcp__remote__echo", arguments={"text": "after"})]), DONE]
+        async with forged_with(tmp_path, servers, replies) as (forged, _):
+            await forged.logged("MCP server remote connected")
+            events = await forged.prompt("flood")
+    flooded, echoed = ends(events)
+    assert flooded["isError"] is True
+    what = "an event the server sent" if answers == "sse" else "the server's answer"
+    assert text(flooded) == (f"MCP server remote: {what} is larger than 1 MiB, the most one "
+                             "message may hold (maxResultBytes); it was not read")
+    assert (text(echoed), echoed["isError"]) == ("remote echo: after", False)
+
+
+async def test_a_servers_children_end_with_it_even_after_it_exits(tmp_path: Path) -> None:
+    """The server exits at the end of its stdin and leaves a child in its process group:
+    the group is stopped all the same when the session ends."""
+    pid_file = tmp_path / "orphan.pid"
+    async with forged_with(tmp_path, {"parent": liar("orphan", str(pid_file))}, []) as (
+            forged, _):
+        await forged.logged("MCP server parent connected: 1 tools")
+        orphan = int(pid_file.read_text())
+        assert running(orphan)
+    assert not running(orphan)
