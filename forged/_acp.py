@@ -25,6 +25,7 @@ answered at ``agent_settled``.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,10 @@ TOOL_KINDS = {"read": "read", "edit": "edit", "write": "edit", "bash": "execute"
               "grep": "search", "find": "search", "ls": "search"}
 BUSY_PROMPT_SETTING = "acpPromptWhileBusy"
 """``followUp`` (default) or ``steer``: what a prompt sent while one runs becomes."""
+FS_TIMEOUT_SETTING = "acpFsTimeoutSeconds"
+FS_TIMEOUT_S = 30.0
+"""How long the editor has to answer ``fs/read_text_file`` or ``fs/write_text_file``; past
+it, the tool that asked fails."""
 CONFIRM_OPTIONS = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                    {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]
@@ -227,6 +232,9 @@ class InProcess:
             session.files = acp_session.files()
             if session.settings.get(BUSY_PROMPT_SETTING) == "steer":
                 acp_session.busy_prompt = "steer"
+            timeout = session.settings.get(FS_TIMEOUT_SETTING)
+            if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+                acp_session.fs_timeout_s = float(timeout)
             dispatcher = Dispatcher(session, lambda _: None)
             acp_session.attach(LocalLink(dispatcher), session.session_id)
             task_status.started()
@@ -288,6 +296,8 @@ class AcpSession:
         """The MCP servers the client handed the session, as mcp.json entries."""
         self.busy_prompt = "followUp"
         """What a prompt sent while one runs becomes (`BUSY_PROMPT_SETTING`)."""
+        self.fs_timeout_s = FS_TIMEOUT_S
+        """How long the editor has to answer ``fs/*`` (`FS_TIMEOUT_SETTING`)."""
         self._arguments: dict[str, dict[str, Any]] = {}
         """Each running tool call's arguments, for the diff its end shows."""
         self._tool: tuple[str, str] | None = None
@@ -566,7 +576,11 @@ class AcpSession:
         if not self._front.fs_read:
             return await trio.to_thread.run_sync(read_file, path)
         result = await self._client_file("fs/read_text_file", {"path": str(path)})
-        return str(result.get("content", "")) if isinstance(result, dict) else ""
+        content = result.get("content") if isinstance(result, dict) else None
+        if not isinstance(content, str):
+            raise ToolError(f"fs/read_text_file {path}: the editor's answer holds no text "
+                            f"(its result: {_shown(result)})")
+        return content
 
     async def write_text(self, path: Path, text: str) -> None:
         if not self._front.fs_write:
@@ -576,7 +590,8 @@ class AcpSession:
 
     async def _client_file(self, method: str, params: Message) -> Any:
         try:
-            return await self._front.request(method, {"sessionId": self.session_id, **params})
+            return await self._front.request(method, {"sessionId": self.session_id, **params},
+                                             timeout_s=self.fs_timeout_s)
         except AcpError as exc:
             raise ToolError(f"{method} {params['path']}: {exc}") from None
         except ClientGone:
@@ -681,6 +696,11 @@ def mcp_entries(servers: Any) -> dict[str, Any]:
     return entries
 
 
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def _text(blocks: list[Any]) -> str:
     return "".join(block.get("text", "") for block in blocks
                    if isinstance(block, dict) and block.get("type") == "text")
@@ -746,6 +766,33 @@ class _Request:
 
     done: trio.Event = attrs.Factory(trio.Event)
     response: Message | None = None
+    unreadable: str | None = None
+    """Why its answer could not be read."""
+
+
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def _readable_id(line: bytes) -> RequestId | None:
+    """The id of a line that is not valid JSON, when it can still be read: the whole line by
+    Python's more lenient parser (which takes lone surrogates), else the first ``"id"`` field."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        found = _ID.search(line)
+        if found is None:
+            return None
+        try:
+            value = json.loads(found.group(1))
+        except ValueError:
+            return None
+    else:
+        value = message.get("id") if isinstance(message, dict) else None
+    return value if _is_id(value) else None
 
 
 class AcpFront:
@@ -776,24 +823,50 @@ class AcpFront:
     def notify(self, method: str, params: Message) -> None:
         self._send({"method": method, "params": params})
 
-    async def request(self, method: str, params: Message) -> Any:
-        """Ask the client; its result, `AcpError` for its error, `ClientGone` if it closed
-        its end first."""
+    async def request(self, method: str, params: Message, *,
+                      timeout_s: float = math.inf) -> Any:
+        """Ask the client; its result, `AcpError` for its error (or an answer that could not
+        be read, or none within `timeout_s`), `ClientGone` if it closed its end first."""
         if self._client_gone:
             raise ClientGone(method)
         request_id = next(self._ids)
         pending = self._requests[request_id] = _Request()
         self._send({"id": request_id, "method": method, "params": params})
         try:
-            await pending.done.wait()
+            with trio.move_on_after(timeout_s) as waited:
+                await pending.done.wait()
         finally:
             self._requests.pop(request_id, None)
+        if waited.cancelled_caught:
+            raise AcpError(INTERNAL_ERROR, f"the editor did not answer within {timeout_s:g} s")
+        if pending.unreadable is not None:
+            raise AcpError(PARSE_ERROR, f"the editor's answer could not be read: "
+                           f"{pending.unreadable}")
         if pending.response is None:
             raise ClientGone(method)
         error = pending.response.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            raise AcpError(code if isinstance(code, int) else INTERNAL_ERROR,
+                           str(error.get("message") or error))
         if error is not None:
-            raise AcpError(int(error.get("code", INTERNAL_ERROR)), str(error.get("message")))
+            raise AcpError(INTERNAL_ERROR, f"the editor answered with an error that is not "
+                           f"a JSON-RPC error object: {_shown(error)}")
+        if "result" not in pending.response:
+            raise AcpError(INVALID_REQUEST, "the editor's answer has neither result nor error")
         return pending.response.get("result")
+
+    def settle_unreadable(self, line: bytes, reason: str) -> bool:
+        """A line that is not valid JSON (a lone surrogate, say) but may be an answer to a
+        request of ours: when its id can be read and is waited for, that request fails with
+        `reason` (it never waits for ever). False when no request was settled."""
+        request_id = _readable_id(line)
+        pending = self._requests.pop(request_id, None) if request_id is not None else None
+        if pending is None:
+            return False
+        pending.unreadable = reason
+        pending.done.set()
+        return True
 
     def client_gone(self) -> None:
         """The client closed its end: what we asked it is answered no."""
@@ -804,7 +877,8 @@ class AcpFront:
 
     async def handle(self, message: Any) -> None:
         if isinstance(message, dict) and "method" not in message and (
-                "result" in message or "error" in message):
+                "result" in message or "error" in message or (_is_id(message.get("id"))
+                and message.get("id") in self._requests)):
             answered = message.get("id")
             pending = self._requests.pop(answered, None) if isinstance(
                 answered, int | str) else None
@@ -934,7 +1008,8 @@ async def serve_acp(sessions: Sessions, nursery: trio.Nursery, stdin: trio.abc.R
             try:
                 message = decode_json(piece)
             except (ValueError, RecursionError) as exc:
-                front.fail(None, PARSE_ERROR, f"Parse error: {exc}")
+                if not front.settle_unreadable(piece, str(exc)):
+                    front.fail(None, PARSE_ERROR, f"Parse error: {exc}")
             else:
                 await front.handle(message)
 

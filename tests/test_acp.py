@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from .acp_editor import Editor, acp
 from .test_process import BIN, stop_daemon
@@ -583,3 +584,71 @@ def test_a_run_that_cannot_be_stored_answers_its_prompt_with_an_error(
     said = [line for line in stderr.read_text().splitlines() if "the run failed" in line]
     assert len(said) == 1 and "Read-only file system" in said[0]
     assert list(read_only_folder.iterdir()) == []
+
+
+async def test_a_malformed_or_missing_file_answer_fails_the_tool_never_hangs(
+        tmp_path: Path) -> None:
+    """An editor that answers fs/read_text_file with what cannot be read (a lone surrogate),
+    with no text, with an error that is not an object, or not at all: each read fails with
+    a tool error saying what was wrong, and the prompt is answered."""
+    command, env = forged_acp(tmp_path)
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps({"acpFsTimeoutSeconds": 0.5}))
+    project = str(tmp_path / "project")
+    reads = [{"type": "toolCall", "name": "read", "arguments": {"path": "notes.txt"}}] * 5
+    use_script(command, tmp_path, replies=[
+        {"content": reads}, {"content": [{"type": "text", "text": "Read them."}]}])
+    answers = [
+        b'{"jsonrpc":"2.0","id":%d,"result":{"content":"\\ud800 half a character"}}',
+        b'{"jsonrpc":"2.0","id":%d,"result":42}',
+        b'{"jsonrpc":"2.0","id":%d,"result":null}',
+        b'{"jsonrpc":"2.0","id":%d,"error":"boom"}',
+        None]  # never answered
+    process = await trio.lowlevel.open_process(command, env=env, cwd=project,
+                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    seen: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        await process.stdin.send_all(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+    with trio.fail_after(60):  # a hang guard, not a timing
+        await send({"id": "i", "method": "initialize", "params": {
+            "protocolVersion": 1, "clientCapabilities": {"fs": {
+                "readTextFile": True, "writeTextFile": True}}}})
+        await send({"id": "n", "method": "session/new", "params": {"cwd": project,
+                                                                   "mcpServers": []}})
+        buffer = b""
+        while not any(m.get("id") == "p" for m in seen):
+            data = await process.stdout.receive_some(1 << 16)
+            assert data, "forged closed its output"
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                message = json.loads(line)
+                seen.append(message)
+                if message.get("id") == "n":
+                    await send({"id": "p", "method": "session/prompt", "params": {
+                        "sessionId": message["result"]["sessionId"],
+                        "prompt": [{"type": "text", "text": "read it five times"}]}})
+                if message.get("method") == "fs/read_text_file":
+                    answer = answers.pop(0)
+                    if answer is not None:
+                        await process.stdin.send_all(answer % message["id"] + b"\n")
+        await process.stdin.aclose()
+        await process.wait()
+    (answered,) = [m for m in seen if m.get("id") == "p"]
+    assert answered["result"] == {"stopReason": "end_turn"}
+    failed = [m["params"]["update"] for m in seen if m.get("method") == "session/update"
+              and m["params"]["update"].get("status") == "failed"]
+    said = [update["content"][0]["content"]["text"] for update in failed]
+    assert len(said) == 5
+    assert said[0].startswith("fs/read_text_file ") and "the editor's answer could not be " \
+        "read: " in said[0] and "surrogate" in said[0]
+    assert said[1].endswith("the editor's answer holds no text (its result: 42)")
+    assert said[2].endswith("the editor's answer holds no text (its result: None)")
+    assert said[3].endswith("the editor answered with an error that is not a JSON-RPC error "
+                            "object: 'boom'")
+    assert said[4].endswith("the editor did not answer within 0.5 s")
+    assert not [m for m in seen if m.get("error", {}).get("code") == -32700]
