@@ -43,7 +43,7 @@ from ._connection import Outbox, open_fd_stream, read_lines
 from ._dispatch import Dispatcher
 from ._errors import CommandError
 from ._jsonl import LineTooLong, decode_json, encode_line
-from ._log import log
+from ._log import log, log_exception
 from ._session import open_session
 from ._tools import ToolError
 from ._tools.files import read_file, write_file
@@ -220,11 +220,7 @@ class InProcess:
         options = attrs.evolve(self._options, cwd=acp_session.cwd,
                                mcp_handed=acp_session.mcp_servers)
         if stored_id is not None:
-            stored = await trio.to_thread.run_sync(list_stored, acp_session.cwd)
-            path = next((Path(item.path) for item in stored if item.session_id == stored_id),
-                        None)
-            if path is None:
-                raise AcpError(INVALID_PARAMS, f"No session {stored_id} in {acp_session.cwd}")
+            path = await stored_path(acp_session.cwd, stored_id)
             options = attrs.evolve(options, session=str(path), continue_=False,
                                    session_id=None, fork=None)
         config = session_config(options, models)
@@ -256,29 +252,42 @@ class InDaemon:
 
     async def serve(self, acp_session: AcpSession, stored_id: str | None, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        handed = {"mcpServers": acp_session.mcp_servers} if acp_session.mcp_servers else {}
+        cwd = str(acp_session.cwd)
+        if stored_id is None:
+            opening = {**self._opening, "type": "new_session", "cwd": cwd, **handed}
+        else:  # a file of this folder, named by its exact id, as --mode acp finds it
+            path = await stored_path(acp_session.cwd, stored_id)
+            opening = ({"type": "new_session", "cwd": cwd, "session": str(path), **handed}
+                       if handed else {"type": "attach", "sessionId": stored_id})
         stream = await self._connect()
+        refused: str | None = None
         async with stream, trio.open_nursery() as nursery:
             link = DaemonLink(stream, acp_session.on_event)
             nursery.start_soon(link.serve)
-            handed = {"mcpServers": acp_session.mcp_servers} if acp_session.mcp_servers else {}
-            if stored_id is None:
-                opening = {**self._opening, "type": "new_session", "cwd": str(acp_session.cwd),
-                           **handed}
-            elif handed:  # a stored file, opened with the editor's servers (unless live)
-                opening = {"type": "new_session", "cwd": str(acp_session.cwd),
-                           "session": stored_id, **handed}
-            else:
-                opening = {"type": "attach", "sessionId": stored_id}
             try:
                 await call(link, opening)
                 state = await call(link, {"type": "get_state"})
             except CommandError as exc:
-                raise AcpError(INVALID_PARAMS, str(exc)) from None
-            acp_session.attach(link, state["sessionId"])
-            task_status.started()
-            await link.closed.wait()
-            log(f"the daemon closed session {acp_session.session_id}")
+                refused = str(exc)
+            else:
+                acp_session.attach(link, state["sessionId"])
+                task_status.started()
+                await link.closed.wait()
+                log(f"the daemon closed session {acp_session.session_id}")
             nursery.cancel_scope.cancel()
+        if refused is not None:  # raised out here: a nursery would wrap it in a group
+            raise AcpError(INVALID_PARAMS, refused)
+
+
+async def stored_path(cwd: Path, session_id: str) -> Path:
+    """The file of `cwd`'s stored session whose id is exactly `session_id` (never a prefix,
+    a path or another folder's); `AcpError` when there is none."""
+    stored = await trio.to_thread.run_sync(list_stored, cwd)
+    path = next((Path(item.path) for item in stored if item.session_id == session_id), None)
+    if path is None:
+        raise AcpError(INVALID_PARAMS, f"No session {session_id} in {cwd}")
+    return path
 
 
 # --- one session -------------------------------------------------------------------------------
@@ -895,18 +904,18 @@ class AcpFront:
         params = message.get("params") or {}
         try:
             result = await self._call(message["method"], params, request_id)
-        except AcpError as exc:
+        except Exception as exc:
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # a nursery's wrapping of one error
+            if isinstance(exc, AcpError):
+                code, text = exc.code, str(exc)
+            elif isinstance(exc, CommandError):  # what the RPC mode answers success:false
+                code, text = INVALID_PARAMS, str(exc)
+            else:  # a bug: this request's, not the agent's
+                log_exception(f"{message['method']} failed: {exc!r}", exc)
+                code, text = INTERNAL_ERROR, f"{message['method']} failed: {exc}"
             if request_id is not None:
-                self.fail(request_id, exc.code, str(exc))
-            return
-        except CommandError as exc:  # what the RPC mode answers success:false
-            if request_id is not None:
-                self.fail(request_id, INVALID_PARAMS, str(exc))
-            return
-        except Exception as exc:  # a bug: this request's, not the agent's
-            log(f"{message['method']} failed: {exc!r}")
-            if request_id is not None:
-                self.fail(request_id, INTERNAL_ERROR, f"{message['method']} failed: {exc}")
+                self.fail(request_id, code, text)
             return
         if request_id is not None and result is not _LATER:
             self.answer(request_id, result)

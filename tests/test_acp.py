@@ -652,3 +652,40 @@ async def test_a_malformed_or_missing_file_answer_fails_the_tool_never_hangs(
                             "object: 'boom'")
     assert said[4].endswith("the editor did not answer within 0.5 s")
     assert not [m for m in seen if m.get("error", {}).get("code") == -32700]
+
+
+def test_session_load_finds_only_an_exact_id_of_its_own_folder(tmp_path: Path, how: str) -> None:
+    """An unknown id, an empty one, a path, or the id of another folder's session is refused
+    as --mode acp refuses it (-32602 No session <id> in <cwd>), editor's servers or not."""
+    command, env = forged_acp(tmp_path, how)
+    project = str(tmp_path / "project")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    use_script(command, tmp_path, replies=[{"content": [{"type": "text", "text": "Hi."}]}])
+    server = acp.schema.McpServerStdio(name="none", command="true", args=[], env=[])
+
+    async def drive() -> list[tuple[int, str]]:
+        refused = []
+        async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            other = (await conn.new_session(cwd=str(elsewhere))).session_id
+            await conn.prompt(session_id=other, prompt=[acp.text_block("Hi")])
+        stored = next((tmp_path / "agent" / "sessions").glob("*elsewhere*/*.jsonl"))
+        async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            for session_id, servers in [
+                    ("0123abcd-no-such-session", []), ("", []), ("/etc/passwd", []),
+                    ("../../x", []), (str(stored), [server]), (other, []), (other, [server])]:
+                try:
+                    await conn.load_session(cwd=project, session_id=session_id,
+                                            mcp_servers=servers)
+                    refused.append((0, session_id))
+                except acp.RequestError as exc:
+                    refused.append((exc.code, str(exc)))
+        return refused
+
+    refused = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert [code for code, _ in refused] == [-32602] * 7
+    assert all(f" in {project}" in text and "No session" in text for _, text in refused), refused
