@@ -8,7 +8,9 @@ instead of slowing the session or the other clients. Responses go only to the cl
 sent the command.
 
 A connection behaves like ``forged --mode rpc`` on its own session: its first session
-command, if it has not attached, starts a new live session for it. End of input on a
+command, if it has not attached, starts a new live session for it (the one its
+``new_session`` described, if it sent one: a connection that ends before a command needs a
+session leaves none behind). End of input on a
 connection means what it means on stdin: what runs finishes, then the connection closes.
 A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
 """
@@ -58,6 +60,9 @@ class Peer:
         self.outbox = Outbox(write_now=write_now)
         self.queue_limit_bytes = queue_limit_bytes
         self.live: LiveSession | None = None
+        self.opening: SessionConfig | None = None
+        """The session its ``new_session`` asked for, opened by its first command that needs
+        one (a connection that ends before sending one leaves nothing behind)."""
         self.scope = trio.CancelScope()
         self.closing = False
         """Its input ended: it waits for its session to settle, and answers no dialog."""
@@ -218,6 +223,8 @@ class Hub:
         self.max_live_sessions = max_live_sessions
         self.queue_limit_bytes = queue_limit_bytes
         self.live: list[LiveSession] = []
+        self._starting = 0
+        """Live sessions being opened: they count against `max_live_sessions` already."""
         self.peers: list[Peer] = []
         self.default_cwd = Path.cwd()
 
@@ -263,26 +270,23 @@ class Hub:
 
     # --- sessions ------------------------------------------------------------------------------
 
-    async def open_live(self, request: SessionRequest) -> LiveSession:
-        loaded = list(self.live)
-        if len(loaded) >= self.max_live_sessions:
-            idle = sorted((live for live in loaded if live.idle), key=lambda live: not live.empty)
-            if not idle:
-                raise CommandError(f"Too many live sessions ({len(loaded)}, all in use); "
-                                   "end one first")
-            log(f"unloading session {idle[0].id}: {len(loaded)} live sessions at most")
-            idle[0].unload_scope.cancel()
-            self.live.remove(idle[0])
+    async def session_config(self, request: SessionRequest) -> SessionConfig:
+        """What `request` asks for (settings, models and plugin files are read off the
+        loop: other sessions go on); `CommandError` saying why it cannot be."""
         try:
-            # settings, models and plugin files are read off the loop: other sessions go on
-            config = await trio.to_thread.run_sync(self._make_config, request)
+            return await trio.to_thread.run_sync(self._make_config, request)
         except ForgedError as exc:
             raise CommandError(str(exc)) from exc
+
+    async def open_live(self, config: SessionConfig) -> LiveSession:
+        """A live session of `config`: the one that holds its file already, else a new one,
+        once there is room (`max_live_sessions`, counted with those being opened)."""
         if config.session_path is not None:  # a file a live session holds: that session
             path = config.session_path.expanduser().resolve()
             for live in self.live:
                 if live.session.store.path == path:
                     return live
+        self._make_room()
         live = LiveSession(config)
 
         async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -295,9 +299,30 @@ class Hub:
                 for peer in list(live.clients):
                     live.detach(peer)
 
-        await self._nursery.start(serve)
+        self._starting += 1
+        try:
+            await self._nursery.start(serve)
+        finally:
+            self._starting -= 1
         self.live.append(live)
         return live
+
+    def _make_room(self, *, unload: bool = True) -> None:
+        """Unload an idle session no client holds (an empty one first) when the live ones
+        and those being opened are at the limit (unless not `unload`: only check there could
+        be room); `CommandError` when none is idle. No await comes between this and the
+        count growing: simultaneous openings cannot pass it."""
+        loaded = len(self.live) + self._starting
+        if loaded < self.max_live_sessions:
+            return
+        idle = sorted((live for live in self.live if live.idle), key=lambda live: not live.empty)
+        if not idle:
+            raise CommandError(f"Too many live sessions ({loaded}, all in use); end one first")
+        if not unload:
+            return
+        log(f"unloading session {idle[0].id}: {self.max_live_sessions} live sessions at most")
+        idle[0].unload_scope.cancel()
+        self.live.remove(idle[0])
 
     def find_live(self, session_id: str) -> LiveSession | None:
         return next((live for live in self.live if live.id == session_id), None)
@@ -337,6 +362,7 @@ class Hub:
             elif isinstance(command, w.Attach):
                 reply.ok(await self.attach(peer, command.session_id, command.since_seq))
             elif isinstance(command, w.Detach):
+                peer.opening = None
                 if peer.live is not None:
                     peer.live.detach(peer)
                 reply.ok()
@@ -344,17 +370,23 @@ class Hub:
                     peer.live is None or command.cwd or command.provider or command.model
                     or command.session or command.continue_recent or command.no_session
                     or command.session_name or command.mcp_servers):
-                live = await self.open_live(SessionRequest(
+                config = await self.session_config(SessionRequest(
                     cwd=_folder(command.cwd) if command.cwd else None,
                     provider=command.provider, model=command.model, session=command.session,
                     continue_recent=command.continue_recent,
                     session_name=command.session_name, no_session=command.no_session,
                     mcp_servers=command.mcp_servers or {}))
-                self._move(peer, live)
+                if peer.live is None:  # opened by the first command that needs it
+                    self._make_room(unload=False)  # (refused now, if it could not be)
+                    peer.opening = config
+                else:
+                    self._move(peer, await self.open_live(config))
                 reply.ok(w.SwitchResult())
             else:
                 if peer.live is None:
-                    self._move(peer, await self.open_live(SessionRequest()))
+                    opening, peer.opening = peer.opening, None
+                    self._move(peer, await self.open_live(
+                        opening or await self.session_config(SessionRequest())))
                 assert peer.live is not None
                 peer.live.dispatcher.handle(command, command_id, peer.send)
         except CommandError as exc:
@@ -378,7 +410,9 @@ class Hub:
             if stored is None:
                 raise CommandError(f"No session {session_id}")
             path, cwd = stored
-            live = await self.open_live(SessionRequest(cwd=cwd, session_path=path))
+            live = await self.open_live(await self.session_config(
+                SessionRequest(cwd=cwd, session_path=path)))
+        peer.opening = None
         return self._move(peer, live, since_seq)
 
 

@@ -25,6 +25,10 @@ import trio
 from ._errors import ConfigError
 
 WS_TOKEN_FILE = "ws-token"
+BUSY_RETRY_S = 2.0
+BUSY_PAUSE_S = 0.005
+"""A daemon too busy to accept a connection now (``EAGAIN``) is tried again, from this
+pause, doubling, for `BUSY_RETRY_S`."""
 
 
 def agent_dir() -> Path:
@@ -116,10 +120,31 @@ def peer_uid(stream: trio.SocketStream) -> int:
 async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
     """A connection to the daemon at `socket_path`, after checking its folder is the
     user's and that the process listening is the user's (``SO_PEERCRED``); `ConfigError`
-    otherwise, `OSError` when nothing listens."""
+    otherwise, `OSError` when nothing listens (or it stays too busy to take one, for
+    `BUSY_RETRY_S`)."""
     for folder in _guarded_folders(socket_path):
         check_folder(folder)
-    stream = await trio.open_unix_socket(str(socket_path))
+    # Not trio.open_unix_socket: it takes EAGAIN (a full queue of connections waiting to be
+    # accepted) for a connect under way, and returns a socket that is not connected.
+    retry_until = trio.current_time() + BUSY_RETRY_S
+    pause = BUSY_PAUSE_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(str(socket_path))  # a Unix socket connects at once, or fails
+        except BlockingIOError:
+            sock.close()
+            if trio.current_time() >= retry_until:
+                raise
+            await trio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        break
+    stream = trio.SocketStream(trio.socket.from_stdlib_socket(sock))
     uid = peer_uid(stream)
     if uid != os.getuid():
         await stream.aclose()

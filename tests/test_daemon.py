@@ -403,6 +403,7 @@ async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Pa
             await first.prompt_and_wait("keep me")
             kept = (await first.get_state())["sessionId"]
             await second.new_session()
+            await second.get_state()  # the first command that needs it opens it
             async with daemon.client() as third:
                 refused = await third.request("new_session")
         async with daemon.client() as fourth:  # the first two left: an idle one makes room
@@ -590,3 +591,98 @@ async def test_a_key_command_never_holds_up_the_other_clients(tmp_path: Path) ->
     assert max(waits) < 0.05, waits
     assert [e["type"] for e in events if e["type"] == "message_end"] == ["message_end"] * 2
     assert daemon.server.requests[0].headers["x-api-key"] == "the-key"
+
+
+async def test_simultaneous_sessions_stay_within_the_limit(tmp_path: Path) -> None:
+    """The limit is checked where no await can come between it and the count: twelve
+    clients asking at once for five places get five sessions."""
+    async with open_daemon(tmp_path, max_live_sessions=5) as daemon:
+        answers: list[bool] = []
+
+        async def open_one() -> None:
+            async with daemon.client() as client:
+                opened = (await client.request("new_session"))["success"]
+                answers.append(opened and (await client.request("get_state"))["success"])
+                live.append(len(daemon.hub.live))
+                await done.wait()
+
+        live: list[int] = []
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for _ in range(12):
+                nursery.start_soon(open_one)
+            while len(answers) < 12:  # noqa: ASYNC110 (the clients' own answers)
+                await trio.sleep(0.01)
+            done.set()
+    assert answers.count(True) == 5 and max(live) <= 5
+
+
+async def test_a_burst_of_connections_waits_to_be_accepted(tmp_path: Path) -> None:
+    """500 connections at once, before the daemon accepts any: none is refused."""
+    async with open_daemon(tmp_path) as daemon:
+        sockets = [socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) for _ in range(500)]
+        refused = 0
+        for sock in sockets:
+            sock.setblocking(False)
+            try:
+                sock.connect(str(daemon.socket_path))
+            except BlockingIOError:
+                refused += 1
+        for sock in sockets:
+            sock.close()
+    assert refused == 0
+
+
+async def test_a_busy_daemon_is_tried_again_for_a_moment(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """A connect refused with EAGAIN (the queue of connections full) is tried again until
+    the daemon has accepted the ones before it."""
+    from forged._paths import open_daemon_socket, runtime_dir
+
+    path = runtime_dir(tmp_path / "run" / "forged" / "forged.sock") / "forged.sock"
+    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await listener.bind(str(path))
+    listener.listen(0)
+    queued = []
+    while True:  # fill its queue
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(str(path))
+        except BlockingIOError:
+            sock.close()
+            break
+        queued.append(sock)
+    connected: list[trio.SocketStream] = []
+
+    async def connect() -> None:
+        connected.append(await open_daemon_socket(path))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connect)
+        await trio.sleep(0.05)  # on the mock clock: after the first refusal
+        assert not connected
+        for _ in queued:
+            (await listener.accept())[0].close()
+        accepted, _ = await listener.accept()  # the retried one
+    assert len(connected) == 1
+    accepted.close()
+    await connected[0].aclose()
+    for sock in queued:
+        sock.close()
+    listener.close()
+
+
+async def test_a_connection_that_ends_before_a_command_leaves_no_session(
+        tmp_path: Path) -> None:
+    """forged connect sends new_session at once; a client that then goes away (or a
+    connection that sends nothing) must not leave a live session behind."""
+    async with open_daemon(tmp_path) as daemon:
+        for index in range(20):
+            async with daemon.client() as client:
+                if index % 2:
+                    await client.new_session(cwd=str(tmp_path))
+        async with daemon.client() as watcher:
+            await until_sessions(watcher, lambda _: len(daemon.hub.peers) == 1)
+            listed = await watcher.list_sessions()
+    assert listed["sessions"] == [] and daemon.hub.live == []

@@ -47,8 +47,17 @@ def bind_unix(path: Path) -> trio.socket.SocketType:
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)
-    sock.listen(128)
+    sock.listen(listen_backlog())
     return trio.socket.from_stdlib_socket(sock)
+
+
+def listen_backlog() -> int:
+    """The system's most pending connections a socket may hold (``net.core.somaxconn``):
+    a burst of clients waits to be accepted instead of being refused."""
+    try:
+        return max(socket.SOMAXCONN, int(Path("/proc/sys/net/core/somaxconn").read_text()))
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
 
 
 async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:
