@@ -155,7 +155,11 @@ class SessionFile:
         """
         path = path.resolve()
         _read_session_bytes(path, 4096)  # before anything is created beside it
-        lock_fd = _lock(path)
+        try:
+            lock_fd = _lock(path)
+        except OSError as exc:  # a read-only folder, say: one line, not a traceback
+            raise CommandError(f"Cannot lock session file {path} (its folder must be "
+                               f"writable): {exc.strerror}") from None
         try:
             data = _read_session_bytes(path)  # again: what it holds now that it is ours
             header = _read_header(data)
@@ -512,8 +516,22 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
-SESSION_START = b'{"type":"session"'
-"""How every session file starts (the header's first key), even one whose header is torn."""
+_TORN_HEADER = re.compile(rb'\A\s*\{\s*"type"\s*:\s*"session"\s*[,}]')
+"""How a session header starts when written with its ``type`` first, as every writer does:
+what tells a header torn before its end (not JSON) from a file that is not a session."""
+
+
+def looks_like_session(data: bytes) -> bool:
+    """Whether `data` (a file's start) is a session file's: its first line parsed as JSON is
+    a ``session`` header, however it is spaced or its keys ordered; or that line is not whole
+    JSON (torn) but starts as a header does."""
+    end = data.find(b"\n")
+    first = data[:end] if end >= 0 else data
+    try:
+        header = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return _TORN_HEADER.match(first) is not None
+    return isinstance(header, dict) and header.get("type") == "session"
 
 
 def _read_session_bytes(path: Path, limit: int = -1) -> bytes:
@@ -531,15 +549,10 @@ def _read_session_bytes(path: Path, limit: int = -1) -> bytes:
             data = file.read(limit)
     finally:
         os.close(fd)
-    spaces = _LEADING_SPACE.match(data)
-    start = spaces.end() if spaces else 0
-    if start < len(data) and not data.startswith(SESSION_START, start):
+    if data.strip() and not looks_like_session(data.lstrip()):
         raise CommandError(f"{path} is not a session file (it does not start with a session "
                            "header); it was left as it is")
     return data
-
-
-_LEADING_SPACE = re.compile(rb"\s*")
 
 
 def _lock(path: Path) -> int:

@@ -20,7 +20,7 @@ from ._context import user_text
 from ._errors import CommandError
 from ._paths import rewrite
 from ._stats import UsageTotals
-from ._store import LEAF, SESSION_START, SessionFile
+from ._store import LEAF, SessionFile, looks_like_session
 
 Maker = Callable[[SessionFile], SessionFile]
 
@@ -152,7 +152,7 @@ def export_target(cwd: Path, output_path: str, session_path: Path) -> Path:
         is_session = target == session_path.resolve() or target.name.endswith(".lock")
         if info is not None and not is_session:
             with target.open("rb") as existing:
-                is_session = existing.read(64).lstrip().startswith(SESSION_START)
+                is_session = looks_like_session(existing.read(4096).lstrip())
     except OSError as exc:
         raise CommandError(f"Cannot export to {named}: {exc.strerror}") from None
     if is_session:

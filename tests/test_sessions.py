@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
+import trio
 
 from forged._config import Options, find_session
 from forged._errors import ConfigError
 from forged._paths import session_dir_for
 from forged._providers.scripted import Reply, ScriptText
 
-from .harness import open_client
+from .harness import open_client, stored_message
+from .test_process import BIN, child_env
 
 
 def read_lines(path: Path) -> list[dict[str, object]]:
@@ -136,3 +140,43 @@ async def test_a_session_that_cannot_be_written_fails_the_run_and_says_why(
     assert state["data"]["sessionFileError"] == failed["errorMessage"]
     assert messages["data"]["messages"] == []
     assert client.server.requests == []  # the model was never asked
+
+
+async def test_a_session_file_in_a_read_only_folder_is_one_line_of_error(
+        tmp_path: Path, read_only_folder: Path) -> None:
+    subprocess.run(["mount", "-o", "remount,rw", str(read_only_folder)], check=True)
+    stored = read_only_folder / "kept.jsonl"
+    stored.write_text(json.dumps({"type": "session", "version": 3, "id": "kept",
+                                  "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/"}) + "\n")
+    subprocess.run(["mount", "-o", "remount,ro", str(read_only_folder)], check=True)
+    (tmp_path / "agent").mkdir()
+    with trio.fail_after(30):  # a hang guard, not a timing
+        result = await trio.run_process(
+            [str(BIN / "forged"), "--mode", "rpc", "--session", str(stored)], stdin=b"",
+            capture_stdout=True, capture_stderr=True, check=False,
+            env=child_env(tmp_path / "agent"), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"forged: Cannot lock session file {stored} (its folder must be writable): Read-only "
+        "file system"]
+
+
+async def test_a_session_header_is_read_however_it_is_spaced(tmp_path: Path) -> None:
+    """A header written by Python's json.dumps (spaces after the colons, keys in another
+    order) is a session file; a JSON file that is not one is still refused, untouched."""
+    spaced = tmp_path / "spaced.jsonl"
+    spaced.write_text(json.dumps({"version": 3, "type": "session", "id": "s-spaced",
+                                  "timestamp": "2026-01-01T00:00:00.000Z",
+                                  "cwd": str(tmp_path)}) + "\n" + orjson.dumps(stored_message(
+                                      "00000001", None, "user", "hello")).decode() + "\n")
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"type": "sessions", "id": "x"}) + "\n")
+    async with open_client(tmp_path) as client:
+        switched = await client.request({"type": "switch_session",
+                                         "sessionPath": str(spaced)})
+        messages = await client.request({"type": "get_messages"})
+        refused = await client.request({"type": "switch_session", "sessionPath": str(other)})
+    assert switched["success"] is True, switched
+    assert [m["content"][0]["text"] for m in messages["data"]["messages"]] == ["hello"]
+    assert refused["success"] is False and "is not a session file" in refused["error"]
+    assert other.read_text() == json.dumps({"type": "sessions", "id": "x"}) + "\n"
