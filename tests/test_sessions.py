@@ -9,7 +9,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-import trio
 
 from forged._config import Options, find_session
 from forged._errors import ConfigError
@@ -142,7 +141,7 @@ async def test_a_session_that_cannot_be_written_fails_the_run_and_says_why(
     assert client.server.requests == []  # the model was never asked
 
 
-async def test_a_session_file_in_a_read_only_folder_is_one_line_of_error(
+def test_a_session_file_in_a_read_only_folder_is_one_line_of_error(
         tmp_path: Path, read_only_folder: Path) -> None:
     subprocess.run(["mount", "-o", "remount,rw", str(read_only_folder)], check=True)
     stored = read_only_folder / "kept.jsonl"
@@ -150,11 +149,10 @@ async def test_a_session_file_in_a_read_only_folder_is_one_line_of_error(
                                   "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/"}) + "\n")
     subprocess.run(["mount", "-o", "remount,ro", str(read_only_folder)], check=True)
     (tmp_path / "agent").mkdir()
-    with trio.fail_after(30):  # a hang guard, not a timing
-        result = await trio.run_process(
-            [str(BIN / "forged"), "--mode", "rpc", "--session", str(stored)], stdin=b"",
-            capture_stdout=True, capture_stderr=True, check=False,
-            env=child_env(tmp_path / "agent"), cwd=tmp_path)
+    result = subprocess.run(
+        [str(BIN / "forged"), "--mode", "rpc", "--session", str(stored)], input=b"",
+        capture_output=True, check=False, env=child_env(tmp_path / "agent"), cwd=tmp_path,
+        timeout=30)  # a hang guard, not a timing
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
         f"forged: Cannot lock session file {stored} (its folder must be writable): Read-only "
