@@ -125,8 +125,18 @@ class CompactionSettings:
                                        "keepRecentTokens": "keep_recent_tokens"})
         return found
 
+    def reserve_for(self, window: int) -> int:
+        """The room left for the reply in a `window`: ``reserveTokens``, never more than a
+        quarter of the window (else a small model compacts after every reply)."""
+        return min(self.reserve_tokens, window // 4)
+
+    def keep_for(self, window: int) -> int:
+        """The recent conversation kept whole, never more than a quarter of the window
+        (else a small model's compaction finds nothing to summarize)."""
+        return min(self.keep_recent_tokens, window // 4)
+
     def should_compact(self, tokens: int, window: int) -> bool:
-        return self.enabled and tokens > window - self.reserve_tokens
+        return self.enabled and tokens > window - self.reserve_for(window)
 
 
 @attrs.define
@@ -347,6 +357,9 @@ class CompactionHost(Protocol):
     retry: RetrySettings
     compaction: CompactionSettings
 
+    @property
+    def model(self) -> w.Model | None: ...
+
     def emit(self, event: w.Event) -> None: ...
     async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                               ) -> tuple[Provider, ProviderRequest]: ...
@@ -409,8 +422,9 @@ async def compact(host: CompactionHost, reason: Reason, custom_instructions: str
                   ) -> tuple[w.CompactionResult, list[w.AgentMessage]]:
     """Summarize the active branch's older part into a ``compaction`` entry; return the
     result and the context rebuilt from it."""
-    prep = prepare(host.store, host.compaction.keep_recent_tokens)
-    reserve = host.compaction.reserve_tokens
+    window = host.model.context_window if host.model is not None else 1 << 30
+    prep = prepare(host.store, host.compaction.keep_for(window))
+    reserve = host.compaction.reserve_for(window)
     summarizer = _Summarizer(host, reason)
     if prep.turn_prefix and not prep.to_summarize:
         summary = NO_HISTORY

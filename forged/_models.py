@@ -122,6 +122,15 @@ DEFAULT_MODELS = {"anthropic": "claude-opus-4-6", "openai": "gpt-5.4"}
 
 # --- models.json -------------------------------------------------------------------------------
 
+DEFAULT_MAX_TOKENS = 16_384
+
+
+def default_max_tokens(window: int) -> int:
+    """A model's output cap when models.json gives none: 16,384, or a quarter of a smaller
+    model's window (an 8K model would otherwise be asked for twice its window)."""
+    return max(1, min(DEFAULT_MAX_TOKENS, window // 4))
+
+
 @attrs.define(kw_only=True)
 class ModelDefinition:
     id: str
@@ -131,7 +140,8 @@ class ModelDefinition:
     reasoning: bool = False
     input: list[str] = attrs.field(factory=lambda: ["text"])
     context_window: int = 128_000
-    max_tokens: int = 16_384
+    max_tokens: int | None = None
+    """None: `default_max_tokens` of the window."""
     cost: w.ModelCost = attrs.field(factory=w.ModelCost)
     headers: dict[str, str] | None = None
     thinking_levels: list[str] | None = None
@@ -145,7 +155,9 @@ class ModelDefinition:
         return w.Model(
             id=self.id, name=self.name or self.id, api=self.api or api, provider=provider,
             base_url=self.base_url or base_url, reasoning=self.reasoning, input=self.input,
-            context_window=self.context_window, max_tokens=self.max_tokens, cost=self.cost,
+            context_window=self.context_window,
+            max_tokens=self.max_tokens or default_max_tokens(self.context_window),
+            cost=self.cost,
             thinking_levels=levels_of(self.reasoning, self.thinking_level_map,
                                       self.thinking_levels),
             thinking_level_map=self.thinking_level_map, compat=_merged(compat, self.compat))
@@ -388,7 +400,8 @@ class ModelRegistry:
             if api not in APIS:
                 raise ConfigError(f"model {model_def.id}: unknown api {api!r} (forged speaks "
                                   f"{', '.join(APIS)})")
-            if model_def.context_window <= 0 or model_def.max_tokens <= 0:
+            if model_def.context_window <= 0 or (model_def.max_tokens is not None
+                                                 and model_def.max_tokens <= 0):
                 raise ConfigError(f"model {model_def.id}: limits must be positive")
             models.append(model_def.model(name, api, base_url, definition.compat))
             if model_def.headers:

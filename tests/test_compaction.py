@@ -19,6 +19,7 @@ from forged._compaction import (
     TURN_PREFIX_PROMPT,
     UPDATE_PROMPT,
 )
+from forged._models import ModelDefinition, ProviderConfig
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall, ScriptUsage
 from forged._run import OVERFLOW_RECOVERY_FAILED
 
@@ -358,3 +359,24 @@ async def test_auto_compaction_can_be_switched_off_and_it_is_remembered(
     assert client.count("compaction_start") == 0
     assert state["autoCompactionEnabled"] is False
     assert json.loads(path.read_text()) == {"theme": "dark", "compaction": {"enabled": False}}
+
+
+async def test_a_small_window_does_not_compact_a_short_chat(tmp_path: Path) -> None:
+    """An 8K model from models.json: the reserve and the default output cap are a quarter of
+    its window, so a 17-token chat is never compacted and the model is not asked for more
+    than it can give."""
+    replies = [Reply(content=[ScriptText(text="Hi.")], usage=ScriptUsage(input=12, output=5))
+               for _ in range(3)]
+    async with open_client(tmp_path, replies) as client:
+        small = ModelDefinition(id="small", context_window=8192).model(
+            "small", "anthropic-messages", client.server.base_url)
+        client.config.registry.add_provider(
+            ProviderConfig(name="small", base_url=client.server.base_url, api_key="k"), [small])
+        chosen = await client.request({"type": "set_model", "provider": "small",
+                                       "modelId": "small"})
+        for text in ("one", "two", "three"):
+            await client.prompt_and_settle(text)
+    assert chosen["success"] is True and small.max_tokens == 2048
+    assert client.count("compaction_start") == 0
+    assert len(client.server.requests) == 3  # no summary calls
+    assert client.server.requests[-1].body["max_tokens"] == 2048
