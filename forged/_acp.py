@@ -929,6 +929,7 @@ class AcpFront:
                     "agentCapabilities": {
                         "loadSession": True,
                         "promptCapabilities": {"image": True, "embeddedContext": True},
+                        "mcpCapabilities": {"http": True, "sse": False},
                         "sessionCapabilities": {"list": {}}},
                     "agentInfo": {"name": "forged", "title": "forged",
                                   "version": __version__},

@@ -61,6 +61,7 @@ def test_an_editor_prompts_and_cancels(tmp_path: Path, how: str) -> None:
             init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             seen["version"] = init.protocol_version
             seen["agent"] = init.agent_info.name
+            seen["mcp"] = init.agent_capabilities.mcp_capabilities
             session = await conn.new_session(cwd=project)
             sid = session.session_id
             read = await conn.prompt(session_id=sid, prompt=[
@@ -80,6 +81,7 @@ def test_an_editor_prompts_and_cancels(tmp_path: Path, how: str) -> None:
 
     seen = asyncio.run(asyncio.wait_for(drive(), 60))  # a hang guard, not a timing
     assert seen["version"] == 1 and seen["agent"] == "forged"
+    assert (seen["mcp"].http, seen["mcp"].sse) == (True, False)  # session/new connects HTTP
     assert seen["stop"] == "end_turn"
     assert seen["said"] == "It says hello."
     assert "AgentThoughtChunk" in seen["kinds"]
