@@ -266,6 +266,21 @@ def build_mcp_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_mcp_args(argv: list[str]) -> argparse.Namespace:
+    """``forged mcp``'s arguments. What follows ``--`` is a stdio server's command, wherever
+    the options stand (``add NAME --env K=V --local -- COMMAND ARGS``): argparse alone takes
+    no positional after options that follow the name."""
+    parser = build_mcp_parser()
+    if "--" not in argv:
+        return parser.parse_args(argv)
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    if args.action != "add":
+        parser.error(f"{args.action} takes no command after --")
+    args.command = [*args.command, *argv[split + 1:]]
+    return args
+
+
 def config_show(argv: list[str]) -> int:
     from ._paths import agent_dir
     from ._settings import Settings
@@ -456,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["mcp"]:
         from ._oneshot import mcp_command
 
-        return mcp_command(build_mcp_parser().parse_args(argv[1:]))
+        return mcp_command(parse_mcp_args(argv[1:]))
     if argv[:1] and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv[0], argv[1:])
     args = parse_command_line(argv)

@@ -115,14 +115,16 @@ def mcp_command(args: Any) -> int:
         if servers.pop(args.name, None) is None:
             log(f"no MCP server {args.name} in {path}")
             return 1
+        done = "removed"
     else:
         entry = _mcp_entry(args)
         if entry is None:
             return 2
+        done = "replaced" if args.name in servers else "added"
         servers[args.name] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2) + b"\n")
-    print(f"{'removed' if args.action == 'remove' else 'added'} {args.name} in {path}")
+    print(f"{done} {args.name} in {path}")
     return 0
 
 

@@ -490,6 +490,17 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
             in listed.stdout)
     assert run("add", "proj", "--local", "--url", "https://x/mcp").returncode == 0
     assert (tmp_path / ".agent-forge" / "mcp.json").exists()
+    # the documented form: options after the name, the command after --, its own options too
+    documented = run("add", "tool", "--env", "K=V", "--local", "--", "srv", "--port", "1")
+    local = json.loads((tmp_path / ".agent-forge" / "mcp.json").read_text())["mcpServers"]
+    assert local["tool"] == {"command": "srv", "args": ["--port", "1"], "env": {"K": "V"}}
+    again = run("add", "tool", "--local", "--", "srv2")
+    assert documented.returncode == 0, documented.stderr
+    assert documented.stdout.startswith("added tool in ")
+    assert again.stdout.startswith("replaced tool in ")
+    local = json.loads((tmp_path / ".agent-forge" / "mcp.json").read_text())["mcpServers"]
+    assert local["tool"] == {"command": "srv2", "args": []}
+    assert run("remove", "tool", "--", "x").returncode == 2
 
 
 def running(pid: int) -> bool:
