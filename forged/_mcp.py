@@ -23,10 +23,11 @@ Each server of a session is a task of that session; nothing is shared between se
             └── keep_listing          while connected: the listing to <agentDir>/mcp-cache
 
 The ``mcp`` SDK (on anyio, so on trio) is imported by a server's task only: a process or a
-session without MCP servers never loads it. Nothing waits for start-up: not ``get_state``, not
-a model request. Each server's tools as it last listed them are kept in
-``<agentDir>/mcp-cache/`` (`ListingCache`), so a session offers them from its first request; a
-server never listed before offers its tools from the first request after it connects. A call
+session without MCP servers never loads it. ``get_state`` never waits for start-up. Each
+server's tools as it last listed them are kept in ``<agentDir>/mcp-cache/`` (`ListingCache`),
+so a session offers them from its first request, which never waits for such a server; a
+server never listed before is waited for by a model request, until its startup timeout at
+most (`McpServers.first_listings`). A call
 to a tool of a server still connecting waits for that server. A call that hangs past the
 server's ``timeout`` fails and restarts the server; ``abort`` cancels the call (the SDK sends
 ``notifications/cancelled``) and the tool ends at once.
@@ -63,6 +64,9 @@ from ._version import __version__
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_STARTUP_TIMEOUT_S = 10.0
+"""How long a model request waits for a server that has never listed its tools (setting
+``mcp.startupTimeout``, per server ``startupTimeout``)."""
 DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
 """The most one message from a server may hold (``maxResultBytes``): past it, the call it
 answers fails, naming the limit, and nothing more of it is read."""
@@ -98,6 +102,9 @@ class ServerSpec:
     headers: dict[str, str] = attrs.Factory(dict)
     enabled: bool = True
     timeout_s: float = DEFAULT_TIMEOUT_S
+    startup_timeout_s: float | None = None
+    """How long a model request waits for it while it has never listed its tools (None:
+    the session's ``mcp.startupTimeout``)."""
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     description: str | None = None
     exposure: str = "direct"
@@ -136,8 +143,12 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
         raise ConfigProblem(f"server {name}: type {kind} does not match its "
                             f"{'command' if has_command else 'url'}")
     timeout = raw.get("timeout", DEFAULT_TIMEOUT_S)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+    if not seconds(timeout):
         raise ConfigProblem(f"server {name}: timeout must be a positive number of seconds")
+    startup = raw.get("startupTimeout")
+    if startup is not None and not seconds(startup):
+        raise ConfigProblem(f"server {name}: startupTimeout must be a positive number of "
+                            "seconds")
     max_bytes = raw.get("maxResultBytes", DEFAULT_MAX_RESULT_BYTES)
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
         raise ConfigProblem(f"server {name}: maxResultBytes must be a whole number of bytes, "
@@ -149,6 +160,7 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
         cwd=raw["cwd"] if isinstance(raw.get("cwd"), str) else None,
         url=raw.get("url"), headers=_string_map(raw.get("headers", {}), name, "headers"),
         enabled=raw.get("enabled", True) is not False, timeout_s=float(timeout),
+        startup_timeout_s=None if startup is None else float(startup),
         max_result_bytes=max_bytes,
         description=raw["description"] if isinstance(raw.get("description"), str) else None,
         exposure=_exposure(raw.get("exposure", "direct"), name, "exposure"),
@@ -157,6 +169,17 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
 
 
 EXPOSURES = ("direct", "codemode", "codemode-deferred", "deferred", "hidden")
+
+
+def startup_timeout(section: Any) -> float:
+    """The settings' ``mcp.startupTimeout``, else the default."""
+    value: Any = section.get("startupTimeout") if isinstance(section, dict) else None
+    return float(value) if seconds(value) else DEFAULT_STARTUP_TIMEOUT_S
+
+
+def seconds(value: Any) -> bool:
+    """Whether `value` is a positive number of seconds."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def _exposure(value: Any, name: str, key: str) -> str:
@@ -395,8 +418,12 @@ class McpServer:
     """One server of a session: its connection, its tools, and how it is doing."""
 
     def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None],
-                 cache: ListingCache, listing: Listing | None = None) -> None:
+                 cache: ListingCache, listing: Listing | None = None, *,
+                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
         self.spec = spec
+        self.first_listing_by = trio.current_time() + (
+            spec.startup_timeout_s or startup_timeout_s)
+        """Until when a model request waits for it while it has never listed its tools."""
         self._cwd = cwd
         self._changed = changed
         self._cache = cache
@@ -647,6 +674,14 @@ class McpServer:
         if self.status == "starting":
             await self._attempt.wait()
 
+    async def first_listed(self) -> None:
+        """Until a server that has never listed its tools (none kept from an earlier
+        session) has listed them or failed, until its startup timeout at most; at once for
+        any other."""
+        if self._kept is None and self.status == "starting":
+            with trio.move_on_at(self.first_listing_by):
+                await self._attempt.wait()
+
     async def call(self, tool: str, arguments: dict[str, Any], ctx: ToolContext
                    ) -> w.ToolResult:
         """Call `tool`. It has the server's ``timeout`` to answer, counted again from each
@@ -829,11 +864,14 @@ class McpServers:
 
     def __init__(self, specs: list[ServerSpec], cwd: Path, *,
                  cache: ListingCache | None = None, listings: dict[str, Listing] | None = None,
-                 keep: Callable[[str], bool] = lambda _: True) -> None:
+                 keep: Callable[[str], bool] = lambda _: True,
+                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
         cache = cache or ListingCache(None)
         listings = listings or {}
         self.servers = {spec.name: McpServer(spec, cwd, self._retool, cache,
-                                             listings.get(spec.name)) for spec in specs}
+                                             listings.get(spec.name),
+                                             startup_timeout_s=startup_timeout_s)
+                        for spec in specs}
         self._keep = keep
         """Which tools reach the model (``--tools`` and ``--exclude-tools``)."""
         self.tools: dict[str, Tool] = {}
@@ -857,6 +895,13 @@ class McpServers:
                 elif name in MCP_RESOURCE_TOOLS:
                     await server.attempted()
         return self.tools.get(name)
+
+    async def first_listings(self) -> None:
+        """Until each server that has never listed its tools has listed them (or failed),
+        each at most until its startup timeout: a first request offers them. A server with
+        a listing kept from an earlier session never delays a request."""
+        for server in self.servers.values():  # their deadlines run side by side
+            await server.first_listed()
 
     def infos(self) -> list[w.McpServerInfo]:
         return [server.info() for server in self.servers.values()]

@@ -30,7 +30,15 @@ from ._errors import CommandError, ProviderError
 from ._jsonl import encode_line
 from ._log import log
 from ._mcp import CACHE_DIR as MCP_CACHE_DIR
-from ._mcp import MCP_FILE, Listing, ListingCache, McpConfig, McpServers, ServerSpec
+from ._mcp import (
+    MCP_FILE,
+    Listing,
+    ListingCache,
+    McpConfig,
+    McpServers,
+    ServerSpec,
+    startup_timeout,
+)
 from ._model_choice import ModelChoice
 from ._models import ModelRegistry, clamp_level
 from ._paths import session_dir_for
@@ -308,7 +316,8 @@ class Session:
         self.queues = Queues(self.emit, settings)
         self.mcp = McpServers(files.mcp_servers, config.cwd,
                               cache=files.mcp_cache, listings=files.mcp_listings,
-                              keep=config.tools.keeps_mcp)
+                              keep=config.tools.keeps_mcp,
+                              startup_timeout_s=startup_timeout(settings.get("mcp")))
         self.own_tools: dict[str, Tool] = {}
         """The built-in and plugin tools; `tools` adds the MCP servers' as they connect."""
         self.tools: Mapping[str, Tool] = {}
@@ -535,6 +544,7 @@ class Session:
         return self.own_tools.get(name) or await self.mcp.tool(name)
 
     async def model_request(self) -> tuple[Provider, ProviderRequest]:
+        await self.mcp.first_listings()
         own = list(self.own_tools.values())
         return await self._request(self.resources.system_prompt(own, self.plugins.guidelines),
                              list(self.messages), [*own, *self.mcp.tools.values()],

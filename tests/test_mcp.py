@@ -275,7 +275,9 @@ async def test_a_hanging_call_is_aborted_or_times_out(tmp_path: Path) -> None:
 
 async def test_a_server_that_never_answers_delays_only_the_calls_to_it(
         tmp_path: Path) -> None:
-    servers = {"mute": stdio_entry("mute", "silent"),  # 60 s to answer initialize
+    """A first request waits for servers never listed before, each until its startup
+    timeout at most; then only calls to a server wait for it."""
+    servers = {"mute": stdio_entry("mute", "silent", startupTimeout=0.5),  # 60 s to answer
                "brief": stdio_entry("brief", "silent", timeout=1),
                "local": stdio_entry("local")}
     replies = [Reply(content=[ScriptToolCall(name="mcp__local__echo", arguments={"text": "hi"}),
@@ -289,7 +291,7 @@ async def test_a_server_that_never_answers_delays_only_the_calls_to_it(
     assert text(echoed) == "local echo: hi"  # the call waited for its own server only
     assert brief["isError"] and text(brief) == (
         "MCP server brief is not available: it did not answer initialize in time")
-    assert listed["mute"]["status"] == "starting"  # the turn never waited for it
+    assert listed["mute"]["status"] == "starting"  # the turn waited 0.5 s for it, no more
     assert listed["brief"]["status"] == "failed" and listed["brief"]["lastError"]
     assert listed["local"]["status"] == "ready"
 
@@ -312,6 +314,13 @@ async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: 
     assert offered["mcp__local__echo"]["input_schema"]["required"] == ["text"]
     (echoed,) = ends(events)
     assert echoed["isError"] and "not available" in text(echoed)  # it waited, then failed
+    slow = {**entry, "timeout": 60, "startupTimeout": 60}
+    async with forged_with(tmp_path, {"local": slow}, [DONE]) as (forged, provider):
+        with trio.fail_after(20):  # a hang guard: a kept listing never delays a request
+            await forged.prompt("hello")
+        listed = (await forged.call("get_mcp_servers"))["servers"]
+    assert "mcp__local__echo" in {tool["name"] for tool in provider.requests[0].body["tools"]}
+    assert listed[0]["status"] == "starting"
 
 
 @asynccontextmanager
@@ -600,3 +609,13 @@ async def test_a_servers_children_end_with_it_even_after_it_exits(tmp_path: Path
         orphan = int(pid_file.read_text())
         assert running(orphan)
     assert not running(orphan)
+
+
+async def test_the_first_request_waits_for_servers_never_listed_before(tmp_path: Path) -> None:
+    """With nothing kept from an earlier session (a fresh agent dir), the very first model
+    request offers the server's tools: it waits for the server to list them."""
+    async with forged_with(tmp_path, {"local": stdio_entry("local")}, [DONE]) as (
+            forged, provider):
+        await forged.prompt("use the local tools")  # sent at once, before it connected
+    offered = {tool["name"] for tool in provider.requests[0].body["tools"]}
+    assert "mcp__local__echo" in offered
