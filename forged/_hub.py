@@ -105,12 +105,18 @@ class LiveSession:
         self._replay_bytes = 0
         self._stamped_id, self._id_json = "", b'""'
         self.unload_scope = trio.CancelScope()
+        self._unclaimed = trio.Event()
+        """Set while no client is attached."""
+        self._unclaimed.set()
+        self._stirred = trio.Event()
+        """Set by anything that restarts the idle count: a client attaching, an event."""
 
     @property
     def id(self) -> str:
         return self.session.session_id
 
     def broadcast(self, line: bytes) -> None:
+        self._stirred.set()
         self.seq += 1
         session_id = self.id
         if session_id != self._stamped_id:  # the id changes only with new_session in place
@@ -135,6 +141,9 @@ class LiveSession:
             peer.send(line)
         if peer not in self.clients:
             self.clients.append(peer)
+        if self._unclaimed.is_set():
+            self._unclaimed = trio.Event()
+        self._stirred.set()
         peer.live = self
         self.update_interactive()
         return w.AttachResult(session_id=self.id, seq=self.seq, replayed=len(replayed),
@@ -143,6 +152,8 @@ class LiveSession:
     def detach(self, peer: Peer) -> None:
         if peer in self.clients:
             self.clients.remove(peer)
+        if not self.clients:
+            self._unclaimed.set()
         if peer.live is self:
             peer.live = None
         self.update_interactive()
@@ -174,7 +185,8 @@ class LiveSession:
     async def serve(self, idle_unload_s: float, empty_unload_s: float = EMPTY_IDLE_UNLOAD_S, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Open the session and run it until it has been idle with no client for
-        `idle_unload_s`, or `unload_scope` is cancelled; its file is closed either way."""
+        `idle_unload_s` (`empty_unload_s` while it holds no conversation), or `unload_scope`
+        is cancelled; its file is closed either way."""
         with self.unload_scope:
             async with open_session(self.config, self.broadcast) as session:
                 self.session = session
@@ -182,13 +194,25 @@ class LiveSession:
                 session.ui.interactive = False
                 self.dispatcher = Dispatcher(session, lambda _: None)
                 task_status.started()
-                idle_for = 0.0
-                step = max(0.01, min(idle_unload_s / 10, empty_unload_s / 10, 5.0))
-                while idle_for < (min(idle_unload_s, empty_unload_s) if self.empty
-                                  else idle_unload_s):
-                    await trio.sleep(step)
-                    idle_for = idle_for + step if self.idle else 0.0
-                log(f"unloading session {self.id}: idle for {idle_for:g} s")
+                idle_s = await self._until_idle_for(idle_unload_s, empty_unload_s)
+                log(f"unloading session {self.id}: idle for {idle_s:g} s")
+
+    async def _until_idle_for(self, idle_unload_s: float, empty_unload_s: float) -> float:
+        """Until the session has been idle with no client for its time: a deadline from
+        when it last became so, put off by a client attaching or the session doing
+        anything (each event it emits); nothing is polled. Returns the time waited."""
+        while True:
+            while not self.idle:
+                if self.clients:
+                    await self._unclaimed.wait()
+                else:
+                    await self.session.wait_idle()
+            idle_s = min(idle_unload_s, empty_unload_s) if self.empty else idle_unload_s
+            self._stirred = trio.Event()
+            with trio.move_on_after(idle_s):
+                await self._stirred.wait()
+                continue
+            return idle_s
 
 
 @attrs.define(kw_only=True)

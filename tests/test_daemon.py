@@ -268,17 +268,25 @@ async def test_websocket_refuses_a_remote_address_unless_allowed(tmp_path: Path)
     assert not (tmp_path / "run" / "forged" / "forged.sock").exists()
 
 
-async def test_a_session_left_idle_with_no_client_is_unloaded(tmp_path: Path) -> None:
-    async with open_daemon(tmp_path, [DONE], idle_unload_s=0.3) as daemon, \
+async def test_a_session_left_idle_with_no_client_is_unloaded(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """Idle unloading is a deadline from when the session was last left alone, not a poll
+    (on the mock clock: an hour attached changes nothing; it goes 30 s after the client
+    leaves, to the hundredth of a second)."""
+    async with open_daemon(tmp_path, [DONE], idle_unload_s=30) as daemon, \
             daemon.client() as client:
         await client.new_session()
         await client.prompt_and_wait("hello")
         session_id = (await client.get_state())["sessionId"]
-        await trio.sleep(0.6)
+        await trio.sleep(3600.5)
         assert [s["sessionId"] for s in (await client.list_sessions())["sessions"]] == [
             session_id]  # attached: it stays
         await client.detach()
-        await until_sessions(client, lambda sessions: not sessions)
+        left = trio.current_time()
+        await trio.sleep_until(left + 29.99)
+        assert len((await client.list_sessions())["sessions"]) == 1  # not yet
+        await trio.sleep_until(left + 30.01)
+        assert (await client.list_sessions())["sessions"] == []
         stored = (await client.list_sessions())["stored"]
         assert [s["sessionId"] for s in stored] == [session_id]
         resumed = await client.attach(session_id)  # back from its file
