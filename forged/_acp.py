@@ -45,6 +45,7 @@ from ._errors import CommandError
 from ._jsonl import LineTooLong, decode_json, encode_line
 from ._log import log, log_exception
 from ._session import open_session
+from ._settings import DEFAULTS
 from ._tools import ToolError
 from ._tools.files import read_file, write_file
 from ._transports.stdio import SHUTDOWN_GRACE_S
@@ -61,7 +62,7 @@ TOOL_KINDS = {"read": "read", "edit": "edit", "write": "edit", "bash": "execute"
 BUSY_PROMPT_SETTING = "acpPromptWhileBusy"
 """``followUp`` (default) or ``steer``: what a prompt sent while one runs becomes."""
 FS_TIMEOUT_SETTING = "acpFsTimeoutSeconds"
-FS_TIMEOUT_S = 30.0
+FS_TIMEOUT_S = float(DEFAULTS["acpFsTimeoutSeconds"])
 """How long the editor has to answer ``fs/read_text_file`` or ``fs/write_text_file``; past
 it, the tool that asked fails."""
 CONFIRM_OPTIONS = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},

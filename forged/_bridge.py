@@ -161,6 +161,21 @@ def _start_daemon(argv: list[str], path: Path) -> Path:
     return log_path
 
 
+async def _why_closed(path: Path, mid_line: bool) -> str:
+    """Why the daemon closed our connection: it stopped (nothing answers on its socket any
+    more), or it cut us off."""
+    from ._paths import open_daemon_socket
+
+    where = " in the middle of a line" if mid_line else ""
+    try:
+        stream = await open_daemon_socket(path)
+    except (OSError, ConfigError):
+        return f"the daemon stopped{where} (its log says why)"
+    await stream.aclose()
+    return (f"the daemon closed the connection{where} (it cuts off a client that stops "
+            "reading; its log says why)")
+
+
 async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                   unused: list[str], stdout_fd: int) -> int:
     from ._connection import open_fd_stream
@@ -190,9 +205,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
             data = await stream.receive_some(1 << 20)
             if not data and (splitter.holding or not input_ended.is_set()):
                 # Cut off (a client that does not keep up) or gone: never half a line.
-                failure.append("the daemon closed the connection"
-                               + (" in the middle of a line" if splitter.holding else "")
-                               + " (it cuts off a client that stops reading; its log says why)")
+                failure.append(await _why_closed(path, splitter.holding))
                 return
             lines = list(splitter.feed(bytes(data))) if data else []
             out = bytearray()

@@ -37,8 +37,8 @@ environment:
   ANTHROPIC_API_KEY   key for the built-in anthropic provider
   OPENAI_API_KEY      key for the built-in openai provider
 
-example (no API key needed):
-  forged --mode rpc --provider scripted --script forged/examples/fix-greeting.json
+example (no API key needed; each tool call on stderr, the reply on stdout):
+  forged -p --provider scripted --script {example} "Write a greeting program"
 
 for scripts:
   forged -p "Fix the failing test"         print the final reply (exit 1 on error)
@@ -59,8 +59,9 @@ other commands:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    example = Path(__file__).parent / "examples" / "fix-greeting.json"  # where it is installed
     parser = argparse.ArgumentParser(
-        prog="forged", description=DESCRIPTION, epilog=EPILOG,
+        prog="forged", description=DESCRIPTION, epilog=EPILOG.replace("{example}", str(example)),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", "-v", action="version", version=__version__,
                         help="print the version number and exit")
@@ -468,6 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:2] == ["config", "show"]:
         return config_show(argv[2:])
+    if argv[:1] == ["config"]:  # never a MESSAGE: the one command config has, and its usage
+        parser = build_config_parser()
+        if not argv[1:]:
+            parser.error("forged config needs a command: show")
+        if argv[1] not in ("-h", "--help"):
+            parser.error(f"unknown command {argv[1]!r}: forged config show is the only one")
+        parser.print_help()
+        return 0
     if argv[:1] == ["mcp"]:
         from ._oneshot import mcp_command
 
@@ -507,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
             messages = [f"{piped.rstrip()}\n\n{messages[0]}" if messages else piped.rstrip(),
                         *messages[1:]]
         if not messages:
-            log(f"--mode {mode} needs a MESSAGE argument or piped input")
+            log(f"{'-p' if mode == 'text' else '--mode json'} needs a MESSAGE argument or "
+                "piped input")
             return 2
     elif messages:
         log(f"MESSAGE arguments need -p or --mode json (in {mode} mode prompts come "

@@ -60,11 +60,12 @@ from ._hub import (
 from ._log import log
 from ._paths import default_socket_path, make_ws_token, runtime_dir
 from ._session import SessionConfig
+from ._settings import DEFAULTS
 from ._transports.stdio import SHUTDOWN_GRACE_S
 
 # --- the daemon --------------------------------------------------------------------------------
 
-DRAIN_GRACE_S = 30.0
+DRAIN_GRACE_S = float(DEFAULTS["daemon.drainSeconds"])
 FLUSH_S = 2.0
 
 
@@ -98,6 +99,9 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async with trio.open_nursery() as daemon_nursery:
                 models = models or await open_models(options, daemon_nursery)
+                if options.script is not None:
+                    log(f"--script {options.script}: one playback for the whole daemon; its "
+                        "sessions take the replies in turn, whichever asks")
 
                 def make_config(request: SessionRequest) -> SessionConfig:
                     asked = Models(registry=models.registry,

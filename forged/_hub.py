@@ -35,18 +35,19 @@ from ._dispatch import Dispatcher, Reply
 from ._errors import CommandError, ForgedError
 from ._log import log
 from ._session import Session, SessionConfig, open_session
+from ._settings import DEFAULTS
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
 PEER_QUEUE_BYTES = 16 * 1024 * 1024
 """A client with more than this unread is cut off."""
-IDLE_UNLOAD_S = 30 * 60.0
+IDLE_UNLOAD_S = float(DEFAULTS["daemon.idleUnloadSeconds"])
 EMPTY_IDLE_UNLOAD_S = 10.0
 """How long a session that holds nothing yet stays loaded once its last client left: a
 dropped connection's fresh session is not worth keeping, and cheap to make again."""
 STALLED_S = 5.0
 BURST_FACTOR = 4
-MAX_LIVE_SESSIONS = 64
+MAX_LIVE_SESSIONS = int(DEFAULTS["daemon.maxSessions"])
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
 
 

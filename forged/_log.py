@@ -27,6 +27,11 @@ def log(message: str) -> None:
     _stderr.write(f"forged: {message}\n")
 
 
+def log_plain(text: str) -> None:
+    """`text` as it is, for a person reading stderr (``-p``'s trace on a terminal)."""
+    _stderr.write(f"{text}\n")
+
+
 def log_exception(message: str, exc: BaseException) -> None:
     """`message`, then `exc`'s traceback: a bug, or a failure of someone else's code (a
     plugin's)."""

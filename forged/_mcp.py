@@ -58,13 +58,14 @@ from ._log import log, log_exception
 from ._mcp_sieve import Sieve, object_schema
 from ._models import resolve_value
 from ._paths import rewrite
+from ._settings import DEFAULTS
 from ._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, ToolError, text_result
 from ._tools.base import ScratchDir
 from ._version import __version__
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0
-DEFAULT_STARTUP_TIMEOUT_S = 10.0
+DEFAULT_STARTUP_TIMEOUT_S = float(DEFAULTS["mcp.startupTimeout"])
 """How long a model request waits for a server that has never listed its tools (setting
 ``mcp.startupTimeout``, per server ``startupTimeout``)."""
 DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024

@@ -201,6 +201,9 @@ class ProviderDefinition:
     model_overrides: dict[str, ModelOverride] | None = None
 
 
+MODELS_JSON_KEYS = frozenset({"providers", "$schema"})
+"""The top-level keys of models.json; any other is said to be ignored."""
+
 _command_values: dict[str, str | None] = {}
 """Each ``!command`` value's output (None: it failed), run once per process."""
 _commands_running: dict[str, tuple[trio.lowlevel.TrioToken, trio.Event]] = {}
@@ -357,6 +360,11 @@ class ModelRegistry:
             log(f"ignoring custom models: {self.error}")
             return
         problems: list[str] = []
+        for key in data:
+            if key not in MODELS_JSON_KEYS:
+                hint = " (did you mean \"providers\"?)" if key.startswith("provider") else ""
+                problems.append(f"unknown key {key!r}{hint}")
+                log(f"{path}: unknown key {key!r} is ignored{hint}")
         for name, raw in providers.items():
             try:
                 self._merge(name, _codec.structure(raw, ProviderDefinition))

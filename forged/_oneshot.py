@@ -26,9 +26,7 @@ def list_models(options: Options, search: str) -> int:
     in order, in ``provider id``), as a table: provider, model, context, max-out, thinking,
     images."""
     registry = ModelRegistry()
-    registry.load_models_json(agent_dir() / "models.json")
-    if registry.error:
-        log(f"ignoring custom models: {registry.error}")
+    registry.load_models_json(agent_dir() / "models.json")  # which says what it skips
     if options.api_key is not None:
         use_key(registry, options, options.provider)
     models = registry.available()

@@ -3,10 +3,13 @@ then exit.
 
 The tree is stdio's (`forged._transports.stdio`) without a reader: the messages are the
 input, and the outbox writes either every event (``--mode json``) or the last reply's text.
+On a terminal, ``-p`` also shows each tool call on stderr as it ends (`Trace`): what the agent
+did, a line or two each, with the reply on stdout.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
@@ -18,7 +21,7 @@ from ._config import Options, open_session_config
 from ._connection import Outbox, open_fd_stream
 from ._dispatch import Dispatcher
 from ._jsonl import encode_line
-from ._log import log
+from ._log import log, log_plain
 from ._session import Session, open_session
 from ._transports.stdio import watch_signals_until_exit
 
@@ -40,8 +43,8 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
     async with trio.open_nursery() as process_nursery:
         config = await open_session_config(attrs.evolve(options, interactive=False),
                                            process_nursery)
-        async with open_session(config, outbox.put if events else lambda _: None,
-                                outbox.wait_for_room if events else None,
+        sink = outbox.put if events else Trace() if os.isatty(2) else lambda _: None
+        async with open_session(config, sink, outbox.wait_for_room if events else None,
                                 in_thread=False) as session:
             dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
 
@@ -71,6 +74,39 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
                 outbox.close()
         process_nursery.cancel_scope.cancel()
     return code
+
+
+TRACE_OUTPUT_LINES = 3
+
+
+class Trace:
+    """Each tool call, when it ends, as a line or two on stderr: ``[write] greet.py``, a
+    command's first lines of output, a failure's first line."""
+
+    def __init__(self) -> None:
+        self._arguments: dict[str, Any] = {}
+        """Each running tool call's arguments, by its id."""
+
+    def __call__(self, line: bytes) -> None:
+        head = line[:40]
+        if b'"type":"tool_execution_start"' in head:
+            started = orjson.loads(line)
+            self._arguments[started["toolCallId"]] = started.get("args") or {}
+            return
+        if b'"type":"tool_execution_end"' not in head:
+            return
+        event = orjson.loads(line)
+        arguments = self._arguments.pop(event["toolCallId"], {})
+        shown = next((str(arguments[key]) for key in ("path", "command", "pattern")
+                      if isinstance(arguments.get(key), str)), "")
+        text = "".join(block.get("text", "") for block in event["result"].get("content", [])
+                       if isinstance(block, dict))
+        lines = [f"[{event['toolName']}] {shown.splitlines()[0] if shown else ''}".rstrip()]
+        if event.get("isError"):
+            lines.append(f"    failed: {next(iter(text.strip().splitlines()), '')}")
+        elif event["toolName"] == "bash":
+            lines += [f"    {out}" for out in text.strip().splitlines()[:TRACE_OUTPUT_LINES]]
+        log_plain("\n".join(lines))
 
 
 def _print_last_reply(session: Session, outbox: Outbox) -> int:

@@ -12,6 +12,7 @@ cannot be read is never written.
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "steeringMode": "one-at-a-time",
     "followUpMode": "one-at-a-time",
     "acpPromptWhileBusy": "followUp",
+    "acpFsTimeoutSeconds": 30,
     "compaction.enabled": True,
     "compaction.reserveTokens": 16_384,
     "compaction.keepRecentTokens": 20_000,
@@ -39,12 +41,18 @@ DEFAULTS: dict[str, Any] = {
     "retry.baseDelayMs": 2000,
     "retry.maxDelayMs": 60_000,
     "retry.idleTimeoutMs": 120_000,
-    "shellPath": UNSET,
+    "shellPath": "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh",
     "shellCommandPrefix": UNSET,
     "enabledModels": UNSET,
+    "defaultTools": ["read", "bash", "edit", "write"],
     "skills": [],
     "prompts": [],
     "trustedProjects": [],
+    "defaultProjectTrust": "ask",
+    "mcp.startupTimeout": 10,
+    "daemon.idleUnloadSeconds": 1800,
+    "daemon.drainSeconds": 30,
+    "daemon.maxSessions": 64,
 }
 """The keys forged reads, by dotted path, with the value used when no file sets one."""
 

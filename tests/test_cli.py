@@ -148,3 +148,41 @@ async def test_a_bad_session_option_is_one_line_not_a_traceback(tmp_path: Path,
     (line,) = result.stderr.decode().splitlines()
     assert line.startswith("forged: ") and "Traceback" not in line
     assert (tmp_path / "main.py").read_text() == "print('hello')\n"
+
+
+@pytest.mark.parametrize("args", [["config"], ["config", "bogus"], ["-p"]])
+def test_a_command_missing_its_part_says_what_it_needs(tmp_path: Path, args: list[str]) -> None:
+    """``forged config`` (or a command it does not have) is not a MESSAGE, and -p with no
+    message names -p."""
+    (tmp_path / "agent").mkdir()
+    done = subprocess.run([str(BIN / "forged"), *args], input=b"", capture_output=True,
+                          timeout=30, env=child_env(tmp_path / "agent"), check=False)
+    said = done.stderr.decode()
+    assert done.returncode == 2 and "MESSAGE arguments" not in said
+    if args == ["-p"]:
+        assert said == "forged: -p needs a MESSAGE argument or piped input\n"
+    else:
+        assert said.startswith("usage: forged config show")
+        assert ("needs a command: show" if len(args) == 1 else "unknown command 'bogus'") in said
+
+
+def test_a_scripted_daemon_says_it_plays_one_script_for_all(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [text("A")]}))
+    daemon = subprocess.Popen(
+        [str(BIN / "forged"), "serve", "--socket", str(tmp_path / "run" / "forged.sock"),
+         "--provider", "scripted", "--script", str(script)], stderr=subprocess.PIPE,
+        env=child_env(tmp_path / "agent"), cwd=tmp_path)
+    assert daemon.stderr is not None
+    said = []
+    try:
+        for line in daemon.stderr:  # until it listens (a hang guard: its own start-up)
+            said.append(line.decode())
+            if "listening on" in line.decode():
+                break
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    assert (f"forged: --script {script}: one playback for the whole daemon; its sessions "
+            "take the replies in turn, whichever asks\n") in said

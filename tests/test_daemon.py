@@ -466,6 +466,31 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
     assert all(orjson.loads(line) for line in output.splitlines())
 
 
+async def test_connect_says_the_daemon_stopped_when_it_did(tmp_path: Path) -> None:
+    """A daemon that stops (SIGTERM, then the drain) closes the connection: connect says the
+    daemon stopped, not that it cut off a client that stops reading."""
+    from .test_process import BIN, child_env
+
+    async with open_daemon(tmp_path, [DONE]) as daemon:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+        bridge = await trio.lowlevel.open_process(
+            [str(BIN / "forged"), "connect", "--no-start"], cwd=tmp_path / "project", env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert bridge.stdin is not None and bridge.stdout is not None
+        await bridge.stdin.send_all(b'{"id":"s","type":"get_state"}\n')
+        assert b'"id":"s"' in await bridge.stdout.receive_some(1 << 16)
+        daemon.stop.set()
+        with trio.fail_after(20):  # a hang guard, not a timing
+            while await bridge.stdout.receive_some(1 << 16):
+                pass
+            code = await bridge.wait()
+        assert bridge.stderr is not None
+        stderr = await bridge.stderr.receive_some(1 << 16)
+    assert code == 1
+    assert stderr.decode().splitlines()[-1] == (
+        "forged: the daemon stopped (its log says why)")
+
+
 @pytest.mark.parametrize("problem", ["another user's", "open to others", "a symbolic link"])
 async def test_a_runtime_folder_that_is_not_safely_the_users_is_refused(
         tmp_path: Path, problem: str) -> None:

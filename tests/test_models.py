@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from forged import _wire as w
+from forged._cli import main
 from forged._errors import ConfigError
 from forged._models import ModelRegistry, clamp_level, resolve_value, supported_levels
 from forged._process import VALUE_TIMEOUT_S, ValueCommandFailed, run_value_command
@@ -216,6 +217,18 @@ def test_errors_say_what_is_unknown() -> None:
     with pytest.raises(ConfigError, match=r"^Unknown provider 'nosuch' \(known: ant-ling, "
                        r"anthropic, .*openai, .*openrouter, .*zai-coding-cn\)$"):
         registry.check_provider("nosuch")
+
+
+def test_a_misspelt_key_is_said_once_and_each_problem_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "models.json").write_text(json.dumps({
+        "provider": {"x": {}}, "providers": {"bad": {"models": [{"id": "a"}]}}}))
+    monkeypatch.setenv("AGENT_FORGE_DIR", str(tmp_path))
+    assert main(["--list-models"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("unknown key 'provider' is ignored (did you mean \"providers\"?)") == 1
+    assert err.count("its models need an apiKey") == 1
 
 
 def test_values_are_resolved_as_the_ancestor_resolves_them(

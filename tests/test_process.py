@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
@@ -159,12 +160,48 @@ async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path,
     assert bash["result"]["content"][0]["text"] == "Hello, world!\n"
 
 
+def test_the_readme_first_command_shows_a_trace_on_a_terminal(tmp_path: Path) -> None:
+    """``forged -p`` with stderr on a terminal: each tool call in a line or two, then the
+    reply on stdout; piped, stderr stays quiet."""
+    (tmp_path / "agent").mkdir()
+    command = [str(BIN / "forged"), "-p", "--provider", "scripted", "--script", str(EXAMPLE),
+               "--cwd", str(tmp_path), "Write a greeting program and run it"]
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=follower, timeout=60,
+                              env=child_env(tmp_path / "agent"), check=False)
+        os.close(follower)
+        follower = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other end is closed: all was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert done.returncode == 0
+    assert shown.decode().replace("\r\n", "\n").splitlines() == [
+        "[write] greet.py", "[read] greet.py", "[edit] greet.py", "[bash] python3 greet.py",
+        "    Hello, world!"]
+    assert done.stdout == b"Done: `greet.py` now prints **Hello, world!**\n"
+    piped = subprocess.run(command, capture_output=True, timeout=60,
+                           env=child_env(tmp_path / "agent"), check=False)
+    assert piped.stderr == b"" and piped.stdout == done.stdout
+
+
 async def test_help_version_and_the_agent_forge_alias(tmp_path: Path) -> None:
     help_text = (await trio.run_process([str(BIN / "forged"), "--help"],
                                         capture_stdout=True)).stdout.decode()
     for option in ("--mode", "--provider", "--model", "--name", "-n", "--no-session",
                    "--session-dir", "--cwd", "--version", "--script"):
         assert option in help_text
+    assert f"--script {EXAMPLE} " in help_text  # where it is installed, not a checkout's
     version = await trio.run_process([str(BIN / "agent-forge"), "--version"],
                                      capture_stdout=True)
     assert version.stdout.decode().splitlines()[0] == forged.__version__  # bare, as pi's

@@ -209,7 +209,7 @@ async def test_abort_mid_tool_kills_the_process_group(tmp_path: Path) -> None:
     assert live_group_members(pgid) == []
     end = client.events("tool_execution_end")[0]
     assert end["isError"] is True
-    assert end["result"]["content"][0]["text"] == f"{pgid}\n\n\nCommand aborted"
+    assert end["result"]["content"][0]["text"] == f"{pgid}\n\nCommand aborted"
     result = client.events("message_end")[-1]["message"]
     assert result["role"] == "toolResult" and result["isError"] is True
     assert shapes(client)[-6:] == ["message_start:toolResult", "message_end:toolResult",

@@ -99,6 +99,12 @@ def test_config_show_names_where_each_value_came_from(tmp_path: Path) -> None:
     assert rows["steeringMode"] == ("all", project_file)
     assert rows["theme"] == ("dark", global_file)  # unknown keys are shown too
     assert rows["compaction.reserveTokens"] == (16384, "default")
+    for key, value in [("daemon.maxSessions", 64), ("daemon.idleUnloadSeconds", 1800),
+                       ("daemon.drainSeconds", 30), ("defaultProjectTrust", "ask"),
+                       ("defaultTools", ["read", "bash", "edit", "write"]),
+                       ("mcp.startupTimeout", 10), ("acpFsTimeoutSeconds", 30)]:
+        assert rows[key] == (value, "default"), key  # every documented default is shown
+    assert rows["shellPath"][0] in ("/bin/bash", "/bin/sh")
 
     text = subprocess.run(
         [sys.executable, "-m", "forged", "config", "show", "--cwd", str(tmp_path / "project")],

@@ -282,6 +282,8 @@ async def test_bash_output_exit_code_and_updates(tmp_path: Path) -> None:
         "bad\n\n\nCommand exited with code 3")
     assert await fails("bash", tmp_path, command="sleep 5", timeout=0.2) == (
         "Command timed out after 0.2 seconds")
+    assert await fails("bash", tmp_path, command="echo started; sleep 5", timeout=0.2) == (
+        "started\n\nCommand timed out after 0.2 seconds")
     assert text(await call("bash", tmp_path, command="pwd")) == f"{tmp_path}\n"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from .._settings import DEFAULTS
 from .base import InvalidArguments as InvalidArguments
 from .base import Tool as Tool
 from .base import ToolContext as ToolContext
@@ -36,7 +37,7 @@ def parse_arguments(tool: Tool, arguments: dict[str, Any]) -> Any:
                         f"Received arguments:\n{json.dumps(arguments, indent=2)}") from None
 
 
-DEFAULT_TOOLS = ("read", "bash", "edit", "write")
+DEFAULT_TOOLS = tuple(DEFAULTS["defaultTools"])
 """What the model gets when nothing chooses otherwise, as in the ancestor."""
 MCP_RESOURCE_TOOLS = ("list_mcp_resources", "read_mcp_resource")
 """MCP tools as much as the servers' own ``mcp__<server>__<tool>``."""

@@ -276,14 +276,13 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
                       else spool.whole_text(STRUCTURED_OUTPUT_BYTES))
     except trio.Cancelled:
         text, details = format_output(spool)
-        body = "" if text == "(no output)" else f"{text}\n\n"
-        ctx.aborted_result = text_result(f"{body}Command aborted", details)
+        ctx.aborted_result = text_result(f"{_ahead(text)}Command aborted", details)
         raise
     finally:
         spool.close()
     if execution.timed_out:
-        body = "" if text == "(no output)" else f"{text}\n\n"
-        raise ToolError(f"{body}Command timed out after {params.timeout:g} seconds", details)
+        raise ToolError(f"{_ahead(text)}Command timed out after {params.timeout:g} seconds",
+                        details)
     structured: dict[str, Any] = {"output": whole, "truncated": cut}
     if cut and details is not None:
         structured["full_output_path"] = details["fullOutputPath"]
@@ -293,6 +292,11 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         raise ToolError(f"{text}\n\nCommand exited with code {execution.exit_code}", details,
                         structured)
     return text_result(text, details, structured)
+
+
+def _ahead(text: str) -> str:
+    """The output before a note that the command was stopped: one blank line between."""
+    return "" if text == "(no output)" else f"{text.rstrip(chr(10))}\n\n"
 
 
 BASH = typed_tool(
