@@ -292,4 +292,4 @@ def test_the_client_loads_no_server_module() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.split()
     assert loaded == ["forged", "forged._errors", "forged._jsonl", "forged._paths",
-                      "forged.client"]
+                      "forged._version", "forged.client"]
