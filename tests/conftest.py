@@ -15,17 +15,21 @@ settings.register_profile("dev", database=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
-@pytest.fixture
-def read_only_folder(tmp_path: Path) -> Iterator[Path]:
-    """An empty folder on a read-only file system, which even root cannot write (mounting
-    needs root: the test skips, saying so, without it)."""
-    mount_point = tmp_path / "read-only"
+def mounted_tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
+    """A tmpfs at `mount_point` with `options` while the generator is held (mounting needs
+    root: the test skips, saying so, without it)."""
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs",
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs",
                               str(mount_point)], capture_output=True, text=True, check=False)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a read-only file system: {mounted.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs ({options}): {mounted.stderr.strip()}")
     try:
         yield mount_point
     finally:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """An empty folder on a read-only file system, which even root cannot write."""
+    yield from mounted_tmpfs(tmp_path / "read-only", "ro,size=64k")

@@ -25,7 +25,7 @@ from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._transports.websocket import MAX_UNAUTHENTICATED
 from forged.client import Client, Event
 
-from .harness import open_daemon
+from .harness import Daemon, open_daemon
 
 ASKING_PLUGIN = '''
 def register(api):
@@ -437,20 +437,26 @@ async def test_one_large_message_does_not_cut_off_a_client_that_reads(tmp_path: 
     assert len(ends[1]["message"]["content"][0]["text"]) == 9 << 20
 
 
+async def connect_to(daemon: Daemon, tmp_path: Path, first: bytes) -> trio.Process:
+    """``forged connect --no-start`` to `daemon`, its stdio piped, `first` written to it."""
+    from .test_process import BIN, child_env
+
+    env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+    bridge = await trio.lowlevel.open_process(
+        [str(BIN / "forged"), "connect", "--no-start"], cwd=tmp_path / "project", env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert bridge.stdin is not None and bridge.stdout is not None
+    await bridge.stdin.send_all(first)
+    return bridge
+
+
 async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path) -> None:
     """A `forged connect` whose own reader stops is cut off by the daemon; what it then
     writes ends with a whole line, and it says why on stderr with exit status 1."""
-    from .test_process import BIN, child_env
-
     flood = Reply(content=[ScriptText(text="x" * 40000, chunks=40000)])
     async with open_daemon(tmp_path, [flood], queue_limit_bytes=256 * 1024) as daemon, \
             daemon.client() as watcher:
-        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
-        bridge = await trio.lowlevel.open_process(
-            [str(BIN / "forged"), "connect", "--no-start"], cwd=tmp_path / "project", env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert bridge.stdin is not None and bridge.stdout is not None
-        await bridge.stdin.send_all(b'{"type":"prompt","message":"flood"}\n')
+        bridge = await connect_to(daemon, tmp_path, b'{"type":"prompt","message":"flood"}\n')
         await until_sessions(  # nobody reads the bridge: the daemon cuts it off
             watcher, lambda sessions: [s["clients"] for s in sessions] == [0], timeout_s=20)
         output = bytearray()
@@ -469,15 +475,9 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
 async def test_connect_says_the_daemon_stopped_when_it_did(tmp_path: Path) -> None:
     """A daemon that stops (SIGTERM, then the drain) closes the connection: connect says the
     daemon stopped, not that it cut off a client that stops reading."""
-    from .test_process import BIN, child_env
-
     async with open_daemon(tmp_path, [DONE]) as daemon:
-        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
-        bridge = await trio.lowlevel.open_process(
-            [str(BIN / "forged"), "connect", "--no-start"], cwd=tmp_path / "project", env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert bridge.stdin is not None and bridge.stdout is not None
-        await bridge.stdin.send_all(b'{"id":"s","type":"get_state"}\n')
+        bridge = await connect_to(daemon, tmp_path, b'{"id":"s","type":"get_state"}\n')
+        assert bridge.stdout is not None
         assert b'"id":"s"' in await bridge.stdout.receive_some(1 << 16)
         daemon.stop.set()
         with trio.fail_after(20):  # a hang guard, not a timing

@@ -20,7 +20,7 @@ import trio
 from forged._mcp import ConfigProblem, McpConfig, exposed, parse_entry, tool_name
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
 
-from .test_process import RPC, Child, child_env
+from .test_process import RPC, Child, child_env, running
 
 SERVER = str(Path(__file__).parent / "mcp_server.py")
 DONE = Reply(content=[ScriptText(text="done")])
@@ -510,15 +510,6 @@ def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:
     local = json.loads((tmp_path / ".agent-forge" / "mcp.json").read_text())["mcpServers"]
     assert local["tool"] == {"command": "srv2", "args": []}
     assert run("remove", "tool", "--", "x").returncode == 2
-
-
-def running(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, which no init here may reap, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
 
 
 def liar(how: str, *args: str, **more: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from forged._providers.openai import chat_params
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client
+from .test_process import running
 
 
 @pytest.fixture(autouse=True)
@@ -247,15 +248,6 @@ def test_values_are_resolved_as_the_ancestor_resolves_them(
     assert resolve_value(command) == "from-a-command"
     assert counter.read_text() == "run\n"  # once per process
     assert resolve_value("!exit 3") is None
-
-
-def running(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, which no init here may reap, does not)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
 
 
 def test_a_value_command_is_bounded_and_leaves_nothing_running(tmp_path: Path) -> None:

@@ -34,6 +34,15 @@ def child_env(agent_dir: Path) -> dict[str, str]:
     return env
 
 
+def running(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, which no init here may reap, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
 class Child:
     def __init__(self, process: trio.Process) -> None:
         self.process = process

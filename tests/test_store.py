@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,8 @@ from forged._errors import CommandError, PersistenceError
 from forged._paths import session_dir_for
 from forged._store import SessionFile, SessionLockedError
 from forged._switching import open_or_create
+
+from .conftest import mounted_tmpfs
 
 
 def lines(path: Path) -> list[dict[str, object]]:
@@ -166,17 +167,8 @@ def test_a_snapshot_reads_without_a_lock_or_a_change(tmp_path: Path) -> None:
 
 @pytest.fixture
 def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs, to fill up for real (mounting needs root)."""
-    mount_point = tmp_path / "tiny"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
-                              str(mount_point)], capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill: {mounted.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+    """A 64 KiB tmpfs, to fill up for real."""
+    yield from mounted_tmpfs(tmp_path / "tiny", "size=64k")
 
 
 def test_a_full_disk_mid_line_is_cut_back_and_nothing_is_lost(tiny_filesystem: Path) -> None:
