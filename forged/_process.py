@@ -42,6 +42,8 @@ VALUE_MAX_BYTES = 1024 * 1024
 """A ``!command``'s output is its value up to this size; a longer one is refused."""
 VALUE_EXIT_DRAIN_S = 0.1
 """After a ``!command`` exits, how long output still in flight is read."""
+VALUE_POLL_S = 0.5
+"""Where its exit cannot be waited for (no pidfd), how often it is looked at."""
 
 _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -274,6 +276,10 @@ def run_value_command(command: str, *, timeout_s: float = VALUE_TIMEOUT_S,
     drain_until: float | None = None
     failure: str | None = None
     try:
+        exited = os.pidfd_open(process.pid)  # readable once the command has exited
+    except (AttributeError, OSError):
+        exited = None
+    try:
         fd = process.stdout.fileno()
         while True:
             now = time.monotonic()
@@ -284,8 +290,9 @@ def run_value_command(command: str, *, timeout_s: float = VALUE_TIMEOUT_S,
                 if drain_until is None:
                     failure = f"it did not finish within {timeout_s:g} s"
                 break
-            ready, _, _ = select.select([fd], [], [], until - now)
-            if not ready:
+            waits = [fd] if exited is None or drain_until is not None else [fd, exited]
+            ready, _, _ = select.select(waits, [], [], min(until - now, VALUE_POLL_S))
+            if fd not in ready:
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:  # every writer closed the pipe
@@ -298,6 +305,8 @@ def run_value_command(command: str, *, timeout_s: float = VALUE_TIMEOUT_S,
     except subprocess.TimeoutExpired:
         failure = f"it did not finish within {timeout_s:g} s"
     finally:
+        if exited is not None:
+            os.close(exited)
         process.stdout.close()
         _stop_group(process)
     if failure is None and process.returncode != 0:

@@ -258,7 +258,7 @@ def test_a_value_command_is_bounded_and_leaves_nothing_running(tmp_path: Path) -
         run_value_command("yes")
     pid_file = tmp_path / "child"
     started = time.monotonic()
-    assert run_value_command(f"(sleep 100 & echo $! > {pid_file}); echo k") == "k"
+    assert run_value_command(f"(sleep 100 & echo $! > {pid_file}); echo k; sleep 0.2") == "k"
     assert time.monotonic() - started < VALUE_TIMEOUT_S / 2
     assert not running(int(pid_file.read_text()))
     with pytest.raises(ValueCommandFailed, match=r"did not finish within 0\.3 s"):
