@@ -40,10 +40,10 @@ from . import _codec
 from . import _wire as w
 from ._config import Models, Options, list_stored, open_models, session_config
 from ._connection import Outbox, open_fd_stream, read_lines
-from ._dispatch import Dispatcher
-from ._errors import CommandError
+from ._dispatch import Dispatcher, failure_text
+from ._errors import AcpError, ClientGone, CommandError
 from ._jsonl import LineTooLong, decode_json, encode_line
-from ._log import log, log_exception
+from ._log import log
 from ._session import open_session
 from ._settings import DEFAULTS
 from ._tools import ToolError
@@ -76,16 +76,6 @@ _REFUSALS = ("no", "reject", "deny", "cancel", "block", "skip", "abort", "stop")
 RequestId = int | str
 Message = dict[str, Any]
 Answered = Callable[[Message], None]
-
-
-class AcpError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class ClientGone(Exception):
-    """The client closed its end before answering a request of ours."""
 
 
 # --- links: how an ACP session reaches its forged session --------------------------------------
@@ -910,11 +900,9 @@ class AcpFront:
                 exc = exc.exceptions[0]  # a nursery's wrapping of one error
             if isinstance(exc, AcpError):
                 code, text = exc.code, str(exc)
-            elif isinstance(exc, CommandError):  # what the RPC mode answers success:false
-                code, text = INVALID_PARAMS, str(exc)
-            else:  # a bug: this request's, not the agent's
-                log_exception(f"{message['method']} failed: {exc!r}", exc)
-                code, text = INTERNAL_ERROR, f"{message['method']} failed: {exc}"
+            else:  # what the RPC mode answers success:false; or a bug, logged there
+                code = INVALID_PARAMS if isinstance(exc, CommandError) else INTERNAL_ERROR
+                text = failure_text(message["method"], exc)
             if request_id is not None:
                 self.fail(request_id, code, text)
             return

@@ -95,8 +95,9 @@ async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: lis
                       unused: list[str], stdout_fd: int) -> int:
     """``forged connect --acp``: the Agent Client Protocol on stdio, each session one of the
     daemon's (a connection of its own)."""
-    from ._acp import INTERNAL_ERROR, AcpError, InDaemon, serve_acp
+    from ._acp import INTERNAL_ERROR, InDaemon, serve_acp
     from ._connection import open_fd_stream
+    from ._errors import AcpError
 
     async def connect() -> trio.abc.Stream:
         try:

@@ -26,6 +26,7 @@ from . import _codec
 from . import _wire as w
 from ._context import build_context, context_message, latest_compaction
 from ._errors import CommandError, ProviderError
+from ._errors import NothingToCompact as NothingToCompact
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import as_user_message
 from ._retry import RetrySettings
@@ -104,10 +105,6 @@ SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
 CUT_ROLES = frozenset({"user", "assistant", "bashExecution", "custom", "branchSummary",
                        "compactionSummary"})
 TURN_START_ROLES = frozenset({"user", "bashExecution"})
-
-
-class NothingToCompact(CommandError):
-    """The branch has nothing a compaction could replace."""
 
 
 @attrs.define(kw_only=True)

@@ -45,6 +45,16 @@ ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
 })
 
 
+def failure_text(command: str, exc: Exception) -> str:
+    """The `error` of a response to a command that raised `exc`: a refusal's own message; a
+    bug (anything else) is logged with its traceback and answered by its message. Every
+    command that fails is answered through here."""
+    if isinstance(exc, CommandError):
+        return str(exc)
+    log_exception(f"{command} failed: {exc!r}", exc)
+    return str(exc) or type(exc).__name__
+
+
 class Reply:
     """Answers one command, once: later calls are ignored."""
 
@@ -61,6 +71,10 @@ class Reply:
 
     def fail(self, error: str) -> None:
         self._send(response_line(self.command, self.command_id, error=error))
+
+    def failed(self, exc: Exception) -> None:
+        """Answer that the command raised `exc` (`failure_text`)."""
+        self.fail(failure_text(self.command, exc))
 
     def _send(self, line: bytes) -> None:
         if not self.sent:
@@ -147,11 +161,8 @@ class Dispatcher:
         handler = self._handlers[type(command)]
         try:
             handler(command, reply)
-        except CommandError as exc:
-            reply.fail(str(exc))
         except Exception as exc:
-            log_exception(f"{command.type} failed: {exc!r}", exc)
-            reply.fail(str(exc) or type(exc).__name__)
+            reply.failed(exc)
 
     async def wait_idle(self) -> None:
         """Until every command is answered (those running as tasks too), no switch runs and
@@ -184,11 +195,8 @@ class Dispatcher:
         async def run() -> None:
             try:
                 result = await work()
-            except CommandError as exc:
-                reply.fail(str(exc))
             except Exception as exc:
-                log_exception(f"{reply.command} failed: {exc!r}", exc)
-                reply.fail(str(exc) or type(exc).__name__)
+                reply.failed(exc)
             else:
                 reply.ok(result)
             finally:

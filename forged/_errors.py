@@ -1,21 +1,38 @@
-"""The exception tree.
+"""The exception tree: every exception class forged defines is here.
 
 ::
 
     ForgedError                  anything forged raises on purpose
     ├── CommandError             a command is refused; the message is the response's `error`
     │   ├── WireError            a line or a field could not be read (a `parse` or field error)
-    │   └── PersistenceError     the session file could not be written (nothing was announced)
+    │   ├── PersistenceError     the session file could not be written (nothing was announced)
+    │   ├── SessionLockedError   another forged process holds the session file
+    │   └── NothingToCompact     the branch has nothing a compaction could replace
     ├── ConfigError              models.json, --model, a script file: bad configuration
-    └── ProviderError            a model call failed; `message` becomes the turn's `errorMessage`
-        ├── ProviderStatusError  the provider answered with an HTTP error status
-        └── ProviderStreamError  the connection broke or the stream was malformed
+    │   ├── ConfigProblem        one mcp.json entry is invalid (it is skipped, the others load)
+    │   └── FrontmatterError     a skill's or a template's frontmatter cannot be read
+    ├── ProviderError            a model call failed; `message` becomes the turn's `errorMessage`
+    │   ├── ProviderStatusError  the provider answered with an HTTP error status
+    │   └── ProviderStreamError  the connection broke or the stream was malformed
+    ├── ToolError                a tool failed; `text` becomes its error result
+    │   └── InvalidArguments     a call's arguments do not fit the tool's parameters
+    ├── ValueCommandFailed       a configuration's ``!command`` gave no value
+    ├── AcpError                 an ACP request fails: a JSON-RPC error `code` and message
+    ├── ClientGone               the other side closed before answering a request of ours
+    └── CommandFailed            `forged.client`: forged answered ``success: false``
+
+Two more, in ``forged._mcp.http``, are also httpx2's errors, so that the MCP SDK reads them
+as it reads its own: ``MessageTooLarge`` (a StreamError) and ``EventTooLarge`` (an SSEError),
+both ForgedErrors.
 
 HTTP and network errors are mapped to `ProviderError` in exactly one place,
-`forged._providers.http.provider_errors`.
+`forged._providers.http.provider_errors`. A command that fails becomes an error response in
+one place too: `forged._dispatch.failure_text`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class ForgedError(Exception):
@@ -35,8 +52,24 @@ class PersistenceError(CommandError):
     be stored was neither stored nor announced."""
 
 
+class SessionLockedError(CommandError):
+    """Another process holds the session file."""
+
+
+class NothingToCompact(CommandError):
+    """The branch has nothing a compaction could replace."""
+
+
 class ConfigError(ForgedError):
     """Configuration (models.json, --model, a script file) is invalid."""
+
+
+class ConfigProblem(ConfigError):
+    """One ``mcpServers`` entry is invalid: it is skipped, and the others load."""
+
+
+class FrontmatterError(ConfigError):
+    """A skill's or a prompt template's YAML frontmatter cannot be read."""
 
 
 class ProviderError(ForgedError):
@@ -55,3 +88,47 @@ class ProviderStatusError(ProviderError):
 
 class ProviderStreamError(ProviderError):
     """The connection failed, or the stream ended early or was malformed."""
+
+
+class ToolError(ForgedError):
+    """The tool failed; `text` (and `details`, `structured`) become an error result."""
+
+    def __init__(self, text: str, details: dict[str, Any] | None = None,
+                 structured: dict[str, Any] | None = None) -> None:
+        super().__init__(text)
+        self.text = text
+        self.details = details
+        self.structured = structured
+
+
+class InvalidArguments(ToolError):
+    """A tool call's arguments do not fit the tool's parameters: `problems`, one per line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class ValueCommandFailed(ForgedError):
+    """Why a configuration's ``!command`` gave no value."""
+
+
+class AcpError(ForgedError):
+    """An ACP request fails with the JSON-RPC error `code` and this message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ClientGone(ForgedError):
+    """The other side closed its end before answering a request of ours."""
+
+
+class CommandFailed(ForgedError):
+    """forged answered a command with ``success: false``."""
+
+    def __init__(self, command: str, error: str) -> None:
+        super().__init__(f"{command}: {error}")
+        self.command = command
+        self.error = error

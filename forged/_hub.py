@@ -18,7 +18,6 @@ A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
 from __future__ import annotations
 
 import collections
-import traceback
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -414,12 +413,8 @@ class Hub:
                         opening or await self.session_config(SessionRequest())))
                 assert peer.live is not None
                 peer.live.dispatcher.handle(command, command_id, peer.send)
-        except CommandError as exc:
-            reply.fail(str(exc))
         except Exception as exc:  # a bug or an unforeseen input: this command's, not the daemon's
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            log(f"{command.type} failed: {exc!r} ({frame.filename}:{frame.lineno})")
-            reply.fail(f"{command.type} failed: {exc!r}")
+            reply.failed(exc)
 
     def _move(self, peer: Peer, live: LiveSession, since_seq: int | None = None
               ) -> w.AttachResult:

@@ -53,6 +53,7 @@ import trio
 
 from . import _wire as w
 from ._codec import structure, unstructure
+from ._errors import ConfigProblem as ConfigProblem
 from ._errors import WireError
 from ._log import log, log_exception
 from ._mcp_sieve import Sieve, object_schema
@@ -116,10 +117,6 @@ class ServerSpec:
     object of names or patterns to exposures (an exact name first, else the first pattern
     that matches). ``*`` matches any characters."""
     source: str = ""
-
-
-class ConfigProblem(ValueError):
-    pass
 
 
 def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx2
 import trio
 
+from ._errors import ForgedError
 from ._log import log
 
 RETRIES = 2
@@ -22,11 +23,11 @@ SSE_SLACK_BYTES = 64 * 1024
 the error that names it."""
 
 
-class MessageTooLarge(httpx2.StreamError):
+class MessageTooLarge(httpx2.StreamError, ForgedError):
     """A JSON answer past the limit (the SDK answers its request with this error)."""
 
 
-class EventTooLarge(httpx2.SSEError):
+class EventTooLarge(httpx2.SSEError, ForgedError):
     """An event of a stream past the limit (the SDK ends the request it answers)."""
 
 

@@ -19,10 +19,10 @@ import trio
 
 from . import _codec
 from . import _wire as w
-from ._errors import ConfigError, WireError
+from ._errors import ConfigError, ValueCommandFailed, WireError
 from ._log import log
 from ._paths import agent_dir
-from ._process import ValueCommandFailed, run_value_command
+from ._process import run_value_command
 from ._providers import APIS
 
 LEVELS: list[str] = list(w.THINKING_LEVELS)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import trio
 
+from ._errors import ValueCommandFailed
 from ._log import log
 
 KILL_GRACE_S = 2.0
@@ -250,10 +251,6 @@ async def kill_process_group(process: Child, *, force: bool = False) -> None:
 
 
 # --- a configuration's !command ----------------------------------------------------------------
-
-class ValueCommandFailed(Exception):
-    """Why a ``!command`` gave no value."""
-
 
 def run_value_command(command: str, *, timeout_s: float = VALUE_TIMEOUT_S,
                       max_bytes: int = VALUE_MAX_BYTES) -> str:

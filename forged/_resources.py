@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ._errors import CommandError
+from ._errors import CommandError, FrontmatterError
 from ._log import log
 from ._settings import PROJECT_DIR, Settings
 from ._tools import Tool
@@ -63,10 +63,6 @@ def find_context_files(cwd: Path, agent_dir: Path) -> list[ContextFile]:
 
 
 # --- frontmatter -------------------------------------------------------------------------------
-
-class FrontmatterError(ValueError):
-    pass
-
 
 def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str]:
     """The YAML object between a leading ``---`` line and the next ``---`` line, and the

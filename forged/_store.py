@@ -37,6 +37,7 @@ import orjson
 
 from . import _wire as w
 from ._errors import CommandError, PersistenceError
+from ._errors import SessionLockedError as SessionLockedError
 from ._jsonl import encode_line
 from ._log import log
 from ._paths import fsync_directory, rewrite
@@ -47,10 +48,6 @@ FSYNCED_ROLES = ("user", "assistant")
 Entry = dict[str, Any]
 LEAF = -1
 """The position of the current leaf, whatever it is when asked."""
-
-
-class SessionLockedError(CommandError):
-    """Another process holds the session file."""
 
 
 def iso_now() -> str:

@@ -31,19 +31,11 @@ from typing import Any
 import orjson
 import trio
 
+from ._errors import CommandFailed
 from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong, camel
 
 Event = dict[str, Any]
 __all__ = ["Client", "CommandFailed", "Event"]
-
-
-class CommandFailed(Exception):
-    """forged answered a command with ``success: false``."""
-
-    def __init__(self, command: str, error: str) -> None:
-        super().__init__(f"{command}: {error}")
-        self.command = command
-        self.error = error
 
 
 class Client:

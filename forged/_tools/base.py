@@ -18,20 +18,11 @@ import cattrs
 
 from .. import _codec
 from .. import _wire as w
+from .._errors import InvalidArguments as InvalidArguments
+from .._errors import ToolError as ToolError
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
-
-
-class ToolError(Exception):
-    """The tool failed; `text` (and `details`, `structured`) become an error result."""
-
-    def __init__(self, text: str, details: dict[str, Any] | None = None,
-                 structured: dict[str, Any] | None = None) -> None:
-        super().__init__(text)
-        self.text = text
-        self.details = details
-        self.structured = structured
 
 
 @attrs.define(kw_only=True, frozen=True)
@@ -96,14 +87,6 @@ class ToolContext:
     unset), over forged's own environment."""
     files: ClientFiles | None = None
     """Where text files are read and written, when not on the disk."""
-
-
-class InvalidArguments(Exception):
-    """A tool call's arguments do not fit the tool's parameters: `problems`, one per line."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
 
 
 @attrs.define(kw_only=True)
