@@ -14,7 +14,7 @@ against the import graph). A package named here stands for all its modules::
     _dispatch                            a command to its handler
     _session                             one session: state, queues, events, what runs
     _run _switching _model_choice        its run driver, its files, its model
-    _compaction _loop _plugins _export _mcp _mcp_http _mcp_stdio _mcp_sieve
+    _compaction _loop _plugins _export _mcp
                                          summaries, one run, plugins, the HTML page, MCP
     _models _resources _context _stats _retry
                                          models, prompts and skills, what the model sees

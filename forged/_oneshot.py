@@ -127,7 +127,8 @@ def mcp_command(args: Any) -> int:
 
 
 def _mcp_entry(args: Any) -> dict[str, Any] | None:
-    from ._mcp import ConfigProblem, parse_entry
+    from ._errors import ConfigProblem
+    from ._mcp import parse_entry
 
     def pairs(items: list[str], flag: str) -> dict[str, str] | None:
         found: dict[str, str] = {}

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import trio
 
-from forged._mcp import ConfigProblem, McpConfig, exposed, parse_entry, tool_name
+from forged._errors import ConfigProblem
+from forged._mcp import McpConfig, exposed, parse_entry, tool_name
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
 
 from .test_process import RPC, Child, child_env, running

@@ -21,8 +21,8 @@ import trio
 from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
-from ._log import log
-from ._process import PIPE, Child, kill_process_group, open_process
+from .._log import log
+from .._process import PIPE, Child, kill_process_group, open_process
 
 READ_CHUNK_BYTES = 1 << 20
 EXIT_WAIT_S = 2.0

@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx2
 import trio
 
-from ._errors import ForgedError
-from ._log import log
+from .._errors import ForgedError
+from .._log import log
 
 RETRIES = 2
 RETRIED_STATUSES = frozenset({408, 429, *range(500, 600)})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._log import log
+from .._log import log
 
 
 def object_schema(schema: Any) -> bool:

@@ -1,0 +1,560 @@
+"""One MCP server of a session: its connection, its tools, and how it is doing.
+
+Its task is one `McpServer.serve`, whose body is this tree, one connection at a time::
+
+    McpServer.serve                    the SDK's imports (a worker thread), then per connection:
+    └── _connect                       until the connection is lost or the session ends
+        ├── the transport              stdio: the server's process group (`.stdio`);
+        │                              HTTP: one client, retrying (`.http`)
+        ├── _read_stderr               a stdio server's stderr -> forged's log, as [mcp NAME];
+        │                              its end is the server's
+        ├── _follow_tools              while up: the tools listed again when they changed
+        └── _keep_listing              while up: the listing to <agentDir>/mcp-cache
+        then, while lost: the next use (a call), and the back-off (0.25 s doubling to 30 s)
+
+Its `State` says where that is: ``disabled``, ``starting``, ``up``, ``lost`` or ``broken``
+(forged's own client failed: no attempt comes any more). A call waits for the attempt under
+way, or asks for one; every change of state wakes whoever waits. The ``mcp`` SDK is imported
+by this task only: a session without servers never loads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import trio
+
+from .. import _wire as w
+from .._errors import ToolError
+from .._log import log, log_exception
+from .._tools import ToolContext, text_result
+from .._tools.base import ScratchDir
+from .._version import __version__
+from .cache import ListedTool, Listing, ListingCache
+from .config import DEFAULT_STARTUP_TIMEOUT_S, ServerSpec, expand
+from .sieve import Sieve, object_schema
+
+RESULT_TEXT_LIMIT = 20 * 1024
+"""Characters of a result's text the model gets, as in the ancestor."""
+MAX_BACKOFF_S = 30.0
+PROGRESS_BURST = 20
+PROGRESS_PER_S = 20.0
+"""A call's progress notifications become ``tool_execution_update`` events at this rate at
+most (after a burst): a server that floods them does not flood the client."""
+STDERR_TAIL_LINES = 5
+
+
+class State(enum.Enum):
+    DISABLED = "disabled"
+    """Configured off: never connected."""
+    STARTING = "starting"
+    """A connection attempt is under way (or the first one is due)."""
+    UP = "up"
+    """Connected: `McpServer.session` answers."""
+    LOST = "lost"
+    """The last connection ended, or never came up; the next use connects again."""
+    BROKEN = "broken"
+    """forged's own client failed (a bug, a broken SDK): no attempt comes any more."""
+
+
+class McpServer:
+    """One server of a session (made by `forged._mcp.servers.McpServers`)."""
+
+    def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None],
+                 cache: ListingCache, listing: Listing | None = None, *,
+                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+        self.spec = spec
+        self.first_listing_by = trio.current_time() + (
+            spec.startup_timeout_s or startup_timeout_s)
+        """Until when a model request waits for it while it has never listed its tools."""
+        self._cwd = cwd
+        self._changed = changed
+        """Told when the tools it offers may have changed."""
+        self._cache = cache
+        self._kept = listing
+        self.state = State.STARTING if spec.enabled else State.DISABLED
+        self._state_changed = trio.Event()
+        self.last_error: str | None = None
+        self.listed: list[ListedTool] = listing.tools if listing else []
+        """The server's tools as last listed (kept from an earlier session until it connects)."""
+        self.resources = listing.resources if listing else False
+        """The server offers resources."""
+        self.summary: str | None = None
+        """The first line of the server's instructions, once connected."""
+        self.session: Any = None
+        """The SDK's ClientSession while up."""
+        self._wanted = trio.Event()
+        """Set by a use that wants a connection: a lost server connects again."""
+        self._lost = trio.Event()
+        """Set when the connection that is up ends (the server exited, or `lose`)."""
+        self._tools_changed = trio.Event()
+        self._stderr_tail: list[str] = []
+        self.started_at = math.inf
+        self._cut: str | None = None
+        """Why the transport last refused a message past ``maxResultBytes``, until a call
+        that failed takes it."""
+
+    @property
+    def status(self) -> str:
+        """The state as ``get_mcp_servers`` says it: ``starting``, ``ready``, ``failed``,
+        ``stopped`` or ``disabled``."""
+        if self.state is State.UP:
+            return "ready"
+        if self.state is State.LOST:
+            return "failed" if self.last_error else "stopped"
+        if self.state is State.BROKEN:
+            return "failed"
+        return str(self.state.value)
+
+    def _enter(self, state: State) -> None:
+        self.state = state
+        changed, self._state_changed = self._state_changed, trio.Event()
+        changed.set()
+        self._changed()
+
+    async def _next_state(self) -> None:
+        await self._state_changed.wait()
+
+    # --- its task ------------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Connect, and connect again on the next use after the connection is lost (the tree
+        above). A failure of forged's own ends this server only, never the session."""
+        if self.state is State.DISABLED:
+            return
+        failures = 0
+        try:
+            await trio.to_thread.run_sync(_load_sdk)  # 0.6 s of imports, off the loop
+            while True:
+                self._wanted = trio.Event()
+                self.started_at = trio.current_time()
+                if self.state is not State.STARTING:
+                    self._enter(State.STARTING)
+                failures = 0 if await self._connect() else failures
+                failures += 1
+                retry_at = trio.current_time() + min(MAX_BACKOFF_S, 0.25 * 2 ** (failures - 1))
+                await self._wanted.wait()
+                await trio.sleep_until(retry_at)
+        except Exception as exc:
+            log_exception(f"MCP server {self.spec.name} stopped: {exc!r}", exc)
+            self.session = None
+            self.last_error = f"forged's client failed: {exc!r}"
+            self._enter(State.BROKEN)
+
+    async def _connect(self) -> bool:
+        """One connection, from its start until it is lost or the session ends; whether it
+        came up. It ends `LOST` either way, its process stopped."""
+        self._lost, self._tools_changed = trio.Event(), trio.Event()
+        self._stderr_tail.clear()
+        up = False
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                try:
+                    self.session = await self._open(stack)
+                except Exception as exc:  # whatever the server does, the session goes on
+                    self._failed("failed", exc)  # its process is stopped as the stack unwinds
+                    return False
+                up = True
+                self.last_error = None
+                log(f"MCP server {self.spec.name} connected: {len(self.listed)} tools")
+                self._enter(State.UP)
+                async with trio.open_nursery() as connected:
+                    connected.start_soon(self._follow_tools)
+                    connected.start_soon(self._keep_listing)
+                    await self._lost.wait()
+                    connected.cancel_scope.cancel()
+                self.session = None
+            self._enter(State.LOST)
+        except Exception as exc:  # a transport that fails in the background ends up here
+            self._failed("lost its connection" if up else "failed", exc)
+        finally:
+            self.session = None
+        return up
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self.session = None
+        self.last_error = _describe(exc, self._stderr_tail)
+        log(f"MCP server {self.spec.name} {what}: {self.last_error}")
+        self._enter(State.LOST)
+
+    async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
+        from mcp.client.session import ClientSession
+        from mcp.types import Implementation
+
+        if self.spec.transport == "stdio":
+            streams = await self._stdio(stack)
+        else:
+            streams = await self._http(stack)
+        sieve = Sieve(self.spec.name, *streams)
+        session = await stack.enter_async_context(ClientSession(
+            sieve.read, sieve.write,
+            read_timeout_seconds=self.spec.timeout_s, logging_callback=self._on_log,
+            message_handler=self._on_message,
+            client_info=Implementation(name="forged", version=__version__)))
+        with trio.fail_at(self.started_at + self.spec.timeout_s):
+            init = await session.initialize()
+            self.listed = await _list_tools(session, self.spec.name)
+        self.resources = init.capabilities.resources is not None
+        self.summary = next(iter((init.instructions or "").strip().splitlines()), None)
+        return session
+
+    async def _keep_listing(self) -> None:
+        """Remember the tools just listed, for the next session, when they changed."""
+        listing = Listing(tools=self.listed, resources=self.resources)
+        if listing != self._kept:
+            self._kept = listing
+            await trio.to_thread.run_sync(self._cache.write, self.spec, listing)
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp.types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self._tools_changed.set()
+
+    async def _follow_tools(self) -> None:
+        """List the tools again each time the server says they changed: new ones are
+        offered from the next model request, withdrawn ones no more."""
+        while True:
+            await self._tools_changed.wait()
+            self._tools_changed = trio.Event()
+            try:
+                with trio.fail_after(self.spec.timeout_s):
+                    self.listed = await _list_tools(self.session, self.spec.name)
+            except Exception as exc:  # the old list stays
+                log(f"MCP server {self.spec.name}: listing its changed tools failed: "
+                    f"{_describe(exc, [])}")
+                continue
+            log(f"MCP server {self.spec.name} changed its tools: {len(self.listed)} tools")
+            self._changed()
+            await self._keep_listing()
+
+    async def _on_log(self, params: Any) -> None:
+        """A logging notification, to forged's log as ``[mcp NAME] level logger: message``."""
+        data = params.data if isinstance(params.data, str) else orjson.dumps(
+            params.data, default=str).decode()
+        log(f"[mcp {self.spec.name}] {params.level}"
+            f"{f' {params.logger}' if params.logger else ''}: {data}")
+
+    def _cut_message(self, what: str) -> str:
+        """Record, and say, that `what` went past ``maxResultBytes``."""
+        size = self.spec.max_result_bytes
+        shown = f"{size / (1 << 20):g} MiB" if size >= 1 << 20 else f"{size:,} bytes"
+        self._cut = (f"{what} is larger than {shown}, the most one message may hold "
+                     "(maxResultBytes); it was not read")
+        return self._cut
+
+    async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
+        from .stdio import stdio_transport
+
+        spec = self.spec
+        # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
+        values = await trio.to_thread.run_sync(_stdio_values, spec, self._cwd)
+        read_fd, write_fd = os.pipe()
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
+        nursery.start_soon(self._read_stderr, read_fd)
+        try:
+            return await stack.enter_async_context(stdio_transport(
+                spec.name, values["command"], values["args"], env=values["env"],
+                cwd=values["cwd"], errlog_fd=write_fd, max_bytes=spec.max_result_bytes,
+                cut=self._cut_message))
+        finally:
+            os.close(write_fd)  # the server has its own copy
+
+    async def _http(self, stack: contextlib.AsyncExitStack) -> Any:
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        from .http import SSE_SLACK_BYTES, RetryingTransport
+
+        url, headers = await trio.to_thread.run_sync(
+            lambda: (expand(self.spec.url or ""),
+                     {k: expand(v) for k, v in self.spec.headers.items()}))
+        client = await stack.enter_async_context(httpx2.AsyncClient(
+            headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s),
+            transport=RetryingTransport(self.spec.name, self.spec.max_result_bytes,
+                                        self._cut_message)))
+        # The transport cuts an event at the limit; the SDK's own bound is only a backstop.
+        return await stack.enter_async_context(streamable_http_client(
+            url, http_client=client,
+            max_sse_event_size=self.spec.max_result_bytes + SSE_SLACK_BYTES))
+
+    async def _read_stderr(self, fd: int) -> None:
+        """The server's stderr, a line at a time, to forged's log; its end is the server's."""
+        stream = trio.lowlevel.FdStream(fd)
+        pending = b""
+        async with stream:
+            while data := await stream.receive_some(1 << 16):
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    self._note_stderr(line)
+            if pending:
+                self._note_stderr(pending)
+        if self.session is not None:
+            self.last_error = _describe(None, self._stderr_tail)
+            log(f"MCP server {self.spec.name} exited")
+        self._lost.set()
+
+    def _note_stderr(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        log(f"[mcp {self.spec.name}] {text}")
+        self._stderr_tail = [*self._stderr_tail, text][-STDERR_TAIL_LINES:]
+
+    # --- its uses ------------------------------------------------------------------------------
+
+    async def connected(self) -> Any:
+        """The SDK session, connecting (or again) first if need be: a use waits for the
+        attempt under way, or asks for one; `ToolError` when that attempt did not come up."""
+        attempted = False
+        while True:
+            if self.state is State.UP and not self._lost.is_set():
+                return self.session
+            if self.state is State.DISABLED:
+                raise ToolError(f"MCP server {self.spec.name} is disabled")
+            if self.state is State.BROKEN or (self.state is State.LOST and attempted):
+                raise ToolError(f"MCP server {self.spec.name} is not available: "
+                                f"{self.last_error or self.status}")
+            if self.state is not State.UP:  # (up: a lost connection winding down)
+                attempted = True
+                self._wanted.set()
+            await self._next_state()
+
+    def lose(self, reason: str) -> None:
+        """Drop the connection (the server is stopped); the next use connects again."""
+        self.last_error = reason
+        self._lost.set()
+
+    async def attempted(self) -> None:
+        """Until the connection attempt under way has ended, however long it takes."""
+        while self.state is State.STARTING:
+            await self._next_state()
+
+    async def first_listed(self) -> None:
+        """Until a server that has never listed its tools (none kept from an earlier
+        session) has listed them or failed, until its startup timeout at most; at once for
+        any other."""
+        if self._kept is None:
+            with trio.move_on_at(self.first_listing_by):
+                await self.attempted()
+
+    async def call(self, tool: str, arguments: dict[str, Any], ctx: ToolContext
+                   ) -> w.ToolResult:
+        """Call `tool`. It has the server's ``timeout`` to answer, counted again from each
+        progress notification; past it, the call is cancelled and the server restarted."""
+        session = await self.connected()  # once connected, the SDK is imported
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        timeout = self.spec.timeout_s
+        answer_by = trio.CancelScope(deadline=trio.current_time() + timeout)
+        shown = _RateLimit(PROGRESS_BURST, PROGRESS_PER_S)
+        self._cut = None
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            answer_by.deadline = trio.current_time() + timeout
+            if shown.allows():
+                counted = f"{done:g}/{total:g}" if total else f"{done:g}"
+                ctx.update(text_result(f"{message} ({counted})" if message else counted))
+
+        try:
+            with answer_by:  # the SDK's own timeout would not count from the last progress
+                result = await session.call_tool(tool, arguments, read_timeout_seconds=math.inf,
+                                                 progress_callback=progress)
+            if answer_by.cancelled_caught:
+                self.lose(f"{tool} did not answer within {timeout:g} s")
+                raise ToolError(f"MCP server {self.spec.name}: {tool} did not answer within "
+                                f"{timeout:g} s; the server is restarted on the next call")
+        except MCPError as exc:
+            cut, self._cut = self._cut, None
+            if cut is not None:
+                raise ToolError(f"MCP server {self.spec.name}: {cut}") from None
+            if exc.code == CONNECTION_CLOSED:
+                self.lose("the connection closed during a call")
+                raise ToolError(f"MCP server {self.spec.name} stopped during the call "
+                                f"({_describe(None, self._stderr_tail)}); it is restarted "
+                                "on the next call") from None
+            raise ToolError(f"MCP server {self.spec.name}: {exc.error.message}") from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.lose(str(exc))
+            raise ToolError(f"MCP server {self.spec.name}: {exc}") from None
+        bounded = await bounded_result(_result(result), ctx)
+        if result.is_error:
+            raise ToolError("\n".join(block.text for block in bounded.content
+                                      if isinstance(block, w.TextContent)) or "The tool failed",
+                            structured=bounded.structured_content)
+        return bounded
+
+    def info(self) -> w.McpServerInfo:
+        return w.McpServerInfo(
+            name=self.spec.name, transport=self.spec.transport, status=self.status,
+            tool_count=len(self.listed), last_error=self.last_error,
+            description=self.spec.description or self.summary, source=self.spec.source or None)
+
+
+async def _list_tools(session: Any, server: str) -> list[ListedTool]:
+    """Every page of a server's ``tools/list`` (a cursor seen before ends it), without the
+    tools no model API would take, and each name once."""
+    from mcp.types import PaginatedRequestParams
+
+    tools: list[ListedTool] = []
+    cursor: str | None = None
+    seen: set[str] = set()
+    names: set[str] = set()
+    while True:
+        page = await session.list_tools(
+            params=PaginatedRequestParams(cursor=cursor) if cursor else None)
+        cursor = page.next_cursor
+        for tool in page.tools:
+            if tool.name in names:
+                continue
+            names.add(tool.name)
+            listed = _listed(tool)
+            if listed is None:
+                log(f"MCP server {server}: tool {tool.name!r} skipped: its inputSchema is not "
+                    "a JSON schema of an object")
+            else:
+                tools.append(listed)
+        if not cursor or cursor in seen:
+            return tools
+        seen.add(cursor)
+
+
+def _listed(tool: Any) -> ListedTool | None:
+    """The SDK's ``Tool`` as kept; None when its schema is not an object's (valid from MCP
+    2026-07-28 on, but a model API would refuse every request that offered it)."""
+    schema = tool.input_schema
+    if not object_schema(schema) or not tool.name:
+        return None
+    return ListedTool(name=tool.name, description=tool.description,
+                      input_schema={"type": "object", **schema})
+
+
+def _load_sdk() -> None:
+    """Import the parts of the MCP SDK a connection uses (in a worker thread: the loop goes
+    on answering meanwhile)."""
+    import httpx2  # noqa: F401
+    import mcp.client.session
+    import mcp.client.stdio
+    import mcp.client.streamable_http  # noqa: F401
+
+    from . import http  # noqa: F401
+
+    sdk = logging.getLogger("mcp")
+    if not any(isinstance(handler, _SdkLog) for handler in sdk.handlers):
+        sdk.addHandler(_SdkLog(logging.WARNING))
+        sdk.propagate = False  # not Python's last-resort handler, a blocking write to stderr
+
+
+class _SdkLog(logging.Handler):
+    """The SDK's warnings and errors (a server that writes what is not JSON-RPC, say) as one
+    line each in forged's log, which never blocks."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = f"MCP SDK {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            text += f" ({type(error).__name__}: {next(iter(str(error).splitlines()), '')})"
+        log(text)
+
+
+def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:
+    """How a stdio server is started: its values expanded, ``~/`` made the home folder, a
+    relative cwd taken from the session's."""
+    def home(value: str) -> str:
+        return str(Path(value).expanduser()) if value.startswith("~/") else value
+
+    return {"command": home(expand(spec.command or "")),
+            "args": [home(expand(arg)) for arg in spec.args],
+            "env": {"AI_AGENT": "forged", **{k: expand(v) for k, v in spec.env.items()}},
+            "cwd": session_cwd / home(expand(spec.cwd)) if spec.cwd else session_cwd}
+
+
+def _describe(exc: BaseException | None, stderr: list[str]) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        text = "it did not answer initialize in time"
+    elif exc is None:
+        text = "it exited"
+    else:
+        inner = exc.exceptions[0] if isinstance(exc, BaseExceptionGroup) and len(
+            exc.exceptions) == 1 else exc
+        error = getattr(inner, "error", None)  # the SDK's MCPError
+        text = str(getattr(error, "message", None) or inner) or type(inner).__name__
+    return f"{text}; its stderr ended: {stderr[-1]}" if stderr else text
+
+
+def _result(result: Any) -> w.ToolResult:
+    """A ``tools/call`` result's text, images and resources as a tool result (the caller
+    makes one with ``isError`` a failure)."""
+    content: list[w.UserContent] = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            content.append(w.TextContent(text=block.text))
+        elif kind == "image":
+            content.append(w.ImageContent(data=block.data, mime_type=block.mime_type))
+        elif kind == "resource":
+            inner = block.resource
+            text = getattr(inner, "text", None)
+            content.append(w.TextContent(
+                text=f"<resource uri=\"{inner.uri}\">\n{text}\n</resource>" if text is not None
+                else f"[binary resource {inner.uri} ({inner.mime_type or 'unknown type'})]"))
+        elif kind == "resource_link":
+            content.append(w.TextContent(text=f"[{block.name}]({block.uri})"))
+        else:
+            content.append(w.TextContent(text=f"[{kind or 'unknown'} content]"))
+    structured = result.structured_content if isinstance(result.structured_content,
+                                                         dict) else None
+    return w.ToolResult(content=content or [w.TextContent(text="(no output)")],
+                        structured_content=structured)
+
+
+async def bounded_result(result: w.ToolResult, ctx: ToolContext) -> w.ToolResult:
+    """`result` with its text cut to `RESULT_TEXT_LIMIT` characters: the middle of a longer
+    text is left out (marked ``…N chars truncated…``), and the whole text is kept in a file
+    the result names. Images stay."""
+    texts = [block.text for block in result.content if isinstance(block, w.TextContent)]
+    whole = "\n".join(texts)
+    if len(whole) <= RESULT_TEXT_LIMIT:
+        return result
+    path = await trio.to_thread.run_sync(_keep, whole, ctx.scratch)
+    half = RESULT_TEXT_LIMIT // 2
+    shown = (f"{whole[:half]}\n…{len(whole) - 2 * half} chars truncated…\n{whole[-half:]}"
+             f"\n\n[The whole result is in {path}]")
+    return attrs.evolve(result, content=[w.TextContent(text=shown), *(
+        block for block in result.content if not isinstance(block, w.TextContent))])
+
+
+def _keep(text: str, scratch: ScratchDir | None) -> Path:
+    descriptor, name = tempfile.mkstemp(prefix="forged-mcp-", suffix=".txt",
+                                        dir=scratch.path() if scratch is not None else None)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(text)
+    return Path(name)
+
+
+class _RateLimit:
+    """A token bucket: `burst` at once, then `per_s` a second."""
+
+    def __init__(self, burst: int, per_s: float) -> None:
+        self._burst, self._per_s = burst, per_s
+        self._tokens = float(burst)
+        self._at = trio.current_time()
+
+    def allows(self) -> bool:
+        now = trio.current_time()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True

@@ -1,0 +1,175 @@
+"""A session's MCP servers, and the tools they give its model.
+
+Each server of a session is a task of that session; nothing is shared between sessions but
+the listings kept on disk::
+
+    session_nursery
+    └── McpServers.serve
+        └── McpServer.serve           one per enabled server (`forged._mcp.server`)
+
+``get_state`` never waits for a server. Each server's tools as it last listed them are kept
+in ``<agentDir>/mcp-cache/``, so a session offers them from its first request, which never
+waits for such a server; a server never listed before is waited for by a model request,
+until its startup timeout at most (`McpServers.first_listings`). A call to a tool of a server
+still connecting waits for that server. A call that hangs past the server's ``timeout``
+fails and restarts the server; ``abort`` cancels the call (the SDK sends
+``notifications/cancelled``) and the tool ends at once.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from .. import _wire as w
+from .._errors import ToolError
+from .._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, text_result
+from .cache import ListedTool, Listing, ListingCache
+from .config import (
+    DEFAULT_STARTUP_TIMEOUT_S,
+    MAX_TOOL_NAME,
+    ServerSpec,
+    exposed,
+    suffixed,
+    tool_name,
+)
+from .server import McpServer, bounded_result
+
+
+class McpServers:
+    """A session's servers and the tools they give the model (`tools`, kept up to date)."""
+
+    def __init__(self, specs: list[ServerSpec], cwd: Path, *,
+                 cache: ListingCache | None = None, listings: dict[str, Listing] | None = None,
+                 keep: Callable[[str], bool] = lambda _: True,
+                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+        cache = cache or ListingCache(None)
+        listings = listings or {}
+        self.servers = {spec.name: McpServer(spec, cwd, self._retool, cache,
+                                             listings.get(spec.name),
+                                             startup_timeout_s=startup_timeout_s)
+                        for spec in specs}
+        self._keep = keep
+        """Which tools reach the model (``--tools`` and ``--exclude-tools``)."""
+        self.tools: dict[str, Tool] = {}
+        self._retool()
+
+    async def serve(self) -> None:
+        if not self.servers:
+            return
+        async with trio.open_nursery() as nursery:
+            for server in self.servers.values():
+                nursery.start_soon(server.serve)
+
+    async def tool(self, name: str) -> Tool | None:
+        """The tool called `name`. When there is none yet, the server whose tool it would be
+        (``mcp__<server>__…``) is connected first, or `ToolError` says why it cannot be; a
+        resource tool waits for the servers still connecting."""
+        if name not in self.tools:
+            for server in self.servers.values():
+                if name.startswith(tool_name(server.spec.name, "")):
+                    await server.connected()
+                elif name in MCP_RESOURCE_TOOLS:
+                    await server.attempted()
+        return self.tools.get(name)
+
+    async def first_listings(self) -> None:
+        """Until each server that has never listed its tools has listed them (or failed),
+        each at most until its startup timeout: a first request offers them. A server with
+        a listing kept from an earlier session never delays a request."""
+        for server in self.servers.values():  # their deadlines run side by side
+            await server.first_listed()
+
+    def infos(self) -> list[w.McpServerInfo]:
+        return [server.info() for server in self.servers.values()]
+
+    def _retool(self) -> None:
+        """Name every listed tool ``mcp__<server>__<tool>`` (a hash suffix for names that
+        collide or run long), and add the resource tools when a server has resources."""
+        wanted: list[tuple[str, McpServer, ListedTool]] = [
+            (tool_name(server.spec.name, listed.name), server, listed)
+            for server in self.servers.values() for listed in server.listed
+            if exposed(listed.name, server.spec.tool_exposure, server.spec.exposure)]
+        counts = collections.Counter(name for name, _, _ in wanted)
+        tools: dict[str, Tool] = {}
+        for name, server, listed in wanted:
+            if counts[name] > 1 or len(name) > MAX_TOOL_NAME:
+                name = suffixed(name, f"{server.spec.name}/{listed.name}")
+            tools[name] = _server_tool(name, server, listed)
+        if any(server.resources for server in self.servers.values()):
+            tools.update({tool.name: tool for tool in self._resource_tools()})
+        self.tools.clear()
+        self.tools.update((name, tool) for name, tool in tools.items() if self._keep(name))
+
+    def _resource_tools(self) -> list[Tool]:
+        servers = self.servers
+
+        async def list_resources(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
+            names = [arguments["server"]] if isinstance(arguments.get("server"), str) else [
+                name for name, server in servers.items() if server.resources]
+            found: list[dict[str, Any]] = []
+            for name in names:
+                session = await _server(servers, name).connected()
+                listed = await session.list_resources()
+                found += [{"server": name, "uri": str(item.uri), "name": item.name,
+                           **({"mimeType": item.mime_type} if item.mime_type else {}),
+                           **({"description": item.description} if item.description else {})}
+                          for item in listed.resources]
+            return text_result(orjson.dumps({"resources": found},
+                                            option=orjson.OPT_INDENT_2).decode())
+
+        async def read_resource(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
+            server, uri = arguments.get("server"), arguments.get("uri")
+            if not isinstance(server, str) or not isinstance(uri, str):
+                raise ToolError("read_mcp_resource needs server and uri")
+            session = await _server(servers, server).connected()
+            read = await session.read_resource(uri)
+            content: list[w.UserContent] = []
+            for item in read.contents:
+                if getattr(item, "text", None) is not None:
+                    content.append(w.TextContent(text=item.text))
+                elif (item.mime_type or "").startswith("image/"):
+                    content.append(w.ImageContent(data=item.blob, mime_type=item.mime_type))
+                else:
+                    content.append(w.TextContent(
+                        text=f"[binary resource {item.uri} ({item.mime_type or 'unknown'})]"))
+            return await bounded_result(w.ToolResult(
+                content=content or [w.TextContent(text="(empty resource)")]), ctx)
+
+        return [
+            Tool(name="list_mcp_resources", snippet="List MCP servers' resources",
+                 description="List the resources MCP servers offer, as JSON (server, uri, "
+                 "name, mimeType). Give server to list one server's only.",
+                 parameters={"type": "object", "properties": {"server": {
+                     "type": "string", "description": "One server's name"}}},
+                 parse=dict, run=list_resources),
+            Tool(name="read_mcp_resource", snippet="Read an MCP server's resource",
+                 description="Read a resource of an MCP server by its server and uri.",
+                 parameters={"type": "object", "properties": {
+                     "server": {"type": "string", "description": "The server's name"},
+                     "uri": {"type": "string", "description": "The resource's URI"}},
+                     "required": ["server", "uri"]},
+                 parse=dict, run=read_resource)]
+
+
+def _server(servers: dict[str, McpServer], name: str) -> McpServer:
+    server = servers.get(name)
+    if server is None:
+        raise ToolError(f"No MCP server {name!r} (servers: {', '.join(servers) or 'none'})")
+    return server
+
+
+def _server_tool(name: str, server: McpServer, listed: ListedTool) -> Tool:
+    description = listed.description or listed.name
+
+    async def run(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
+        return await server.call(listed.name, arguments, ctx)
+
+    return Tool(name=name, snippet=description.splitlines()[0] if description else name,
+                description=f"{description}\n\n(MCP server {server.spec.name}, tool "
+                f"{listed.name})", parameters=listed.input_schema, parse=dict, run=run)
