@@ -5,13 +5,15 @@ layer and the layers below it, and no import cycle exists (``tests/test_layout.p
 against the import graph). A package named here stands for all its modules::
 
     __main__ _cli                        the command line: argv to a mode
-    _bridge client                       clients of the daemon (forged connect, status)
-    _daemon _print _oneshot _acp         the daemon; -p and --mode json; --export, ...;
-                                         --mode acp
-    _transports                          stdio, the Unix socket, the WebSocket
+    _fronts                              how a process meets a client: stdio, -p and
+                                         --mode json, ACP, forged connect
+    client                               the public client of the protocol
+    _daemon _oneshot                     the daemon's tree and shutdown; --export, ...
+    _transports                          the daemon's listeners: the Unix socket, the
+                                         WebSocket
     _hub                                 the daemon's live sessions and their clients
     _config                              options, models, each session's configuration
-    _dispatch                            a command to its handler
+    _dispatch                            a command to its handler; an agent opened
     _session                             one session: state, queues, events, what runs
     _run _switching _model_choice        its run driver, its files, its model
     _compaction _loop _plugins _export _mcp
@@ -26,7 +28,7 @@ against the import graph). A package named here stands for all its modules::
     _jsonl _paths _process _errors _log _time _tls _systemd _version
                                          the ground floor
 
-The supervision trees are drawn in `forged._transports.stdio` (one session on stdio) and
+The supervision trees are drawn in `forged._fronts.stdio` (one session on stdio) and
 `forged._daemon` (many sessions).
 """
 

@@ -439,7 +439,7 @@ def run_subcommand(command: str, argv: list[str]) -> int:
         if command == "serve":
             _tls.start()
             return serve(build_serve_parser().parse_args(argv))
-        from . import _bridge
+        from ._fronts import bridge as _bridge
 
         if command == "connect":
             parser = build_connect_parser()
@@ -485,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_subcommand(argv[0], argv[1:])
     args = parse_command_line(argv)
     _tls.start()  # before the session's modules are imported: it builds while they load
-    from ._print import run_prompts
-    from ._transports.stdio import run_stdio
+    from ._fronts.print import run_prompts
+    from ._fronts.stdio import run_stdio
 
     try:
         options = options_from(args)
@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             "on stdin)")
         return 2
     if mode == "acp":
-        from ._acp import run_acp
+        from ._fronts.acp import run_acp
 
         mark_process()
         return run_reporting(run_acp, options, 0, reserve_stdout())

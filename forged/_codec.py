@@ -17,6 +17,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from . import _wire as w
 from ._errors import WireError
 from ._jsonl import camel as camel
+from ._jsonl import encode_line
 
 T = TypeVar("T")
 
@@ -165,6 +166,12 @@ def unstructure(value: Any) -> Any:
     if hook is None:
         hook = _hooks[cls] = converter.get_unstructure_hook(cls)
     return hook(value)
+
+
+def encode(item: Any) -> bytes:
+    """A wire object as the line a peer reads: JSON, then LF. Every front encodes what it
+    writes here, once, at its edge."""
+    return encode_line(unstructure(item))
 
 
 def prepare(cls: type[Any]) -> None:

@@ -2,15 +2,18 @@
 
 Everything a peer sees (responses, events) goes through its `Outbox` as encoded lines, in the
 order it was produced; only the outbox writes to the peer's stream (straight away while the
-peer keeps up, else from its writer task).
+peer keeps up, else from its writer task). A `Connection` is that skeleton, the same for every
+front and transport; a front says what a command does, what the end of input waits for, and
+what a peer that went away means.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -18,8 +21,13 @@ import trio
 from . import _codec
 from . import _wire as w
 from ._errors import WireError
-from ._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
+from ._jsonl import LineSplitter, LineTooLong, decode_json
 
+SHUTDOWN_GRACE_S = 2.5
+"""Once a front is told to stop (a signal, a client gone), how long the run has to write its
+closing events, and the prompts to be answered."""
+FLUSH_S = 2.0
+"""How long a stopping daemon waits for each client to take what is left for it."""
 READ_CHUNK_BYTES = 256 * 1024
 COMMAND_QUEUE_SIZE = 256
 """Parsed commands waiting for their handler; past it the reader stops reading."""
@@ -150,27 +158,25 @@ def write_now_to(stream: object) -> Callable[[bytes], int] | None:
 
 # --- reading commands --------------------------------------------------------------------------
 
-def response_line(command: str, command_id: str | int | None = None, *,
-                  data: Any = w.ABSENT, error: str | None = None) -> bytes:
-    """A response, encoded: a success with its `data`, or a failure saying `error`. Every
-    response forged writes is built here."""
-    return encode_line(_codec.unstructure(w.Response(
-        id=command_id, command=command, success=error is None,
-        data=data if error is None else w.ABSENT, error=error)))
+def response(command: str, command_id: str | int | None = None, *,
+              data: Any = w.ABSENT, error: str | None = None) -> w.Response:
+    """A response: a success with its `data`, or a failure saying `error`. Every response
+    forged writes is built here."""
+    return w.Response(id=command_id, command=command, success=error is None,
+                      data=data if error is None else w.ABSENT, error=error)
 
 
 @attrs.define(kw_only=True)
 class Incoming:
-    """One input line: a command, or the response line that refuses it."""
+    """One input line: a command, or the response that refuses it."""
 
     command: Any = None
     command_id: str | int | None = None
-    refusal: bytes | None = None
+    refusal: w.Response | None = None
 
 
 def _refuse(command: str, error: str, command_id: str | int | None = None) -> Incoming:
-    return Incoming(refusal=response_line(command, command_id, error=error),
-                    command_id=command_id)
+    return Incoming(refusal=response(command, command_id, error=error), command_id=command_id)
 
 
 def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
@@ -234,54 +240,111 @@ async def serve_reader(stream: trio.abc.ReceiveStream,
         await read_lines(stream, take)
 
 
-async def serve_dispatcher(commands: trio.MemoryReceiveChannel[Incoming],
-                           handle: Callable[[Any, str | int | None], None],
-                           refuse: Callable[[bytes], None],
-                           wait_for_room: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Hand each command to `handle`, in arrival order, until the reader is done. With
-    `wait_for_room`, a command waits while the peer has not read what was already answered:
-    the command channel fills, the reader stops reading, and a client that writes without
-    reading is held back instead of filling memory."""
-    async with commands:
-        async for incoming in commands:
-            if wait_for_room is not None:
-                await wait_for_room()
-            if incoming.refusal is not None:
-                refuse(incoming.refusal)
-            else:
-                handle(incoming.command, incoming.command_id)
+class Transport(Protocol):
+    """What carries one connection's lines, both ways."""
+
+    write_now: Callable[[bytes], int] | None
+    """`Outbox`'s non-blocking write, where the transport has one."""
+
+    async def read(self, commands: trio.MemorySendChannel[Incoming]) -> None:
+        """The peer's lines as commands into `commands` until its input ends; then close
+        the channel."""
+
+    async def write(self, batch: bytearray) -> None:
+        """Send whole lines; `trio.BrokenResourceError` when the peer is gone."""
+
+    async def aclose(self) -> None: ...
 
 
-async def serve_lines(outbox: Outbox, write: Callable[[bytearray], Awaitable[None]],
-                      read: Callable[[trio.MemorySendChannel[Incoming]], Awaitable[None]],
-                      dispatch: Callable[[trio.MemoryReceiveChannel[Incoming]],
-                                         Awaitable[None]],
-                      end_of_input: Callable[[], Awaitable[None]], *,
-                      broken: Callable[[], None],
-                      input_scope: trio.CancelScope | None = None) -> None:
-    """One connection, whatever its transport (stdio, a Unix socket, a WebSocket)::
+class StreamTransport:
+    """JSON lines over a pair of trio streams (stdio's pipes, a Unix socket)."""
+
+    def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
+                 classes: dict[str, type[object]] = w.COMMAND_CLASSES) -> None:
+        self._receive = receive
+        self._send = send
+        self._classes = classes
+        self.write_now = write_now_to(send)
+
+    async def read(self, commands: trio.MemorySendChannel[Incoming]) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await serve_reader(self._receive, commands, self._classes)
+
+    async def write(self, batch: bytearray) -> None:
+        await self._send.send_all(batch)
+
+    async def aclose(self) -> None:
+        for stream in {id(self._send): self._send, id(self._receive): self._receive}.values():
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.aclose()
+
+
+class Connection:
+    """One peer of a front, whatever its transport (stdio, a Unix socket, a WebSocket)::
 
         connection_nursery
-        ├── the writer        `outbox` -> `write`, in order; `broken` if the peer is gone
+        ├── the writer        the outbox -> the transport, in order; `broken` when the peer
+        │                     is gone
         └── input_scope       cancelling it stops the input, as its end would
             ├── read          the transport's lines -> commands, into a channel
-            └── dispatch      the commands, in order, to their handlers
+            └── dispatch      each command, in order, to `handle`
 
     The end of input means one thing everywhere: `end_of_input` waits for what runs to
-    finish, then what is left in `outbox` is written and this returns."""
-    async with trio.open_nursery() as connection_nursery:
-        async def writer() -> None:
-            if not await outbox.serve(write):
-                broken()
+    finish, then what is left in the outbox is written and `serve` returns. A front subclasses
+    it for `handle`, `end_of_input` and `broken`.
 
-        connection_nursery.start_soon(writer)
-        commands_send, commands_receive = trio.open_memory_channel[Incoming](COMMAND_QUEUE_SIZE)
-        with input_scope or trio.CancelScope():
-            async with trio.open_nursery() as input_nursery:
-                input_nursery.start_soon(read, commands_send)
-                input_nursery.start_soon(dispatch, commands_receive)
-        await end_of_input()
-        outbox.close()
+    With `hold_back`, a command waits while the peer has not read what was already answered:
+    the command channel fills, the reader stops reading, and a client that writes without
+    reading is held back instead of filling memory."""
+
+    def __init__(self, transport: Transport, *, hold_back: bool = False) -> None:
+        self.transport = transport
+        self.outbox = Outbox(write_now=transport.write_now)
+        self.input_scope = trio.CancelScope()
+        self._hold_back = hold_back
+
+    def send(self, item: w.Event | w.Response) -> None:
+        """`item` to the peer, encoded here, at the edge."""
+        self.put_line(_codec.encode(item))
+
+    def put_line(self, line: bytes) -> None:
+        self.outbox.put(line)
+
+    async def serve(self) -> None:
+        async with trio.open_nursery() as connection_nursery:
+            async def writer() -> None:
+                if not await self.outbox.serve(self.transport.write):
+                    self.broken()
+
+            connection_nursery.start_soon(writer)
+            commands_send, commands_receive = trio.open_memory_channel[Incoming](
+                COMMAND_QUEUE_SIZE)
+            with self.input_scope:
+                async with trio.open_nursery() as input_nursery:
+                    input_nursery.start_soon(self.transport.read, commands_send)
+                    input_nursery.start_soon(self._dispatch, commands_receive)
+            await self.end_of_input()
+            self.outbox.close()
+
+    async def _dispatch(self, commands: trio.MemoryReceiveChannel[Incoming]) -> None:
+        async with commands:
+            async for incoming in commands:
+                if self._hold_back:
+                    await self.outbox.wait_for_room()
+                if incoming.refusal is not None:
+                    self.send(incoming.refusal)
+                else:
+                    await self.handle(incoming.command, incoming.command_id)
+
+    async def handle(self, command: Any, command_id: str | int | None) -> None:
+        """One command, in arrival order."""
+        raise NotImplementedError
+
+    async def end_of_input(self) -> None:
+        """What the end of the peer's input waits for."""
+
+    def broken(self) -> None:
+        """The peer is gone (it stopped reading, or closed)."""
 
 
 # --- file descriptors --------------------------------------------------------------------------

@@ -11,8 +11,8 @@ Its supervision tree::
         └── sessions_nursery                the `Hub`'s: its live sessions
             ├── LiveSession.serve           one per live session; unloads it when idle with
             │   │                           no client
-            │   └── open_session → session_nursery
-            │                               as in stdio mode (`forged._transports.stdio`):
+            │   └── open_agent → session_nursery
+            │                               as in stdio mode (`forged._fronts.stdio`):
             │                               Runner._drive and its run, dispatcher tasks,
             │                               direct bash, plugin observers
             └── peers_nursery               the connections: they outlive the listeners
@@ -20,14 +20,14 @@ Its supervision tree::
                 │   ├── serve_unix          the Unix socket's accept loop (`_transports.unix`)
                 │   └── serve_websocket     the WebSocket's (`_transports.websocket`)
                 └── Hub.serve_connection    one per connection, started by a listener
-                    └── serve_lines → connection_nursery
+                    └── Peer.serve → connection_nursery
                                             its writer, reader and dispatch, as on stdio
-                                            (`forged._connection`)
+                                            (`forged._connection.Connection`)
 
 A connection's command goes to `Hub.handle`: the daemon's own commands are answered there,
-every other one goes to its live session's `Dispatcher`, and from there down as in stdio
-mode. Events come back through `LiveSession.broadcast`, which stamps them and puts them in
-every attached peer's outbox.
+every other one goes to its live session's agent, and from there down as in stdio mode.
+Events come back through `LiveSession.broadcast`, which stamps them as it encodes them and
+puts the line in every attached peer's outbox.
 
 Stopping (SIGTERM, SIGINT, SIGHUP or `stop`): the listeners close; runs may finish for the
 drain grace, then are aborted (their closing events are written); every client is flushed
@@ -49,6 +49,7 @@ import trio
 
 from . import _systemd as systemd
 from ._config import Models, Options, ServeOptions, daemon_setting, open_models, session_config
+from ._connection import FLUSH_S, SHUTDOWN_GRACE_S
 from ._hub import (
     EMPTY_IDLE_UNLOAD_S,
     IDLE_UNLOAD_S,
@@ -61,12 +62,10 @@ from ._log import log
 from ._paths import default_socket_path, make_ws_token, runtime_dir
 from ._session import SessionConfig
 from ._settings import DEFAULTS
-from ._transports.stdio import SHUTDOWN_GRACE_S
 
 # --- the daemon --------------------------------------------------------------------------------
 
 DRAIN_GRACE_S = float(DEFAULTS["daemon.drainSeconds"])
-FLUSH_S = 2.0
 
 
 async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | None = None,
@@ -212,7 +211,7 @@ async def _drain(hub: Hub, grace_s: float) -> None:
     for the closing events."""
     with trio.move_on_after(grace_s):
         for live in list(hub.live):
-            await live.dispatcher.wait_idle()
+            await live.agent.wait_idle()
     busy = [live for live in hub.live if live.session.busy]
     for live in busy:
         log(f"aborting session {live.id}")

@@ -13,17 +13,19 @@ answered: nothing sent after a switch lands in the session it left.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from . import _wire as w
-from ._connection import response_line
+from ._connection import response
 from ._errors import CommandError
 from ._log import log_exception
-from ._session import Session
+from ._session import Session, SessionConfig, open_session
+from ._session import Sink as EventSink
 from ._store import LEAF, entry_tree
 from ._switching import (
     Maker,
@@ -35,7 +37,8 @@ from ._switching import (
     new_store,
 )
 
-Sink = Callable[[bytes], None]
+Sink = Callable[[w.Response], None]
+"""Where a command's response goes, as a wire object."""
 
 ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
     w.GetState, w.GetMessages, w.GetAvailableModels, w.GetAvailableThinkingLevels,
@@ -67,19 +70,54 @@ class Reply:
         self.sent = False
 
     def ok(self, data: Any = w.ABSENT) -> None:
-        self._send(response_line(self.command, self.command_id, data=data))
+        self._send(response(self.command, self.command_id, data=data))
 
     def fail(self, error: str) -> None:
-        self._send(response_line(self.command, self.command_id, error=error))
+        self._send(response(self.command, self.command_id, error=error))
 
     def failed(self, exc: Exception) -> None:
         """Answer that the command raised `exc` (`failure_text`)."""
         self.fail(failure_text(self.command, exc))
 
-    def _send(self, line: bytes) -> None:
+    def _send(self, answer: w.Response) -> None:
         if not self.sent:
             self.sent = True
-            self._sink(line)
+            self._sink(answer)
+
+
+class Agent:
+    """A session and its dispatcher, opened together by `open_agent`: what every front
+    drives. Its events go to the sink it was opened with; each command's response to the sink
+    `handle` is given (else the agent's)."""
+
+    def __init__(self, session: Session, dispatcher: Dispatcher) -> None:
+        self.session = session
+        self.dispatcher = dispatcher
+
+    def handle(self, command: Any, command_id: str | int | None = None,
+               reply: Sink | None = None) -> None:
+        """One parsed command (`Dispatcher.handle`): never raises, never waits."""
+        self.dispatcher.handle(command, command_id, reply)
+
+    async def wait_idle(self) -> None:
+        """Until every command is answered and the session has settled."""
+        await self.dispatcher.wait_idle()
+
+    def stop(self) -> None:
+        """Drop what is queued and abort what runs; the closing events follow."""
+        self.session.stop()
+
+
+@contextlib.asynccontextmanager
+async def open_agent(config: SessionConfig, events: EventSink, replies: Sink, *,
+                     wait_for_room: Callable[[], Awaitable[None]] | None = None,
+                     in_thread: bool = True) -> AsyncIterator[Agent]:
+    """The one way a front opens an agent: `open_session` (`events` gets its events, as
+    wire objects; with `wait_for_room` the run waits while the front's peer lags) and a
+    dispatcher answering to `replies`. Leaving the block aborts what runs and closes the
+    session (`open_session`)."""
+    async with open_session(config, events, wait_for_room, in_thread=in_thread) as session:
+        yield Agent(session, Dispatcher(session, replies))
 
 
 class Dispatcher:

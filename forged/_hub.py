@@ -18,22 +18,22 @@ A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
-import orjson
 import trio
 
+from . import _codec
 from . import _wire as w
 from ._config import find_stored, list_stored
-from ._connection import Incoming, Outbox, serve_lines
-from ._dispatch import Dispatcher, Reply
+from ._connection import Connection, Transport
+from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError
+from ._jsonl import encode_line
 from ._log import log
-from ._session import Session, SessionConfig, open_session
+from ._session import Session, SessionConfig
 from ._settings import DEFAULTS
 
 REPLAY_EVENTS = 10_000
@@ -50,15 +50,15 @@ MAX_LIVE_SESSIONS = int(DEFAULTS["daemon.maxSessions"])
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
 
 
-class Peer:
-    """One client connection: its outbox, the session it is attached to, and the scope that
-    cutting it off cancels."""
+class Peer(Connection):
+    """One client connection (`forged._connection.Connection`): the session it is attached
+    to, and the scope that cutting it off cancels. Its commands go to `Hub.handle`."""
 
-    def __init__(self, name: str, queue_limit_bytes: int,
-                 write_now: Callable[[bytes], int] | None = None) -> None:
+    def __init__(self, hub: Hub, name: str, transport: Transport) -> None:
+        super().__init__(transport)
+        self.hub = hub
         self.name = name
-        self.outbox = Outbox(write_now=write_now)
-        self.queue_limit_bytes = queue_limit_bytes
+        self.queue_limit_bytes = hub.queue_limit_bytes
         self.live: LiveSession | None = None
         self.opening: SessionConfig | None = None
         """The session its ``new_session`` asked for, opened by its first command that needs
@@ -68,7 +68,7 @@ class Peer:
         """Its input ended: it waits for its session to settle, and answers no dialog."""
         self.cut_off_reason: str | None = None
 
-    def send(self, line: bytes) -> None:
+    def put_line(self, line: bytes) -> None:
         """Queue `line`. A peer is cut off for not reading: when more than
         `queue_limit_bytes` wait and it has taken nothing for `STALLED_S`, or more than
         `BURST_FACTOR` times that wait. One large message, which a run's closing events
@@ -90,12 +90,31 @@ class Peer:
             self.live.detach(self)
         self.scope.cancel()
 
+    async def handle(self, command: Any, command_id: str | int | None) -> None:
+        await self.hub.handle(self, command, command_id)
+
+    async def end_of_input(self) -> None:
+        """As at the end of stdin: no more answers from it, and its session settles."""
+        self.closing = True
+        if self.live is not None:
+            live = self.live
+            live.update_interactive()
+            await live.agent.wait_idle()
+
+    def broken(self) -> None:
+        if self.cut_off_reason is None:
+            self.cut_off("the connection broke")
+
+
+def _no_reply(_: w.Response) -> None:
+    """A live session's commands each name their client's reply sink."""
+
 
 class LiveSession:
     """A session in the daemon, and its clients; its `serve` opens the session."""
 
+    agent: Agent
     session: Session
-    dispatcher: Dispatcher
 
     def __init__(self, config: SessionConfig) -> None:
         self.config = config
@@ -103,7 +122,6 @@ class LiveSession:
         self.seq = 0
         self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self._replay_bytes = 0
-        self._stamped_id, self._id_json = "", b'""'
         self.unload_scope = trio.CancelScope()
         self._unclaimed = trio.Event()
         """Set while no client is attached."""
@@ -115,19 +133,19 @@ class LiveSession:
     def id(self) -> str:
         return self.session.session_id
 
-    def broadcast(self, line: bytes) -> None:
+    def broadcast(self, event: w.Event) -> None:
+        """`event` to every attached client, stamped with the session's id and the next
+        ``seq`` (first in the object), and kept for replay (as the bytes sent)."""
         self._stirred.set()
         self.seq += 1
-        session_id = self.id
-        if session_id != self._stamped_id:  # the id changes only with new_session in place
-            self._stamped_id, self._id_json = session_id, orjson.dumps(session_id)
-        stamped = b'{"sessionId":%s,"seq":%d,%s' % (self._id_json, self.seq, line[1:])
+        stamped = encode_line({"sessionId": self.id, "seq": self.seq,
+                               **_codec.unstructure(event)})
         self._replay.append((self.seq, stamped))
         self._replay_bytes += len(stamped)
         while len(self._replay) > REPLAY_EVENTS or self._replay_bytes > REPLAY_BYTES:
             self._replay_bytes -= len(self._replay.popleft()[1])
         for peer in list(self.clients):
-            peer.send(stamped)
+            peer.put_line(stamped)
 
     def attach(self, peer: Peer, since_seq: int | None) -> w.AttachResult:
         """Add `peer`; with `since_seq`, first give it the kept events after that seq."""
@@ -138,7 +156,7 @@ class LiveSession:
             missed = since_seq + 1 < oldest
             replayed = [line for seq, line in self._replay if seq > since_seq]
         for line in replayed:
-            peer.send(line)
+            peer.put_line(line)
         if peer not in self.clients:
             self.clients.append(peer)
         if self._unclaimed.is_set():
@@ -188,11 +206,10 @@ class LiveSession:
         `idle_unload_s` (`empty_unload_s` while it holds no conversation), or `unload_scope`
         is cancelled; its file is closed either way."""
         with self.unload_scope:
-            async with open_session(self.config, self.broadcast) as session:
-                self.session = session
-                session.ui.announce_resolved = True
-                session.ui.interactive = False
-                self.dispatcher = Dispatcher(session, lambda _: None)
+            async with open_agent(self.config, self.broadcast, _no_reply) as agent:
+                self.agent, self.session = agent, agent.session
+                agent.session.ui.announce_resolved = True
+                agent.session.ui.interactive = False
                 task_status.started()
                 idle_s = await self._until_idle_for(idle_unload_s, empty_unload_s)
                 log(f"unloading session {self.id}: idle for {idle_s:g} s")
@@ -252,44 +269,25 @@ class Hub:
         self.peers: list[Peer] = []
         self.default_cwd = Path.cwd()
 
-    def new_peer(self, name: str, write_now: Callable[[bytes], int] | None = None) -> Peer:
-        peer = Peer(name, self.queue_limit_bytes, write_now)
-        self.peers.append(peer)
-        return peer
-
     def forget_peer(self, peer: Peer) -> None:
         if peer.live is not None:
             peer.live.detach(peer)
         if peer in self.peers:
             self.peers.remove(peer)
 
-    async def serve_connection(
-            self, name: str, write: Callable[[bytearray], Awaitable[None]],
-            read: Callable[[trio.MemorySendChannel[Incoming]], Awaitable[None]],
-            close: Callable[[], Awaitable[None]],
-            write_now: Callable[[bytes], int] | None = None) -> None:
+    async def serve_connection(self, name: str, transport: Transport) -> None:
         """One connection, whatever its transport, until its input ends and its session
-        settled, or it is cut off; what was written to it is flushed first.
-
-        `write` sends a batch of whole lines (raising `trio.BrokenResourceError` when the
-        connection is gone); `read` sends the connection's commands into its channel and
-        closes it at the end of input; `close` closes the connection. `write_now`, if the
-        transport has one, is `Outbox`'s.
-        """
-        peer = self.new_peer(name, write_now)
+        settled, or it is cut off; what was written to it is flushed first, and the
+        transport closed."""
+        peer = Peer(self, name, transport)
+        self.peers.append(peer)
         log(f"{name} connected")
-
-        def broken() -> None:
-            if peer.cut_off_reason is None:
-                peer.cut_off("the connection broke")
-
         try:
             with peer.scope:
-                await serve_lines(peer.outbox, write, read, partial(self.serve_peer, peer),
-                                  partial(self.end_of_input, peer), broken=broken)
+                await peer.serve()
         finally:
             self.forget_peer(peer)
-            await close()
+            await transport.aclose()
             log(f"{name} disconnected")
 
     # --- sessions ------------------------------------------------------------------------------
@@ -357,24 +355,6 @@ class Hub:
 
     # --- a peer's commands ---------------------------------------------------------------------
 
-    async def serve_peer(self, peer: Peer,
-                         commands: trio.MemoryReceiveChannel[Incoming]) -> None:
-        """Handle `peer`'s commands in order until its input ends."""
-        async with commands:
-            async for incoming in commands:
-                if incoming.refusal is not None:
-                    peer.send(incoming.refusal)
-                    continue
-                await self.handle(peer, incoming.command, incoming.command_id)
-
-    async def end_of_input(self, peer: Peer) -> None:
-        """As at the end of stdin: no more answers from `peer`, and its session settles."""
-        peer.closing = True
-        if peer.live is not None:
-            live = peer.live
-            live.update_interactive()
-            await live.dispatcher.wait_idle()
-
     async def handle(self, peer: Peer, command: Any, command_id: str | int | None) -> None:
         reply = Reply(peer.send, command.type, command_id)
         try:
@@ -412,7 +392,7 @@ class Hub:
                     self._move(peer, await self.open_live(
                         opening or await self.session_config(SessionRequest())))
                 assert peer.live is not None
-                peer.live.dispatcher.handle(command, command_id, peer.send)
+                peer.live.agent.handle(command, command_id, peer.send)
         except Exception as exc:  # a bug or an unforeseen input: this command's, not the daemon's
             reply.failed(exc)
 

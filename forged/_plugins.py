@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol
 import attrs
 import trio
 
+from . import _codec
 from . import _wire as w
 from ._errors import CommandError
 from ._log import log, log_exception
@@ -476,10 +477,11 @@ class Plugins:
                 return verdict.reason or f"Blocked by plugin {plugin_id}"
         return None
 
-    def observe(self, event: dict[str, Any]) -> None:
-        """Pass an event written to the client on to the plugins observing it."""
-        if self._observers and (event.get("type") in self._observers or "*" in self._observers):
-            self._events_send.send_nowait(event)
+    def observe(self, event: w.Event) -> None:
+        """Pass an event written to the client on to the plugins observing it (as the JSON
+        object the client reads)."""
+        if self._observers and (event.type in self._observers or "*" in self._observers):
+            self._events_send.send_nowait(_codec.unstructure(event))
 
     async def serve_observers(self) -> None:
         """Call observers with each event, in order, until cancelled."""

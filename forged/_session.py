@@ -3,7 +3,8 @@
 Many sessions can live in one process: each has its own cwd, its own nursery and its own event
 sink. A session is opened with ``async with open_session(config, sink) as session:`` (its
 files are read in a worker thread) and lives while the block runs. It never writes to a stream
-itself: it emits encoded lines to its sink, in the order it produces them.
+itself: it gives its sink each event, a wire object, in the order it produces them; each front
+encodes them at its own edge.
 
 What a session does is owned by three parts, each with its own cancel scope: the run driver
 (`forged._run.Runner`: prompts, retries, compaction, ``abort``), the direct bash slot
@@ -27,7 +28,6 @@ from . import _wire as w
 from ._compaction import SYSTEM_PROMPT, CompactionSettings
 from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
-from ._jsonl import encode_line
 from ._log import log
 from ._mcp import CACHE_DIR as MCP_CACHE_DIR
 from ._mcp import (
@@ -57,7 +57,8 @@ from ._tools.base import ClientFiles, ScratchDir, Shell
 from ._tools.bash import run_direct
 from ._ui import Dialogs
 
-Sink = Callable[[bytes], None]
+Sink = Callable[[w.Event], None]
+"""Where a session's events go, as wire objects."""
 
 BUSY_PROMPT_ERROR = (
     "Agent is already processing. Specify streamingBehavior ('steer' or 'followUp') to queue "
@@ -401,9 +402,8 @@ class Session:
     # --- events --------------------------------------------------------------------------------
 
     def emit(self, event: w.Event) -> None:
-        data = _codec.unstructure(event)
-        self._sink(encode_line(data))
-        self.plugins.observe(data)
+        self._sink(event)
+        self.plugins.observe(event)
 
     async def wait_for_room(self) -> None:
         if self._wait_for_room is not None:

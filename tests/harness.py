@@ -15,14 +15,15 @@ import trio
 import trio.testing
 
 from forged._config import Models, Options, ServeOptions
+from forged._connection import StreamTransport
 from forged._daemon import run_daemon
+from forged._fronts.stdio import serve_stdio
 from forged._hub import Hub
 from forged._models import ModelRegistry, register_scripted
 from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
 from forged._session import SessionConfig
 from forged._tools import ToolChoice
-from forged._transports.stdio import serve_stdio
 from forged.client import Client as ForgedClient
 
 from .oracles import check_requests
@@ -158,11 +159,7 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
         client = Client(client_stream, server, cwd, config)
         nursery.start_soon(client.pump)
 
-        async def serve() -> None:
-            await serve_stdio(config, forged_stream, forged_stream, nursery,
-                                   watch_signals=False)
-
-        nursery.start_soon(serve)
+        nursery.start_soon(serve_stdio, config, StreamTransport(forged_stream, forged_stream))
         yield client
         nursery.cancel_scope.cancel()
     check_requests(server.requests)

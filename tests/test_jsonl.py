@@ -12,7 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forged import _wire as w
-from forged._connection import Incoming, Outbox, parse_line, serve_dispatcher, write_now_to
+from forged._connection import (
+    COMMAND_QUEUE_SIZE,
+    Connection,
+    Incoming,
+    Outbox,
+    parse_line,
+    write_now_to,
+)
 from forged._jsonl import LineSplitter, LineTooLong, decode_json, encode_line
 from forged._providers.sse import SseDecoder
 
@@ -148,33 +155,43 @@ async def test_a_closed_peer_ends_the_writer_and_drops_what_is_left() -> None:
 async def test_commands_wait_while_their_answers_are_unread() -> None:
     """A client that writes commands without reading the answers is held back once the
     unread answers pass the outbox's high-water mark: memory stays bounded."""
-    outbox = Outbox(high_water_bytes=10_000)
     handled: list[str | int | None] = []
+    reading = trio.Event()
+    written: list[bytes] = []
+    sent = 0
 
-    def handle(command: Any, command_id: str | int | None) -> None:
-        handled.append(command_id)
-        outbox.put(b"x" * 999 + b"\n")
+    class Transport:
+        write_now = None
 
-    commands_send, commands_receive = trio.open_memory_channel[Incoming](4)
-    reader, writer = trio.testing.memory_stream_pair()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(serve_dispatcher, commands_receive, handle, outbox.put,
-                           outbox.wait_for_room)
-        sent = 0
-
-        async def send_all() -> None:
+        async def read(self, commands: trio.MemorySendChannel[Incoming]) -> None:
             nonlocal sent
-            async with commands_send:
-                for number in range(100):
-                    await commands_send.send(Incoming(command=w.GetState(), command_id=number))
+            async with commands:
+                for number in range(400):
+                    await commands.send(Incoming(command=w.GetState(), command_id=number))
                     sent += 1
 
-        nursery.start_soon(send_all)
+        async def write(self, batch: bytearray) -> None:
+            await reading.wait()  # the client reads at last
+            written.append(bytes(batch))
+
+        async def aclose(self) -> None:
+            pass
+
+    class Held(Connection):
+        async def handle(self, command: Any, command_id: str | int | None) -> None:
+            handled.append(command_id)
+            self.put_line(b"x" * 999 + b"\n")
+
+    connection = Held(Transport(), hold_back=True)
+    connection.outbox = Outbox(high_water_bytes=10_000)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.serve)
         await trio.testing.wait_all_tasks_blocked()
-        assert len(handled) == 11 and outbox.pending_bytes == 11_000  # then it waits
-        assert sent == len(handled) + 5  # four queued, one in hand: the sender is held
-        nursery.start_soon(outbox.serve_writer, writer)  # the client reads at last
-        while len(handled) < 100:
-            await reader.receive_some()
-        outbox.close()
-    assert handled == list(range(100))
+        # answers wait to be written, past the high-water mark: the next command waits
+        assert 10_000 < connection.outbox.pending_bytes <= 11_000
+        assert len(handled) <= 13
+        # one command in hand, the channel full: the reader is held
+        assert sent == len(handled) + 1 + COMMAND_QUEUE_SIZE
+        reading.set()
+    assert handled == list(range(400))
+    assert sum(len(batch) for batch in written) == 400_000

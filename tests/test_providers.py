@@ -195,8 +195,8 @@ def test_startup_imports_only_what_it_needs() -> None:
     """No provider SDK ever, the MCP SDK only for a session with an MCP server; markdown-it
     only to export, the scripted server only for its provider, httpx (and h11 under it) only
     in the providers' worker thread."""
-    code = ("import sys, forged._cli, forged._transports.stdio, forged._print, forged._daemon\n"
-            "import forged._session, forged._acp, forged._mcp\n"
+    code = ("import sys, forged._cli, forged._fronts.stdio, forged._fronts.print\n"
+            "import forged._daemon, forged._session, forged._fronts.acp, forged._mcp\n"
             "print(' '.join(sorted(m for m in ('anthropic', 'openai', 'markdown_it', 'h11',\n"
             "    'httpx', 'forged._providers.scripted', 'forged._providers.http', 'mcp',\n"
             "    'anyio', 'httpx2')\n"

@@ -17,7 +17,8 @@ from pathlib import Path
 import trio
 
 from .. import _wire as w
-from .._connection import Incoming, response_line, serve_reader, write_now_to
+from .._codec import encode
+from .._connection import StreamTransport, response
 from .._errors import ConfigError
 from .._hub import Hub
 from .._log import log
@@ -63,17 +64,7 @@ def listen_backlog() -> int:
 async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:
     """One JSON-lines connection (`Hub.serve_connection`); on a socket, lines are written
     straight to it while it takes them."""
-    async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await serve_reader(stream, commands, w.DAEMON_COMMAND_CLASSES)
-
-    async def close() -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await stream.aclose()
-
-    await hub.serve_connection(name, stream.send_all, read, close, write_now_to(stream))
-
-
+    await hub.serve_connection(name, StreamTransport(stream, stream, w.DAEMON_COMMAND_CLASSES))
 
 
 async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
@@ -89,9 +80,9 @@ async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
         if peer != uid:
             log(f"refused a connection from uid {peer}: only uid {uid} may connect")
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stream.send_all(response_line(
+                await stream.send_all(encode(response(
                     "connect", error=f"Permission denied: uid {peer} is not the daemon's "
-                    f"user (uid {uid})"))
+                    f"user (uid {uid})")))
                 await stream.aclose()
             return
         await serve_stream_peer(hub, stream, f"unix client (uid {peer})")

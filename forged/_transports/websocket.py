@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 import trio
@@ -72,30 +72,38 @@ def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str
     return None
 
 
-async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str) -> None:
-    """One WebSocket connection, a JSON object per text message (`Hub.serve_connection`)."""
-    async def write(data: bytearray) -> None:
+class WebSocketTransport:
+    """A JSON object per text message, both ways."""
+
+    def __init__(self, socket: WebSocketConnection) -> None:
+        self._socket = socket
+        self.write_now: Callable[[bytes], int] | None = None
+
+    async def write(self, batch: bytearray) -> None:
         try:
-            for line in bytes(data).split(b"\n")[:-1]:
-                await socket.send_message(line.decode())
+            for line in bytes(batch).split(b"\n")[:-1]:
+                await self._socket.send_message(line.decode())
         except ConnectionClosed as exc:
             raise trio.BrokenResourceError("the WebSocket closed") from exc
 
-    async def read(commands: trio.MemorySendChannel[Incoming]) -> None:
+    async def read(self, commands: trio.MemorySendChannel[Incoming]) -> None:
         async with commands:
             with contextlib.suppress(ConnectionClosed):
                 while True:
-                    message = await socket.get_message()
+                    message = await self._socket.get_message()
                     incoming = parse_line(message.encode() if isinstance(message, str)
                                           else message, w.DAEMON_COMMAND_CLASSES)
                     if incoming is not None:
                         await commands.send(incoming)
 
-    async def close() -> None:
+    async def aclose(self) -> None:
         with contextlib.suppress(Exception):
-            await socket.aclose()
+            await self._socket.aclose()
 
-    await hub.serve_connection(name, write, read, close)
+
+async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str) -> None:
+    """One WebSocket connection (`Hub.serve_connection`)."""
+    await hub.serve_connection(name, WebSocketTransport(socket))
 
 
 class GatedListener(trio.abc.Listener[trio.SocketStream]):

@@ -1,7 +1,7 @@
 """``forged -p`` and ``forged --mode json``: messages from the command line, one after another,
 then exit.
 
-The tree is stdio's (`forged._transports.stdio`) without a reader: the messages are the
+The tree is stdio's (`forged._fronts.stdio`) without a reader: the messages are the
 input, and the outbox writes either every event (``--mode json``) or the last reply's text.
 On a terminal, ``-p`` also shows each tool call on stderr as it ends (`Trace`): what the agent
 did, a line or two each, with the reply on stdout.
@@ -10,20 +10,21 @@ did, a line or two each, with the reply on stdout.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import attrs
-import orjson
 import trio
 
-from . import _wire as w
-from ._config import Options, open_session_config
-from ._connection import Outbox, open_fd_stream
-from ._dispatch import Dispatcher
-from ._jsonl import encode_line
-from ._log import log, log_plain
-from ._session import Session, open_session
-from ._transports.stdio import watch_signals_until_exit
+from .. import _wire as w
+from .._codec import encode
+from .._config import Options, open_session_config
+from .._connection import Outbox, open_fd_stream
+from .._dispatch import open_agent
+from .._jsonl import encode_line
+from .._log import log, log_plain
+from .._session import Session
+from .stdio import watch_signals_until_exit
 
 
 async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
@@ -38,39 +39,40 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
     sends no further message: the exit status is 128 plus the signal's number."""
     stdout = open_fd_stream(stdout_fd)
     outbox = Outbox()
-    responses: list[dict[str, Any]] = []
+    responses: list[w.Response] = []
     signalled: list[int] = []
+    sink: Callable[[w.Event], None] = (
+        (lambda event: outbox.put(encode(event))) if events
+        else Trace() if os.isatty(2) else (lambda _: None))
     async with trio.open_nursery() as process_nursery:
         config = await open_session_config(attrs.evolve(options, interactive=False),
                                            process_nursery)
-        sink = outbox.put if events else Trace() if os.isatty(2) else lambda _: None
-        async with open_session(config, sink, outbox.wait_for_room if events else None,
-                                in_thread=False) as session:
-            dispatcher = Dispatcher(session, lambda line: responses.append(orjson.loads(line)))
-
+        async with open_agent(config, sink, responses.append,
+                              wait_for_room=outbox.wait_for_room if events else None,
+                              in_thread=False) as agent:
             def stop(signum: int) -> None:
                 signalled.append(signum)
-                session.stop()
+                agent.stop()
 
             await process_nursery.start(watch_signals_until_exit, stop)
             code = 0
             async with trio.open_nursery() as output_nursery:
                 output_nursery.start_soon(outbox.serve_writer, stdout)
                 if events:
-                    outbox.put(encode_line(session.store.header))
+                    outbox.put(encode_line(agent.session.store.header))
                 for text in messages:
                     if signalled:
                         break
-                    dispatcher.handle(w.Prompt(message=text), None)
-                    await dispatcher.wait_idle()
-                    if not responses[-1]["success"]:
-                        log(responses[-1]["error"])
+                    agent.handle(w.Prompt(message=text))
+                    await agent.wait_idle()
+                    if not responses[-1].success:
+                        log(str(responses[-1].error))
                         code = 1
                         break
                 if signalled:
                     code = 128 + signalled[0]
                 elif not events and code == 0:
-                    code = _print_last_reply(session, outbox)
+                    code = _print_last_reply(agent.session, outbox)
                 outbox.close()
         process_nursery.cancel_scope.cancel()
     return code
@@ -84,27 +86,25 @@ class Trace:
     command's first lines of output, a failure's first line."""
 
     def __init__(self) -> None:
-        self._arguments: dict[str, Any] = {}
+        self._arguments: dict[str, dict[str, Any]] = {}
         """Each running tool call's arguments, by its id."""
 
-    def __call__(self, line: bytes) -> None:
-        head = line[:40]
-        if b'"type":"tool_execution_start"' in head:
-            started = orjson.loads(line)
-            self._arguments[started["toolCallId"]] = started.get("args") or {}
-            return
-        if b'"type":"tool_execution_end"' not in head:
-            return
-        event = orjson.loads(line)
-        arguments = self._arguments.pop(event["toolCallId"], {})
+    def __call__(self, event: w.Event) -> None:
+        if isinstance(event, w.ToolExecutionStart):
+            self._arguments[event.tool_call_id] = event.args
+        elif isinstance(event, w.ToolExecutionEnd):
+            self._ended(event)
+
+    def _ended(self, event: w.ToolExecutionEnd) -> None:
+        arguments = self._arguments.pop(event.tool_call_id, {})
         shown = next((str(arguments[key]) for key in ("path", "command", "pattern")
                       if isinstance(arguments.get(key), str)), "")
-        text = "".join(block.get("text", "") for block in event["result"].get("content", [])
-                       if isinstance(block, dict))
-        lines = [f"[{event['toolName']}] {shown.splitlines()[0] if shown else ''}".rstrip()]
-        if event.get("isError"):
+        text = "".join(block.text for block in event.result.content
+                       if isinstance(block, w.TextContent))
+        lines = [f"[{event.tool_name}] {shown.splitlines()[0] if shown else ''}".rstrip()]
+        if event.is_error:
             lines.append(f"    failed: {next(iter(text.strip().splitlines()), '')}")
-        elif event["toolName"] == "bash":
+        elif event.tool_name == "bash":
             lines += [f"    {out}" for out in text.strip().splitlines()[:TRACE_OUTPUT_LINES]]
         log_plain("\n".join(lines))
 

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 import trio
 
-from ._errors import ConfigError
-from ._log import log, reserve_stdout
+from .._errors import ConfigError
+from .._log import log, reserve_stdout
 
 CONNECT_ID = "forged-connect"
 STOP_ID = b"forged-connect-stop"
@@ -41,8 +41,8 @@ _RESOLVED = b'{"type":"extension_ui_resolved"'
 # --- status ------------------------------------------------------------------------------------
 
 async def status(socket_path: Path | None) -> int:
-    from ._paths import default_socket_path
-    from .client import Client
+    from .._paths import default_socket_path
+    from ..client import Client
 
     path = socket_path or default_socket_path()
     try:
@@ -67,7 +67,7 @@ async def status(socket_path: Path | None) -> int:
 
 def connect(args: argparse.Namespace, argv: list[str], unused: list[str]) -> int:
     """`unused`: the options given that only a daemon connect starts would take."""
-    from ._paths import default_socket_path
+    from .._paths import default_socket_path
 
     path = args.socket or default_socket_path()
     cwd = (args.cwd or Path.cwd()).expanduser().resolve()
@@ -95,9 +95,9 @@ async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: lis
                       unused: list[str], stdout_fd: int) -> int:
     """``forged connect --acp``: the Agent Client Protocol on stdio, each session one of the
     daemon's (a connection of its own)."""
-    from ._acp import INTERNAL_ERROR, InDaemon, serve_acp
-    from ._connection import open_fd_stream
-    from ._errors import AcpError
+    from .._connection import open_fd_stream
+    from .._errors import AcpError
+    from .acp import INTERNAL_ERROR, InDaemon, serve_acp
 
     async def connect() -> trio.abc.Stream:
         try:
@@ -128,7 +128,7 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
 async def _open(path: Path, start: list[str] | None, unused: list[str]) -> trio.SocketStream:
     """A connection to the daemon, started with `start` if none runs. When one ran, the
     options in `unused` (each said once) did not reach it."""
-    from ._paths import open_daemon_socket
+    from .._paths import open_daemon_socket
 
     try:
         stream = await open_daemon_socket(path)
@@ -153,7 +153,7 @@ async def _open(path: Path, start: list[str] | None, unused: list[str]) -> trio.
 
 def _start_daemon(argv: list[str], path: Path) -> Path:
     """Start a daemon that outlives this process, logging beside its socket."""
-    from ._paths import runtime_dir
+    from .._paths import runtime_dir
 
     log_path = runtime_dir(path) / "forged.log"
     with open(log_path, "ab") as log:
@@ -165,7 +165,7 @@ def _start_daemon(argv: list[str], path: Path) -> Path:
 async def _why_closed(path: Path, mid_line: bool) -> str:
     """Why the daemon closed our connection: it stopped (nothing answers on its socket any
     more), or it cut us off."""
-    from ._paths import open_daemon_socket
+    from .._paths import open_daemon_socket
 
     where = " in the middle of a line" if mid_line else ""
     try:
@@ -179,8 +179,8 @@ async def _why_closed(path: Path, mid_line: bool) -> str:
 
 async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                   unused: list[str], stdout_fd: int) -> int:
-    from ._connection import open_fd_stream
-    from ._jsonl import LineSplitter, LineTooLong
+    from .._connection import open_fd_stream
+    from .._jsonl import LineSplitter, LineTooLong
 
     try:
         stream = await _open(path, start, unused)

@@ -36,20 +36,18 @@ import attrs
 import orjson
 import trio
 
-from . import _codec
-from . import _wire as w
-from ._config import Models, Options, list_stored, open_models, session_config
-from ._connection import Outbox, open_fd_stream, read_lines
-from ._dispatch import Dispatcher, failure_text
-from ._errors import AcpError, ClientGone, CommandError
-from ._jsonl import LineTooLong, decode_json, encode_line
-from ._log import log
-from ._session import open_session
-from ._settings import DEFAULTS
-from ._tools import ToolError
-from ._tools.files import read_file, write_file
-from ._transports.stdio import SHUTDOWN_GRACE_S
-from ._version import __version__
+from ... import _codec
+from ... import _wire as w
+from ..._config import Models, Options, list_stored, open_models, session_config
+from ..._connection import SHUTDOWN_GRACE_S, Outbox, open_fd_stream, read_lines
+from ..._dispatch import Agent, failure_text, open_agent
+from ..._errors import AcpError, ClientGone, CommandError
+from ..._jsonl import LineTooLong, decode_json, encode_line
+from ..._log import log
+from ..._settings import DEFAULTS
+from ..._tools import ToolError
+from ..._tools.files import read_file, write_file
+from ..._version import __version__
 
 PROTOCOL_VERSION = 1
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
@@ -91,6 +89,10 @@ def _ignore(_: Message) -> None:
     pass
 
 
+def _ignore_response(_: w.Response) -> None:
+    pass
+
+
 async def call(link: Link, command: Message) -> Any:
     """Send `command` and return its response's ``data``; `CommandError` if it failed."""
     done = trio.Event()
@@ -110,13 +112,14 @@ async def call(link: Link, command: Message) -> Any:
 class LocalLink:
     """A session of this process: commands go straight to its dispatcher."""
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
 
     def send(self, command: Message, answered: Answered | None = None) -> None:
         parsed = _codec.structure(command, w.COMMAND_CLASSES[command["type"]])
-        sink = (lambda line: answered(orjson.loads(line))) if answered else (lambda _: None)
-        self._dispatcher.handle(parsed, command.get("id"), sink)
+        self._agent.handle(parsed, command.get("id"), (
+            lambda response: answered(_codec.unstructure(response))) if answered
+            else _ignore_response)
 
 
 class DaemonLink:
@@ -215,15 +218,16 @@ class InProcess:
             options = attrs.evolve(options, session=str(path), continue_=False,
                                    session_id=None, fork=None)
         config = session_config(options, models)
-        async with open_session(config, acp_session.on_line, in_thread=False) as session:
+        async with open_agent(config, acp_session.on_session_event, _ignore_response,
+                              in_thread=False) as agent:
+            session = agent.session
             session.files = acp_session.files()
             if session.settings.get(BUSY_PROMPT_SETTING) == "steer":
                 acp_session.busy_prompt = "steer"
             timeout = session.settings.get(FS_TIMEOUT_SETTING)
             if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
                 acp_session.fs_timeout_s = float(timeout)
-            dispatcher = Dispatcher(session, lambda _: None)
-            acp_session.attach(LocalLink(dispatcher), session.session_id)
+            acp_session.attach(LocalLink(agent), session.session_id)
             task_status.started()
             await trio.sleep_forever()
 
@@ -336,8 +340,8 @@ class AcpSession:
 
     # --- events --------------------------------------------------------------------------------
 
-    def on_line(self, line: bytes) -> None:
-        self.on_event(orjson.loads(line))
+    def on_session_event(self, event: w.Event) -> None:
+        self.on_event(_codec.unstructure(event))
 
     def on_event(self, event: Message) -> None:
         kind = event.get("type")
