@@ -145,6 +145,7 @@ def configure_converter(converter: cattrs.Converter) -> None:
     register_tagged_union(converter, w.AssistantContent, "type")
     register_tagged_union(converter, w.AgentMessage, "role")
     register_tagged_union(converter, w.AssistantMessageEvent, "type")
+    register_tagged_union(converter, w.Event, "type")
 
 
 def new_converter() -> cattrs.Converter:

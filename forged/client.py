@@ -1,5 +1,6 @@
-"""A Python client for forged, on trio: over stdio (a ``forged --mode rpc`` child), the
-daemon's Unix socket, or its WebSocket.
+"""A typed Python client for forged, on trio: over stdio (a ``forged --mode rpc`` child), the
+daemon's Unix socket, or its WebSocket. It is the one reader of the protocol in the
+repository besides the codec: what it reads, it gives as the protocol's wire classes.
 
 ::
 
@@ -9,8 +10,10 @@ daemon's Unix socket, or its WebSocket.
         print(await client.get_last_assistant_text())
 
 Each command has a method that sends it, waits for its response and returns the response's
-``data`` (or raises `CommandFailed`). Events arrive on `Client.events` in order; they are
-buffered without bound, so a client that does not read them should not ask for many.
+``data`` as its wire class (`forged._wire`: `SessionState`, `PromptAccepted`, ...), or raises
+`CommandFailed`. Events arrive on `Client.events` in order, each a `Received`: the event as
+its wire class (`Unknown` for a type this client does not know) and the daemon's stamps; they
+are buffered without bound, so a client that does not read them should not ask for many.
 
 Resource handling: the ``open_*`` context managers own the connection (and the child
 process, for stdio); leaving the block closes it.
@@ -26,16 +29,60 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import attrs
 import orjson
 import trio
 
-from ._errors import CommandFailed
+from . import _wire as w
+from ._codec import structure
+from ._errors import CommandFailed, WireError
 from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong, camel
 
-Event = dict[str, Any]
-__all__ = ["Client", "CommandFailed", "Event"]
+JSON = dict[str, Any]
+T = TypeVar("T")
+__all__ = ["Client", "CommandFailed", "Received", "Unknown"]
+
+
+@attrs.frozen
+class Unknown:
+    """An event of a type this client does not know (a newer forged's), as it came."""
+
+    type: str
+    data: JSON
+
+
+Event = w.Event | Unknown
+
+
+@attrs.frozen
+class Received:
+    """One event as the client received it, and the daemon's stamps (None over stdio)."""
+
+    event: Event
+    session_id: str | None = None
+    seq: int | None = None
+
+    @property
+    def type(self) -> str:
+        return self.event.type
+
+
+def read_event(item: JSON) -> Received:
+    """An event line, parsed, as `Received`."""
+    session_id, seq = item.pop("sessionId", None), item.pop("seq", None)
+    kind = str(item.get("type"))
+    event: Event
+    if kind in w.EVENT_TYPES:
+        try:
+            event = structure(item, w.Event)  # type: ignore[arg-type]
+        except WireError:
+            event = Unknown(type=kind, data=item)
+    else:
+        event = Unknown(type=kind, data=item)
+    return Received(event=event, session_id=session_id if isinstance(session_id, str) else None,
+                    seq=seq if isinstance(seq, int) else None)
 
 
 class Client:
@@ -44,8 +91,8 @@ class Client:
     def __init__(self, send_line: Callable[[bytes], Awaitable[None]]) -> None:
         self._send_line = send_line
         self._ids = itertools.count(1)
-        self._waiting: dict[str, trio.MemorySendChannel[Event]] = {}
-        self._events_send, self.events = trio.open_memory_channel[Event](math.inf)
+        self._waiting: dict[str, trio.MemorySendChannel[JSON]] = {}
+        self._events_send, self.events = trio.open_memory_channel[Received](math.inf)
         """Every event (and dialog request) forged writes, in order."""
         self.closed = trio.Event()
 
@@ -150,8 +197,8 @@ class Client:
         item = orjson.loads(line)
         if item.get("type") == "response" and str(item.get("id")) in self._waiting:
             self._waiting.pop(str(item["id"])).send_nowait(item)
-        else:
-            self._events_send.send_nowait(item)
+        elif item.get("type") != "response":
+            self._events_send.send_nowait(read_event(item))
 
     def _ended(self) -> None:
         self.closed.set()
@@ -160,14 +207,14 @@ class Client:
         self._waiting.clear()
         self._events_send.close()
 
-    async def send(self, command: dict[str, Any]) -> None:
+    async def send(self, command: JSON) -> None:
         """Send a command as it is, without waiting for anything."""
         await self._send_line(orjson.dumps(command) + b"\n")
 
-    async def request(self, command_type: str, **fields: Any) -> Event:
-        """Send a command and return its whole response (successful or not)."""
+    async def request(self, command_type: str, **fields: Any) -> JSON:
+        """Send a command and return its whole response, as it came (successful or not)."""
         command_id = f"client-{next(self._ids)}"
-        send, receive = trio.open_memory_channel[Event](1)
+        send, receive = trio.open_memory_channel[JSON](1)
         self._waiting[command_id] = send
         await self.send({"type": command_type, "id": command_id,
                          **{camel(k): v for k, v in fields.items() if v is not None}})
@@ -177,135 +224,148 @@ class Client:
             raise ConnectionError(f"forged closed the connection before answering "
                                   f"{command_type}") from None
 
-    async def call(self, command_type: str, **fields: Any) -> Any:
-        """Send a command; its response's ``data``, or `CommandFailed`."""
+    async def call(self, command_type: str, data: type[T], **fields: Any) -> T:
+        """Send a command; its response's ``data`` as `data`, or `CommandFailed`."""
         response = await self.request(command_type, **fields)
         if not response.get("success"):
             raise CommandFailed(command_type, str(response.get("error")))
-        return response.get("data")
+        return structure(response.get("data"), data)
 
-    async def next_event(self, predicate: Callable[[Event], bool] = lambda _: True) -> Event:
+    async def run(self, command_type: str, **fields: Any) -> None:
+        """Send a command that answers no data; `CommandFailed` if it failed."""
+        response = await self.request(command_type, **fields)
+        if not response.get("success"):
+            raise CommandFailed(command_type, str(response.get("error")))
+
+    async def next_event(self, predicate: Callable[[Received], bool] = lambda _: True
+                         ) -> Received:
         """The next event `predicate` accepts (those before it are dropped)."""
-        async for event in self.events:
-            if predicate(event):
-                return event
+        async for received in self.events:
+            if predicate(received):
+                return received
         raise ConnectionError("forged closed the connection")
 
-    async def prompt_and_wait(self, message: str, **fields: Any) -> list[Event]:
+    async def prompt_and_wait(self, message: str, **fields: Any) -> list[Received]:
         """Send a prompt and collect its events up to ``agent_settled``."""
         await self.prompt(message, **fields)
-        collected: list[Event] = []
-        async for event in self.events:
-            collected.append(event)
-            if event.get("type") == "agent_settled":
+        collected: list[Received] = []
+        async for received in self.events:
+            collected.append(received)
+            if received.type == "agent_settled":
                 return collected
         raise ConnectionError("forged closed the connection before agent_settled")
 
     # --- one method per command (docs/protocol.md, forged-rpc(7)) ---------------------------
 
-    async def prompt(self, message: str, *, images: list[Event] | None = None,
-                     streaming_behavior: str | None = None) -> Any:
-        return await self.call("prompt", message=message, images=images,
+    async def prompt(self, message: str, *, images: list[JSON] | None = None,
+                     streaming_behavior: str | None = None) -> w.PromptAccepted:
+        return await self.call("prompt", w.PromptAccepted, message=message, images=images,
                                streaming_behavior=streaming_behavior)
 
-    async def steer(self, message: str, *, images: list[Event] | None = None) -> Any:
-        return await self.call("steer", message=message, images=images)
+    async def steer(self, message: str, *, images: list[JSON] | None = None
+                    ) -> w.PromptAccepted:
+        return await self.call("steer", w.PromptAccepted, message=message, images=images)
 
-    async def follow_up(self, message: str, *, images: list[Event] | None = None) -> Any:
-        return await self.call("follow_up", message=message, images=images)
+    async def follow_up(self, message: str, *, images: list[JSON] | None = None
+                        ) -> w.PromptAccepted:
+        return await self.call("follow_up", w.PromptAccepted, message=message, images=images)
 
     async def abort(self) -> None:
-        await self.call("abort")
+        await self.run("abort")
 
-    async def clear_queue(self) -> Any:
-        return await self.call("clear_queue")
+    async def clear_queue(self) -> w.QueueContents:
+        return await self.call("clear_queue", w.QueueContents)
 
     async def new_session(self, *, parent_session: str | None = None, cwd: str | None = None,
-                          provider: str | None = None, model: str | None = None) -> Any:
-        return await self.call("new_session", parent_session=parent_session, cwd=cwd,
-                               provider=provider, model=model)
+                          provider: str | None = None, model: str | None = None,
+                          **fields: Any) -> w.SwitchResult:
+        """`fields`: the daemon's more (``session``, ``mcpServers``, ...), snake_case."""
+        return await self.call("new_session", w.SwitchResult, parent_session=parent_session,
+                               cwd=cwd, provider=provider, model=model, **fields)
 
-    async def get_state(self) -> Any:
-        return await self.call("get_state")
+    async def get_state(self) -> w.SessionState:
+        return await self.call("get_state", w.SessionState)
 
-    async def get_messages(self) -> list[Event]:
-        return list((await self.call("get_messages"))["messages"])
+    async def get_messages(self) -> list[w.AgentMessage]:
+        return (await self.call("get_messages", w.MessageList)).messages
 
-    async def set_model(self, provider: str, model_id: str) -> Any:
-        return await self.call("set_model", provider=provider, model_id=model_id)
+    async def set_model(self, provider: str, model_id: str) -> w.Model:
+        return await self.call("set_model", w.Model, provider=provider, model_id=model_id)
 
-    async def cycle_model(self) -> Any:
-        return await self.call("cycle_model")
+    async def cycle_model(self) -> w.CycledModel | None:
+        return await self.call("cycle_model", w.CycledModel | None)  # type: ignore[arg-type]
 
-    async def get_available_models(self) -> list[Event]:
-        return list((await self.call("get_available_models"))["models"])
+    async def get_available_models(self) -> list[w.Model]:
+        return (await self.call("get_available_models", w.ModelList)).models
 
     async def set_thinking_level(self, level: str) -> None:
-        await self.call("set_thinking_level", level=level)
+        await self.run("set_thinking_level", level=level)
 
-    async def cycle_thinking_level(self) -> Any:
-        return await self.call("cycle_thinking_level")
+    async def cycle_thinking_level(self) -> str | None:
+        cycled = await self.call("cycle_thinking_level",
+                                 w.ThinkingLevelData | None)  # type: ignore[arg-type]
+        return cycled.level if cycled is not None else None
 
     async def get_available_thinking_levels(self) -> list[str]:
-        return list((await self.call("get_available_thinking_levels"))["levels"])
+        return (await self.call("get_available_thinking_levels", w.ThinkingLevelList)).levels
 
     async def set_steering_mode(self, mode: str) -> None:
-        await self.call("set_steering_mode", mode=mode)
+        await self.run("set_steering_mode", mode=mode)
 
     async def set_follow_up_mode(self, mode: str) -> None:
-        await self.call("set_follow_up_mode", mode=mode)
+        await self.run("set_follow_up_mode", mode=mode)
 
-    async def compact(self, custom_instructions: str | None = None) -> Any:
-        return await self.call("compact", custom_instructions=custom_instructions)
+    async def compact(self, custom_instructions: str | None = None) -> w.CompactionResult:
+        return await self.call("compact", w.CompactionResult,
+                               custom_instructions=custom_instructions)
 
     async def set_auto_compaction(self, enabled: bool) -> None:
-        await self.call("set_auto_compaction", enabled=enabled)
+        await self.run("set_auto_compaction", enabled=enabled)
 
     async def set_auto_retry(self, enabled: bool) -> None:
-        await self.call("set_auto_retry", enabled=enabled)
+        await self.run("set_auto_retry", enabled=enabled)
 
     async def abort_retry(self) -> None:
-        await self.call("abort_retry")
+        await self.run("abort_retry")
 
-    async def bash(self, command: str) -> Any:
-        return await self.call("bash", command=command)
+    async def bash(self, command: str) -> w.BashResult:
+        return await self.call("bash", w.BashResult, command=command)
 
     async def abort_bash(self) -> None:
-        await self.call("abort_bash")
+        await self.run("abort_bash")
 
-    async def get_session_stats(self) -> Any:
-        return await self.call("get_session_stats")
+    async def get_session_stats(self) -> w.SessionStats:
+        return await self.call("get_session_stats", w.SessionStats)
 
     async def export_html(self, output_path: str | None = None) -> str:
-        return str((await self.call("export_html", output_path=output_path))["path"])
+        return (await self.call("export_html", w.ExportResult, output_path=output_path)).path
 
-    async def switch_session(self, session_path: str) -> Any:
-        return await self.call("switch_session", session_path=session_path)
+    async def switch_session(self, session_path: str) -> w.SwitchResult:
+        return await self.call("switch_session", w.SwitchResult, session_path=session_path)
 
-    async def fork(self, entry_id: str) -> Any:
-        return await self.call("fork", entry_id=entry_id)
+    async def fork(self, entry_id: str) -> w.ForkResult:
+        return await self.call("fork", w.ForkResult, entry_id=entry_id)
 
-    async def clone(self) -> Any:
-        return await self.call("clone")
+    async def clone(self) -> w.SwitchResult:
+        return await self.call("clone", w.SwitchResult)
 
-    async def get_fork_messages(self) -> list[Event]:
-        return list((await self.call("get_fork_messages"))["messages"])
+    async def get_fork_messages(self) -> list[w.ForkMessage]:
+        return (await self.call("get_fork_messages", w.ForkMessageList)).messages
 
-    async def get_entries(self, since: str | None = None) -> Any:
-        return await self.call("get_entries", since=since)
+    async def get_entries(self, since: str | None = None) -> w.EntryList:
+        return await self.call("get_entries", w.EntryList, since=since)
 
-    async def get_tree(self) -> Any:
-        return await self.call("get_tree")
+    async def get_tree(self) -> w.EntryTree:
+        return await self.call("get_tree", w.EntryTree)
 
     async def get_last_assistant_text(self) -> str | None:
-        text = (await self.call("get_last_assistant_text"))["text"]
-        return None if text is None else str(text)
+        return (await self.call("get_last_assistant_text", w.AssistantText)).text
 
     async def set_session_name(self, name: str) -> None:
-        await self.call("set_session_name", name=name)
+        await self.run("set_session_name", name=name)
 
-    async def get_commands(self) -> list[Event]:
-        return list((await self.call("get_commands"))["commands"])
+    async def get_commands(self) -> list[w.CommandInfo]:
+        return (await self.call("get_commands", w.CommandList)).commands
 
     async def answer_dialog(self, dialog_id: str, *, value: str | None = None,
                             confirmed: bool | None = None, cancelled: bool | None = None
@@ -315,19 +375,18 @@ class Client:
                          **{k: v for k, v in (("value", value), ("confirmed", confirmed),
                                                ("cancelled", cancelled)) if v is not None}})
 
+    async def get_mcp_servers(self) -> list[w.McpServerInfo]:
+        """Each MCP server of the session: name, transport, status, toolCount, lastError."""
+        return (await self.call("get_mcp_servers", w.McpServerList)).servers
+
     # the daemon's own commands
 
-    async def get_mcp_servers(self) -> list[Event]:
-        """Each MCP server of the session: name, transport, status, toolCount, lastError."""
-        return list((await self.call("get_mcp_servers"))["servers"])
+    async def list_sessions(self, cwd: str | None = None) -> w.SessionList:
+        return await self.call("list_sessions", w.SessionList, cwd=cwd)
 
-    async def list_sessions(self, cwd: str | None = None) -> Any:
-        return await self.call("list_sessions", cwd=cwd)
-
-    async def attach(self, session_id: str, since_seq: int | None = None) -> Any:
-        return await self.call("attach", session_id=session_id, since_seq=since_seq)
+    async def attach(self, session_id: str, since_seq: int | None = None) -> w.AttachResult:
+        return await self.call("attach", w.AttachResult, session_id=session_id,
+                               since_seq=since_seq)
 
     async def detach(self) -> None:
-        await self.call("detach")
-
-
+        await self.run("detach")

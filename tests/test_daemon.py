@@ -19,11 +19,12 @@ import pytest
 import trio
 import trio.testing
 
+from forged import _wire as w
 from forged._errors import ConfigError
 from forged._models import ProviderConfig
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._transports.websocket import MAX_UNAUTHENTICATED
-from forged.client import Client, Event
+from forged.client import Client, Received
 
 from .harness import Daemon, open_daemon
 
@@ -40,21 +41,25 @@ PWD = Reply(content=[ScriptToolCall(name="bash", id="pwd", arguments={"command":
 DONE = Reply(content=[ScriptText(text="done")])
 
 
-async def until_sessions(client: Client, done: Callable[[list[Event]], bool],
-                         timeout_s: float = 10) -> list[Event]:
+def text(content: list[w.UserContent] | list[w.AssistantContent]) -> str:
+    return "".join(block.text for block in content if isinstance(block, w.TextContent))
+
+
+async def until_sessions(client: Client, done: Callable[[list[w.LiveSessionInfo]], bool],
+                         timeout_s: float = 10) -> list[w.LiveSessionInfo]:
     """The daemon's live sessions, asked again (as a client can only ask) until `done`
     accepts them; a hang guard of `timeout_s`."""
     with trio.fail_after(timeout_s):
-        while not done(sessions := (await client.list_sessions())["sessions"]):  # noqa: ASYNC110
+        while not done(sessions := (await client.list_sessions()).sessions):  # noqa: ASYNC110
             await trio.sleep(0.01)
     return sessions
 
 
-async def collect_until_settled(client: Client) -> list[Event]:
-    events: list[Event] = []
+async def collect_until_settled(client: Client) -> list[Received]:
+    events: list[Received] = []
     async for event in client.events:
         events.append(event)
-        if event["type"] == "agent_settled":
+        if event.type == "agent_settled":
             return events
     raise AssertionError("connection closed")
 
@@ -67,12 +72,12 @@ async def test_two_clients_drive_two_sessions_in_different_cwds_at_once(tmp_path
             daemon.client() as first, daemon.client() as second):
         opened = [await client.new_session(cwd=str(folder))
                   for client, folder in zip((first, second), folders, strict=True)]
-        assert opened == [{"cancelled": False}] * 2
+        assert [result.cancelled for result in opened] == [False] * 2
         for client in (first, second):
             await client.prompt("where am I?")
         listed = await first.list_sessions()
-        assert sorted(s["state"] for s in listed["sessions"]) == ["streaming", "streaming"]
-        results: dict[int, list[Event]] = {}
+        assert sorted(s.state for s in listed.sessions) == ["streaming", "streaming"]
+        results: dict[int, list[Received]] = {}
 
         async def gather(index: int, client: Client) -> None:
             results[index] = await collect_until_settled(client)
@@ -83,12 +88,12 @@ async def test_two_clients_drive_two_sessions_in_different_cwds_at_once(tmp_path
         states = [await client.get_state() for client in (first, second)]
     for index, folder in enumerate(folders):
         events = results[index]
-        assert {e["sessionId"] for e in events} == {states[index]["sessionId"]}
-        seqs = [e["seq"] for e in events]
+        assert {e.session_id for e in events} == {states[index].session_id}
+        seqs = [e.seq or 0 for e in events]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # none lost or reordered
-        (end,) = [e for e in events if e["type"] == "tool_execution_end"]
-        assert end["result"]["content"][0]["text"] == f"{folder}\n"
-    assert states[0]["sessionId"] != states[1]["sessionId"]
+        (end,) = [e.event for e in events if isinstance(e.event, w.ToolExecutionEnd)]
+        assert text(end.result.content) == f"{folder}\n"
+    assert states[0].session_id != states[1].session_id
 
 
 async def test_reattaching_with_since_seq_replays_exactly_the_missed_events(
@@ -97,25 +102,25 @@ async def test_reattaching_with_since_seq_replays_exactly_the_missed_events(
     async with open_daemon(tmp_path, [slow]) as daemon:
         async with daemon.client() as watcher, daemon.client() as leaver:
             await leaver.new_session()
-            session_id = (await leaver.get_state())["sessionId"]
+            session_id = (await leaver.get_state()).session_id
             await watcher.attach(session_id)
             await leaver.prompt("talk")
-            seen = [await leaver.next_event(lambda e: e["type"] == "message_update")]
+            seen = [await leaver.next_event(lambda e: e.type == "message_update")]
             await leaver.detach()
-            last_seq = seen[-1]["seq"]
+            last_seq = seen[-1].seq or 0
             everything = await collect_until_settled(watcher)
             listed = await watcher.list_sessions()
-            assert [s["clients"] for s in listed["sessions"]] == [1]  # the leaver is gone
+            assert [s.clients for s in listed.sessions] == [1]  # the leaver is gone
         async with daemon.client() as returning:
             result = await returning.attach(session_id, since_seq=last_seq)
-            replayed = [await returning.next_event() for _ in range(result["replayed"])]
+            replayed = [await returning.next_event() for _ in range(result.replayed)]
             state = await returning.get_state()
-    missed = [e for e in everything if e["seq"] > last_seq]
-    assert replayed == missed
-    assert replayed[-1]["type"] == "agent_settled"
-    assert result == {"sessionId": session_id, "seq": missed[-1]["seq"],
-                      "replayed": len(missed), "missed": False}
-    assert state["sessionId"] == session_id and state["isStreaming"] is False
+    missed = [e for e in everything if (e.seq or 0) > last_seq]
+    assert [(e.seq, e.type) for e in replayed] == [(e.seq, e.type) for e in missed]
+    assert replayed[-1].type == "agent_settled"
+    assert (result.session_id, result.seq, result.replayed, result.missed) == (
+        session_id, missed[-1].seq, len(missed), False)
+    assert state.session_id == session_id and state.is_streaming is False
 
 
 async def test_a_dialog_goes_to_every_client_and_the_first_answer_wins(tmp_path: Path) -> None:
@@ -123,7 +128,7 @@ async def test_a_dialog_goes_to_every_client_and_the_first_answer_wins(tmp_path:
     async with (open_daemon(tmp_path, plugins=[tmp_path / "asking.py"]) as daemon,
             daemon.client() as asker, daemon.client() as answerer):
         await asker.new_session()
-        await answerer.attach((await asker.get_state())["sessionId"])
+        await answerer.attach((await asker.get_state()).session_id)
         async with trio.open_nursery() as nursery:
             asked: list[Any] = []
 
@@ -131,18 +136,21 @@ async def test_a_dialog_goes_to_every_client_and_the_first_answer_wins(tmp_path:
                 asked.append(await asker.prompt("/ask deploy?"))
 
             nursery.start_soon(ask)
-            request = await answerer.next_event(
-                lambda e: e["type"] == "extension_ui_request")
-            mirrored = await asker.next_event(lambda e: e["type"] == "extension_ui_request")
-            assert mirrored == request
-            await answerer.answer_dialog(request["id"], confirmed=True)
-            resolved = await asker.next_event(
-                lambda e: e["type"] == "extension_ui_resolved")
-            await asker.answer_dialog(request["id"], confirmed=False)  # too late
-            notify = await asker.next_event(lambda e: e.get("method") == "notify")
-    assert resolved["id"] == request["id"]
-    assert notify["message"] == "answer: True"
-    assert asked == [{"disposition": "handled"}]
+            request = (await answerer.next_event(
+                lambda e: e.type == "extension_ui_request")).event
+            mirrored = (await asker.next_event(
+                lambda e: e.type == "extension_ui_request")).event
+            assert isinstance(request, w.ExtensionUiRequest)
+            assert isinstance(mirrored, w.ExtensionUiRequest) and mirrored.id == request.id
+            await answerer.answer_dialog(request.id, confirmed=True)
+            resolved = (await asker.next_event(
+                lambda e: e.type == "extension_ui_resolved")).event
+            await asker.answer_dialog(request.id, confirmed=False)  # too late
+            notify = (await asker.next_event(
+                lambda e: getattr(e.event, "method", None) == "notify")).event
+    assert isinstance(resolved, w.ExtensionUiResolved) and resolved.id == request.id
+    assert isinstance(notify, w.ExtensionUiRequest) and notify.message == "answer: True"
+    assert [accepted.disposition for accepted in asked] == ["handled"]
 
 
 async def test_a_client_that_stops_reading_is_cut_off_without_slowing_the_other(
@@ -151,16 +159,16 @@ async def test_a_client_that_stops_reading_is_cut_off_without_slowing_the_other(
     async with (open_daemon(tmp_path, [flood], queue_limit_bytes=1024 * 1024) as daemon,
             daemon.client() as reader):
         await reader.new_session()
-        session_id = (await reader.get_state())["sessionId"]
+        session_id = (await reader.get_state()).session_id
         stalled = await trio.open_unix_socket(str(daemon.socket_path))
         await stalled.send_all(b'{"type":"attach","sessionId":"%s","id":"s"}\n'
                                % session_id.encode())
         await trio.testing.wait_all_tasks_blocked()  # attached; from now on it reads nothing
         with trio.fail_after(20):
             events = await reader.prompt_and_wait("flood")
-        assert sum(e["type"] == "message_update" for e in events) >= 20000
+        assert sum(e.type == "message_update" for e in events) >= 20000
         listed = await reader.list_sessions()
-        assert [s["clients"] for s in listed["sessions"]] == [1]  # the stalled one is out
+        assert [s.clients for s in listed.sessions] == [1]  # the stalled one is out
         with trio.fail_after(10):
             while await stalled.receive_some(1 << 20):
                 pass  # what was queued before the cut, then EOF
@@ -228,7 +236,7 @@ async def test_websocket_needs_the_token_and_refuses_foreign_origins(tmp_path: P
         assert await ws_status(port, {}, f"?token={token}") == 101
         async with Client.open_websocket(f"ws://127.0.0.1:{port}/", token) as client:
             events = await client.prompt_and_wait("hello")
-            assert events[-1]["type"] == "agent_settled"
+            assert events[-1].type == "agent_settled"
             assert await client.get_last_assistant_text() == "hi"
 
 
@@ -252,7 +260,7 @@ async def test_idle_unauthenticated_connections_cannot_lock_the_owner_out(
         async with Client.open_websocket(f"ws://127.0.0.1:{port}/", token) as client:
             remote = await client.get_state()
     assert held <= MAX_UNAUTHENTICATED
-    assert state["sessionId"] and remote["sessionId"]
+    assert state.session_id and remote.session_id
 
 
 async def test_websocket_refuses_a_remote_address_unless_allowed(tmp_path: Path) -> None:
@@ -277,20 +285,20 @@ async def test_a_session_left_idle_with_no_client_is_unloaded(
             daemon.client() as client:
         await client.new_session()
         await client.prompt_and_wait("hello")
-        session_id = (await client.get_state())["sessionId"]
+        session_id = (await client.get_state()).session_id
         await trio.sleep(3600.5)
-        assert [s["sessionId"] for s in (await client.list_sessions())["sessions"]] == [
+        assert [s.session_id for s in (await client.list_sessions()).sessions] == [
             session_id]  # attached: it stays
         await client.detach()
         left = trio.current_time()
         await trio.sleep_until(left + 29.99)
-        assert len((await client.list_sessions())["sessions"]) == 1  # not yet
+        assert len((await client.list_sessions()).sessions) == 1  # not yet
         await trio.sleep_until(left + 30.01)
-        assert (await client.list_sessions())["sessions"] == []
-        stored = (await client.list_sessions())["stored"]
-        assert [s["sessionId"] for s in stored] == [session_id]
+        assert (await client.list_sessions()).sessions == []
+        stored = (await client.list_sessions()).stored
+        assert [s.session_id for s in stored] == [session_id]
         resumed = await client.attach(session_id)  # back from its file
-        assert resumed["sessionId"] == session_id
+        assert resumed.session_id == session_id
         assert await client.get_last_assistant_text() == "done"
 
 
@@ -308,7 +316,7 @@ async def test_forged_status_reports_the_daemon_its_sessions_and_clients(
             daemon.client() as client:
         await client.new_session()
         await client.set_session_name("review")
-        session_id = (await client.get_state())["sessionId"]
+        session_id = (await client.get_state()).session_id
         result = await status()
     assert result.returncode == 0
     lines = result.stdout.decode().splitlines()
@@ -330,10 +338,12 @@ async def test_a_provider_slow_to_answer_one_session_holds_up_no_other(
             await second.new_session()
             events = await second.prompt_and_wait("this one is answered")
         await first.abort()
-    assert events[-1]["type"] == "agent_settled"
-    end = next(e for e in events if e["type"] == "message_end"
-               and e["message"]["role"] == "assistant")
-    assert end["message"]["content"] == [{"type": "text", "text": "done"}]
+    assert events[-1].type == "agent_settled"
+    end = next(e.event for e in events if isinstance(e.event, w.MessageEnd)
+               and isinstance(e.event.message, w.AssistantMessage))
+    assert isinstance(end, w.MessageEnd) and isinstance(end.message, w.AssistantMessage)
+    assert [(c.type, getattr(c, "text", None)) for c in end.message.content] == [
+        ("text", "done")]
 
 
 SLOW_PLUGIN = '''
@@ -364,7 +374,7 @@ async def test_a_client_leaving_while_commands_overlap_is_let_go(tmp_path: Path)
         await trio.testing.wait_all_tasks_blocked()
         await staying.attach(session_id)
         with trio.fail_after(5):
-            assert await staying.prompt("/slow") == {"disposition": "handled"}
+            assert (await staying.prompt("/slow")).disposition == "handled"
             while data := await leaving.receive_some():
                 received += data
     assert b'"id":"p"' in received
@@ -401,7 +411,7 @@ async def test_no_command_of_one_client_takes_the_daemon_down(tmp_path: Path) ->
     assert refused[6]["error"].startswith("cwd is not a directory")
     assert "Invalid cwd" in refused[7]["error"]
     assert [orjson.loads(line)["command"] for line in answers.splitlines()] == ["parse"] * 2
-    assert after["sessionId"] == before["sessionId"] and still["sessionId"]
+    assert after.session_id == before.session_id and still.session_id
 
 
 async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Path) -> None:
@@ -409,20 +419,20 @@ async def test_live_sessions_are_bounded_and_dropped_ones_make_room(tmp_path: Pa
         async with daemon.client() as first, daemon.client() as second:
             await first.new_session()
             await first.prompt_and_wait("keep me")
-            kept = (await first.get_state())["sessionId"]
+            kept = (await first.get_state()).session_id
             await second.new_session()
             await second.get_state()  # the first command that needs it opens it
             async with daemon.client() as third:
                 refused = await third.request("new_session")
         async with daemon.client() as fourth:  # the first two left: an idle one makes room
             await until_sessions(  # once the daemon has seen them go
-                fourth, lambda sessions: not any(s["clients"] for s in sessions))
+                fourth, lambda sessions: not any(s.clients for s in sessions))
             await fourth.new_session()
-            fresh = (await fourth.get_state())["sessionId"]
+            fresh = (await fourth.get_state()).session_id
             listed = await fourth.list_sessions()
     assert refused["success"] is False
     assert refused["error"] == "Too many live sessions (2, all in use); end one first"
-    live = [s["sessionId"] for s in listed["sessions"]]
+    live = [s.session_id for s in listed.sessions]
     assert fresh in live and kept in live and len(live) == 2  # the empty one went first
 
 
@@ -432,9 +442,11 @@ async def test_one_large_message_does_not_cut_off_a_client_that_reads(tmp_path: 
     big = Reply(content=[ScriptText(text="y" * (9 << 20))])
     async with open_daemon(tmp_path, [big]) as daemon, daemon.client() as client:
         events = await client.prompt_and_wait("a big one")
-    ends = [e for e in events if e["type"] in ("message_end", "turn_end", "agent_end")]
-    assert len(ends) == 4 and events[-1]["type"] == "agent_settled"
-    assert len(ends[1]["message"]["content"][0]["text"]) == 9 << 20
+    ends = [e for e in events if e.type in ("message_end", "turn_end", "agent_end")]
+    assert len(ends) == 4 and events[-1].type == "agent_settled"
+    reply = ends[1].event
+    assert isinstance(reply, w.MessageEnd) and isinstance(reply.message, w.AssistantMessage)
+    assert len(text(reply.message.content)) == 9 << 20
 
 
 async def connect_to(daemon: Daemon, tmp_path: Path, first: bytes) -> trio.Process:
@@ -458,7 +470,7 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
             daemon.client() as watcher:
         bridge = await connect_to(daemon, tmp_path, b'{"type":"prompt","message":"flood"}\n')
         await until_sessions(  # nobody reads the bridge: the daemon cuts it off
-            watcher, lambda sessions: [s["clients"] for s in sessions] == [0], timeout_s=20)
+            watcher, lambda sessions: [s.clients for s in sessions] == [0], timeout_s=20)
         output = bytearray()
         with trio.fail_after(20):
             while data := await bridge.stdout.receive_some(1 << 20):
@@ -572,7 +584,7 @@ async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path:
         async with daemon.client() as client:  # a conversation, so there is one to continue
             await client.new_session(cwd=str(tmp_path / "project"))
             await client.prompt_and_wait("hello")
-            recent = (await client.get_state())["sessionId"]
+            recent = (await client.get_state()).session_id
         continued = await through_connect(daemon, "-c")
         await through_connect(daemon, "--tools", "read", "--thinking", "high", "--name", "x")
     assert named["sessionName"] == "demo"
@@ -591,11 +603,11 @@ async def test_a_dropped_connections_empty_session_goes_soon_a_conversation_stay
         async with daemon.client() as talker, daemon.client() as dropped:
             await talker.new_session()
             await talker.prompt_and_wait("hello")
-            kept = (await talker.get_state())["sessionId"]
+            kept = (await talker.get_state()).session_id
             await dropped.new_session()
         async with daemon.client() as watcher:
             remaining = await until_sessions(watcher, lambda sessions: len(sessions) == 1)
-    assert [s["sessionId"] for s in remaining] == [kept]  # the empty one went after 0.2 s
+    assert [s.session_id for s in remaining] == [kept]  # the empty one went after 0.2 s
 
 
 async def test_a_key_command_never_holds_up_the_other_clients(tmp_path: Path) -> None:
@@ -622,7 +634,7 @@ async def test_a_key_command_never_holds_up_the_other_clients(tmp_path: Path) ->
         gate.touch()
         events = await collect_until_settled(first)
     assert max(waits) < 0.05, waits
-    assert [e["type"] for e in events if e["type"] == "message_end"] == ["message_end"] * 2
+    assert [e.type for e in events if e.type == "message_end"] == ["message_end"] * 2
     assert daemon.server.requests[0].headers["x-api-key"] == "the-key"
 
 
@@ -718,4 +730,4 @@ async def test_a_connection_that_ends_before_a_command_leaves_no_session(
         async with daemon.client() as watcher:
             await until_sessions(watcher, lambda _: len(daemon.hub.peers) == 1)
             listed = await watcher.list_sessions()
-    assert listed["sessions"] == [] and daemon.hub.live == []
+    assert listed.sessions == [] and daemon.hub.live == []

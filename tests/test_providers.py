@@ -215,7 +215,7 @@ def test_public_api() -> None:
                     and not isinstance(getattr(forged, name), types.ModuleType))
     assert public == ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
                       "SessionConfig"]
-    assert forged.client.__all__ == ["Client", "CommandFailed", "Event"]
+    assert forged.client.__all__ == ["Client", "CommandFailed", "Received", "Unknown"]
 
 
 async def test_turns_share_one_kept_alive_connection(tmp_path: Path) -> None:
@@ -291,5 +291,6 @@ def test_the_client_loads_no_server_module() -> None:
             "print(' '.join(sorted(m for m in sys.modules if m.startswith('forged'))))\n")
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.split()
-    assert loaded == ["forged", "forged._errors", "forged._jsonl", "forged._paths",
-                      "forged._version", "forged.client"]
+    assert loaded == ["forged", "forged._codec", "forged._errors", "forged._jsonl",
+                      "forged._paths", "forged._version", "forged._wire",
+                      "forged.client"]  # the protocol's classes, its vocabulary

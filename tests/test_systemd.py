@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import trio
 
-from forged.client import Client, Event
+from forged import _wire as w
+from forged.client import Client, Received
 
 from .test_process import BIN, child_env
 
@@ -71,10 +72,10 @@ async def test_socket_activation_notify_watchdog_and_a_drain_that_lets_the_run_f
     assert not (tmp_path / "run" / "forged" / "forged.sock").exists()  # it bound nothing
     pings = await notified(notify, "WATCHDOG=1")
     assert pings
-    events: list[Event] = []
+    events: list[Received] = []
     async with Client.open_unix(socket_path) as client:
         await client.prompt("talk slowly")
-        events.append(await client.next_event(lambda e: e["type"] == "message_update"))
+        events.append(await client.next_event(lambda e: e.type == "message_update"))
         process.send_signal(signal.SIGTERM)
         stopping = await notified(notify, "STOPPING=1")
         async for event in client.events:
@@ -83,10 +84,11 @@ async def test_socket_activation_notify_watchdog_and_a_drain_that_lets_the_run_f
         code = await process.wait()
     assert code == 0
     assert stopping
-    assert events[-1]["type"] == "agent_settled"
-    end = next(e for e in events if e["type"] == "agent_end")
-    assert end["messages"][-1]["stopReason"] == "stop"  # the run was let finish
-    assert end["messages"][-1]["content"][0]["text"] == "word " * 20
+    assert events[-1].type == "agent_settled"
+    end = next(e.event for e in events if isinstance(e.event, w.AgentEnd))
+    last = end.messages[-1]
+    assert isinstance(last, w.AssistantMessage) and last.stop_reason == "stop"  # let finish
+    assert [getattr(block, "text", None) for block in last.content] == ["word " * 20]
     assert socket_path.exists()  # the manager's socket is left to the manager
 
 
@@ -96,19 +98,21 @@ async def test_a_drain_aborts_what_outlasts_the_grace_period(tmp_path: Path) -> 
     process, socket_path, notify = await start_activated(
         tmp_path, "--provider", "scripted", "--script", str(script), "--drain-grace", "0.5")
     await notified(notify, "READY=1")
-    events: list[Event] = []
+    events: list[Received] = []
     async with Client.open_unix(socket_path) as client:
         await client.prompt("talk slowly")
-        await client.next_event(lambda e: e["type"] == "message_update")
+        await client.next_event(lambda e: e.type == "message_update")
         process.send_signal(signal.SIGTERM)
         with trio.fail_after(8):
             async for event in client.events:
                 events.append(event)
             code = await process.wait()
     assert code == 0
-    assert [e["type"] for e in events[-4:]] == [
+    assert [e.type for e in events[-4:]] == [
         "message_end", "turn_end", "agent_end", "agent_settled"]
-    assert events[-4]["message"]["stopReason"] == "aborted"
+    ended = events[-4].event
+    assert isinstance(ended, w.MessageEnd) and isinstance(ended.message, w.AssistantMessage)
+    assert ended.message.stop_reason == "aborted"
     assert process.stderr is not None
     log = (await process.stderr.receive_some(1 << 16)).decode()
     assert "SIGTERM: draining" in log and "aborting session" in log

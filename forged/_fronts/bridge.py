@@ -54,12 +54,11 @@ async def status(socket_path: Path | None) -> int:
     except ConfigError as exc:
         log(str(exc))
         return 1
-    sessions = listed["sessions"]
+    sessions = listed.sessions
     print(f"forged daemon on {path}: {len(sessions)} live session(s)")
     for item in sessions:
-        name = f" {item['sessionName']!r}" if item.get("sessionName") else ""
-        print(f"  {item['sessionId']}{name}  {item['state']}  {item['clients']} client(s)  "
-              f"{item['cwd']}")
+        name = f" {item.session_name!r}" if item.session_name else ""
+        print(f"  {item.session_id}{name}  {item.state}  {item.clients} client(s)  {item.cwd}")
     return 0
 
 
