@@ -69,6 +69,37 @@ class Received:
         return self.event.type
 
 
+DATA_CLASSES: dict[str, Any] = {
+    "prompt": w.PromptAccepted, "steer": w.PromptAccepted, "follow_up": w.PromptAccepted,
+    "clear_queue": w.QueueContents, "new_session": w.SwitchResult,
+    "get_state": w.SessionState, "get_messages": w.MessageList, "set_model": w.Model,
+    "cycle_model": w.CycledModel | None, "get_available_models": w.ModelList,
+    "cycle_thinking_level": w.ThinkingLevelData | None,
+    "get_available_thinking_levels": w.ThinkingLevelList, "compact": w.CompactionResult,
+    "bash": w.BashResult, "get_session_stats": w.SessionStats,
+    "export_html": w.ExportResult, "switch_session": w.SwitchResult, "fork": w.ForkResult,
+    "clone": w.SwitchResult, "get_fork_messages": w.ForkMessageList,
+    "get_entries": w.EntryList, "get_tree": w.EntryTree,
+    "get_last_assistant_text": w.AssistantText, "get_commands": w.CommandList,
+    "get_mcp_servers": w.McpServerList, "list_sessions": w.SessionList,
+    "attach": w.AttachResult,
+}
+"""Each command's response ``data``, as its wire class (the others answer none)."""
+
+
+def read_response(item: JSON) -> w.Response:
+    """A response line, parsed, as `w.Response` whose ``data`` is its command's wire class
+    (`DATA_CLASSES`)."""
+    command = str(item.get("command"))
+    data = item.get("data", w.ABSENT)
+    if data is not w.ABSENT and item.get("success") and command in DATA_CLASSES:
+        data = structure(data, DATA_CLASSES[command])
+    command_id = item.get("id")
+    return w.Response(id=command_id if isinstance(command_id, str | int) else None,
+                      command=command, success=item.get("success") is True, data=data,
+                      error=item.get("error") if isinstance(item.get("error"), str) else None)
+
+
 def read_event(item: JSON) -> Received:
     """An event line, parsed, as `Received`."""
     session_id, seq = item.pop("sessionId", None), item.pop("seq", None)
@@ -226,10 +257,10 @@ class Client:
 
     async def call(self, command_type: str, data: type[T], **fields: Any) -> T:
         """Send a command; its response's ``data`` as `data`, or `CommandFailed`."""
-        response = await self.request(command_type, **fields)
-        if not response.get("success"):
-            raise CommandFailed(command_type, str(response.get("error")))
-        return structure(response.get("data"), data)
+        response = read_response(await self.request(command_type, **fields))
+        if not response.success:
+            raise CommandFailed(command_type, str(response.error))
+        return response.data  # type: ignore[no-any-return]
 
     async def run(self, command_type: str, **fields: Any) -> None:
         """Send a command that answers no data; `CommandFailed` if it failed."""

@@ -90,13 +90,15 @@ def connect(args: argparse.Namespace, argv: list[str], unused: list[str]) -> int
     return trio.run(_bridge, path, opening, start, unused, protocol_fd)
 
 
-async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: list[str] | None,
+async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, str], start: list[str] | None,
                       unused: list[str], stdout_fd: int) -> int:
     """``forged connect --acp``: the Agent Client Protocol on stdio, each session one of the
-    daemon's (a connection of its own)."""
+    daemon's (a connection of its own); `opening` has the provider and model to ask for."""
     from .._connection import open_fd_stream
     from .._errors import AcpError
-    from .acp import INTERNAL_ERROR, InDaemon, serve_acp
+    from .acp import serve_acp
+    from .acp.backends import InDaemon
+    from .acp.jsonrpc import INTERNAL_ERROR
 
     async def connect() -> trio.abc.Stream:
         try:
@@ -105,7 +107,8 @@ async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, Any], start: lis
             raise AcpError(INTERNAL_ERROR, str(exc)) from None
 
     async with trio.open_nursery() as nursery:
-        await serve_acp(InDaemon(connect, opening), nursery, open_fd_stream(0),
+        await serve_acp(InDaemon(connect, provider=opening.get("provider"),
+                                 model=opening.get("model")), nursery, open_fd_stream(0),
                         open_fd_stream(stdout_fd), default_cwd=cwd)
         nursery.cancel_scope.cancel()
     return 0

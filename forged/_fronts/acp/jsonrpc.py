@@ -1,0 +1,210 @@
+"""A JSON-RPC 2.0 peer over lines: requests both ways, ids, errors; nothing of ACP in it.
+
+What comes in is either an answer to one of our requests (it settles that request) or a
+request or notification of the other side (`Peer` hands it to its handler, and answers a
+request with what the handler returns, or with the error it raised). Lines that are not
+JSON are answered ``-32700``, unless they answer a request of ours whose id can still be read:
+that request fails instead, so nothing waits for an answer that came unreadable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from ..._connection import Outbox, read_lines
+from ..._errors import AcpError, ClientGone
+from ..._jsonl import LineTooLong, decode_json, encode_line
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
+    -32700, -32600, -32601, -32602, -32603)
+AUTH_REQUIRED = -32000
+
+RequestId = int | str
+JSONObject = dict[str, Any]
+Handler = Callable[[str, JSONObject, RequestId | None], Awaitable[object]]
+"""A request's (or a notification's, with no id) method and params to its result."""
+Failure = Callable[[str, Exception], tuple[int, str]]
+"""What a handler's exception answers: an error code and message."""
+
+
+class _Later:
+    def __repr__(self) -> str:
+        return "LATER"
+
+
+LATER: Any = _Later()
+"""A handler's result that says the request is answered later (`Peer.answer`)."""
+
+
+@attrs.define
+class _Request:
+    """A request of ours to the other side, until its answer comes."""
+
+    done: trio.Event = attrs.Factory(trio.Event)
+    response: JSONObject | None = None
+    unreadable: str | None = None
+    """Why its answer could not be read."""
+
+
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")')
+
+
+def is_id(value: object) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def _readable_id(line: bytes) -> RequestId | None:
+    """The id of a line that is not valid JSON, when it can still be read: the whole line by
+    Python's more lenient parser (which takes lone surrogates), else the first ``"id"``."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        found = _ID.search(line)
+        if found is None:
+            return None
+        try:
+            value = json.loads(found.group(1))
+        except ValueError:
+            return None
+    else:
+        value = message.get("id") if isinstance(message, dict) else None
+    return value if is_id(value) else None
+
+
+class Peer:
+    """One JSON-RPC 2.0 peer on one outbox: everything it sends goes through it, in order."""
+
+    def __init__(self, outbox: Outbox, handler: Handler, failure: Failure) -> None:
+        self._outbox = outbox
+        self._handler = handler
+        self._failure = failure
+        self._ids = itertools.count()
+        self._requests: dict[RequestId, _Request] = {}
+        self._gone = False
+
+    def _send(self, message: JSONObject) -> None:
+        self._outbox.put(encode_line({"jsonrpc": "2.0", **message}))
+
+    def answer(self, request_id: RequestId, result: object) -> None:
+        self._send({"id": request_id, "result": result})
+
+    def fail(self, request_id: RequestId | None, code: int, message: str) -> None:
+        self._send({"id": request_id, "error": {"code": code, "message": message}})
+
+    def notify(self, method: str, params: JSONObject) -> None:
+        self._send({"method": method, "params": params})
+
+    async def request(self, method: str, params: JSONObject, *,
+                      timeout_s: float = math.inf) -> object:
+        """Ask the other side; its result, `AcpError` for its error (or an answer that could
+        not be read, or none within `timeout_s`), `ClientGone` if it closed its end first."""
+        if self._gone:
+            raise ClientGone(method)
+        request_id = next(self._ids)
+        pending = self._requests[request_id] = _Request()
+        self._send({"id": request_id, "method": method, "params": params})
+        try:
+            with trio.move_on_after(timeout_s) as waited:
+                await pending.done.wait()
+        finally:
+            self._requests.pop(request_id, None)
+        if waited.cancelled_caught:
+            raise AcpError(INTERNAL_ERROR, f"the editor did not answer within {timeout_s:g} s")
+        if pending.unreadable is not None:
+            raise AcpError(PARSE_ERROR, f"the editor's answer could not be read: "
+                           f"{pending.unreadable}")
+        if pending.response is None:
+            raise ClientGone(method)
+        error = pending.response.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            raise AcpError(code if isinstance(code, int) else INTERNAL_ERROR,
+                           str(error.get("message") or error))
+        if error is not None:
+            raise AcpError(INTERNAL_ERROR, f"the editor answered with an error that is not "
+                           f"a JSON-RPC error object: {shown(error)}")
+        if "result" not in pending.response:
+            raise AcpError(INVALID_REQUEST, "the editor's answer has neither result nor error")
+        return pending.response.get("result")
+
+    def settle_unreadable(self, line: bytes, reason: str) -> bool:
+        """A line that is not valid JSON but may answer a request of ours: when its id can
+        be read and is waited for, that request fails with `reason`. False when none was."""
+        request_id = _readable_id(line)
+        pending = self._requests.pop(request_id, None) if request_id is not None else None
+        if pending is None:
+            return False
+        pending.unreadable = reason
+        pending.done.set()
+        return True
+
+    def gone(self) -> None:
+        """The other side closed its end: what we asked it is answered no."""
+        self._gone = True
+        requests, self._requests = self._requests, {}
+        for pending in requests.values():
+            pending.done.set()
+
+    async def handle(self, message: object) -> None:
+        """One message: an answer settles our request; a request or notification goes to
+        the handler, a request answered with its result or error."""
+        if isinstance(message, dict) and "method" not in message and (
+                "result" in message or "error" in message or (
+                    is_id(message.get("id")) and message.get("id") in self._requests)):
+            answered = message.get("id")
+            pending = self._requests.pop(answered, None) if isinstance(
+                answered, int | str) else None
+            if pending is not None:
+                pending.response = message
+                pending.done.set()
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(
+                message.get("method"), str):
+            self.fail(message.get("id") if isinstance(message, dict) else None,
+                      INVALID_REQUEST, "Invalid Request: expected a JSON-RPC 2.0 message")
+            return
+        request_id = message.get("id")
+        params = message.get("params") or {}
+        try:
+            result = await self._handler(message["method"], params, request_id)
+        except Exception as exc:
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # a nursery's wrapping of one error
+            code, text = (exc.code, str(exc)) if isinstance(exc, AcpError) else self._failure(
+                message["method"], exc)
+            if request_id is not None:
+                self.fail(request_id, code, text)
+            return
+        if request_id is not None and result is not LATER:
+            self.answer(request_id, result)
+
+    async def serve(self, stream: trio.abc.ReceiveStream) -> None:
+        """Take every line of `stream` until its end; then the other side is `gone`."""
+        async def take(piece: bytes | LineTooLong) -> None:
+            if isinstance(piece, LineTooLong):
+                self.fail(None, PARSE_ERROR, "Parse error: line too long")
+            elif piece.strip():
+                try:
+                    message = decode_json(piece)
+                except (ValueError, RecursionError) as exc:
+                    if not self.settle_unreadable(piece, str(exc)):
+                        self.fail(None, PARSE_ERROR, f"Parse error: {exc}")
+                else:
+                    await self.handle(message)
+
+        await read_lines(stream, take)
+        self.gone()
+
+
+def shown(value: object) -> str:
+    """`value` in a message: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
