@@ -67,6 +67,9 @@ class Peer(Connection):
         self.closing = False
         """Its input ended: it waits for its session to settle, and answers no dialog."""
         self.cut_off_reason: str | None = None
+        self.plain = False
+        """It reads what ``forged --mode rpc`` writes: no stamps, no ``extension_ui_resolved``
+        (``forged connect``, which copies it to its client byte for byte)."""
 
     def put_line(self, line: bytes) -> None:
         """Queue `line`. A peer is cut off for not reading: when more than
@@ -135,23 +138,29 @@ class LiveSession:
 
     def broadcast(self, event: w.Event) -> None:
         """`event` to every attached client, stamped with the session's id and the next
-        ``seq`` (first in the object), and kept for replay (as the bytes sent)."""
+        ``seq`` (first in the object), and kept for replay (as the bytes sent); a plain
+        client gets it as stdio would."""
         self._stirred.set()
         self.seq += 1
-        stamped = encode_line({"sessionId": self.id, "seq": self.seq,
-                               **_codec.unstructure(event)})
+        data = _codec.unstructure(event)
+        stamped = encode_line({"sessionId": self.id, "seq": self.seq, **data})
+        plain = (None if isinstance(event, w.ExtensionUiResolved)
+                 else encode_line(data) if any(peer.plain for peer in self.clients) else b"")
         self._replay.append((self.seq, stamped))
         self._replay_bytes += len(stamped)
         while len(self._replay) > REPLAY_EVENTS or self._replay_bytes > REPLAY_BYTES:
             self._replay_bytes -= len(self._replay.popleft()[1])
         for peer in list(self.clients):
-            peer.put_line(stamped)
+            if not peer.plain:
+                peer.put_line(stamped)
+            elif plain is not None:
+                peer.put_line(plain)
 
     def attach(self, peer: Peer, since_seq: int | None) -> w.AttachResult:
         """Add `peer`; with `since_seq`, first give it the kept events after that seq."""
         replayed: list[bytes] = []
         missed = False
-        if since_seq is not None:
+        if since_seq is not None and not peer.plain:
             oldest = self._replay[0][0] if self._replay else self.seq + 1
             missed = since_seq + 1 < oldest
             replayed = [line for seq, line in self._replay if seq > since_seq]
@@ -364,6 +373,7 @@ class Hub:
                     self.default_cwd)
                 reply.ok(self.list_sessions(cwd))
             elif isinstance(command, w.Attach):
+                peer.plain = peer.plain or command.plain
                 reply.ok(await self.attach(peer, command.session_id, command.since_seq))
             elif isinstance(command, w.Detach):
                 peer.opening = None
@@ -374,6 +384,7 @@ class Hub:
                     peer.live is None or command.cwd or command.provider or command.model
                     or command.session or command.continue_recent or command.no_session
                     or command.session_name or command.mcp_servers):
+                peer.plain = peer.plain or command.plain
                 config = await self.session_config(SessionRequest(
                     cwd=_folder(command.cwd) if command.cwd else None,
                     provider=command.provider, model=command.model, session=command.session,

@@ -547,6 +547,9 @@ class NewSession:
     mcp_servers: dict[str, Any] | None = None
     """MCP servers for this session beside the configured ones, as mcp.json's
     ``mcpServers`` (an ACP editor's, through ``forged connect --acp``)."""
+    plain: bool = False
+    """The daemon only: from now on the connection reads what ``forged --mode rpc`` writes
+    (events without ``sessionId``/``seq``, no ``extension_ui_resolved``)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -739,6 +742,8 @@ class Attach:
     type: str = tag("attach")
     session_id: str
     since_seq: int | None = None
+    plain: bool = False
+    """As `NewSession.plain` (no events are replayed to a plain connection)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

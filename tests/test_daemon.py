@@ -731,3 +731,39 @@ async def test_a_connection_that_ends_before_a_command_leaves_no_session(
             await until_sessions(watcher, lambda _: len(daemon.hub.peers) == 1)
             listed = await watcher.list_sessions()
     assert listed.sessions == [] and daemon.hub.live == []
+
+
+async def test_a_plain_connection_reads_what_stdio_would(tmp_path: Path) -> None:
+    """``plain`` (what forged connect asks for): no stamps, no extension_ui_resolved; the
+    other clients of the session still get both."""
+    (tmp_path / "asking.py").write_text(ASKING_PLUGIN)
+    async with (open_daemon(tmp_path, plugins=[tmp_path / "asking.py"]) as daemon,
+                daemon.client() as stamped):
+        plain = await trio.open_unix_socket(str(daemon.socket_path))
+        await plain.send_all(b'{"id":"o","type":"new_session","cwd":"%s","plain":true}\n'
+                             b'{"id":"s","type":"get_state"}\n' % str(tmp_path).encode())
+        lines: list[dict[str, Any]] = []
+
+        async def until(predicate: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+            buffer = b""
+            while True:
+                for item in lines:
+                    if predicate(item):
+                        return item
+                buffer += await plain.receive_some(1 << 16)
+                *complete, buffer = buffer.split(b"\n")
+                lines.extend(orjson.loads(line) for line in complete)
+
+        state = await until(lambda item: item.get("id") == "s")
+        await stamped.attach(state["data"]["sessionId"])
+        await plain.send_all(b'{"type":"prompt","message":"/ask deploy?"}\n')
+        request = await until(lambda item: item.get("type") == "extension_ui_request")
+        await stamped.answer_dialog(request["id"], confirmed=True)
+        notify = await until(lambda item: item.get("method") == "notify")
+        resolved = await stamped.next_event(lambda e: e.type == "extension_ui_resolved")
+        await plain.aclose()
+    assert resolved.seq is not None and resolved.session_id == state["data"]["sessionId"]
+    assert notify["message"] == "answer: True"
+    events = [item for item in lines if item.get("type") != "response"]
+    assert events and not [item for item in events if "sessionId" in item or "seq" in item]
+    assert not [item for item in events if item["type"] == "extension_ui_resolved"]
