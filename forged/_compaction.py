@@ -353,6 +353,7 @@ class CompactionHost(Protocol):
     store: SessionFile
     retry: RetrySettings
     compaction: CompactionSettings
+    messages: list[w.AgentMessage]
 
     @property
     def model(self) -> w.Model | None: ...

@@ -1,9 +1,12 @@
 """Command type to handler.
 
 Every handler answers through its `Reply` exactly once. Handlers never wait: state reads,
-setters, queue operations and ``abort`` answer at once (``abort`` right after the aborted run's
-``agent_end``); work that takes time runs as a task in the session's nursery and answers when
-done.
+setters and queue operations answer at once; work that takes time runs as a task in the
+session's nursery and answers when done. What the run driver does is answered as its events
+pass (`Dispatcher.saw`): ``abort`` right after the aborted run's ``agent_end`` (or the end of
+what it cut short: a retry wait, a compaction), ``abort_retry`` after its ``auto_retry_end``,
+a manual ``compact`` after its ``compaction_end``, before anything queued runs. Nothing below
+the dispatcher answers a command.
 
 A session switch (``new_session``, ``switch_session``, ``fork``, ``clone``) is such a task. While
 it runs, reads and aborts are still answered at once (about the session being left), and every
@@ -24,6 +27,7 @@ from . import _wire as w
 from ._connection import response
 from ._errors import CommandError
 from ._log import log_exception
+from ._run import RETRY_CANCELLED
 from ._session import Session, SessionConfig, open_session
 from ._session import Sink as EventSink
 from ._store import LEAF, entry_tree
@@ -114,10 +118,19 @@ async def open_agent(config: SessionConfig, events: EventSink, replies: Sink, *,
                      in_thread: bool = True) -> AsyncIterator[Agent]:
     """The one way a front opens an agent: `open_session` (`events` gets its events, as
     wire objects; with `wait_for_room` the run waits while the front's peer lags) and a
-    dispatcher answering to `replies`. Leaving the block aborts what runs and closes the
-    session (`open_session`)."""
-    async with open_session(config, events, wait_for_room, in_thread=in_thread) as session:
-        yield Agent(session, Dispatcher(session, replies))
+    dispatcher answering to `replies`, which sees each event after `events` did. Leaving the
+    block aborts what runs and closes the session (`open_session`)."""
+    seen: list[Dispatcher] = []
+
+    def passed(event: w.Event) -> None:
+        events(event)
+        if seen:
+            seen[0].saw(event)
+
+    async with open_session(config, passed, wait_for_room, in_thread=in_thread) as session:
+        dispatcher = Dispatcher(session, replies)
+        seen.append(dispatcher)
+        yield Agent(session, dispatcher)
 
 
 class Dispatcher:
@@ -133,6 +146,13 @@ class Dispatcher:
         """Commands running as tasks (`_in_task`), not yet answered."""
         self._tasks_done = trio.Event()
         self._tasks_done.set()
+        self._aborts: list[Reply] = []
+        self._retry_aborts: list[Reply] = []
+        self._compactions: list[Reply] = []
+        """Commands answered as the events of what they asked for pass (`saw`)."""
+        self._spell_ran = False
+        """A run of the busy spell has ended (an aborted compaction after it ends what an
+        abort cut short; one before its first run does not)."""
         self._handlers: dict[type[Any], Callable[[Any, Reply], None]] = {
             w.Prompt: self.prompt,
             w.Steer: self.steer,
@@ -175,9 +195,9 @@ class Dispatcher:
             w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
             w.ExportHtml: self.export_html,
             w.SetAutoRetry: self.set_auto_retry,
-            w.Compact: lambda cmd, reply: self.session.run.compact(cmd.custom_instructions, reply),
+            w.Compact: self.compact,
             w.SetAutoCompaction: self.set_auto_compaction,
-            w.AbortRetry: lambda _, reply: self.session.run.abort_retry(reply.ok),
+            w.AbortRetry: self.abort_retry,
             w.Bash: self.bash,
             w.AbortBash: self.abort_bash,
             w.GetCommands: lambda _, reply: reply.ok(w.CommandList(
@@ -320,7 +340,53 @@ class Dispatcher:
         self.session.ui.respond(reply.command_id, command)
 
     def abort(self, _: w.Abort, reply: Reply) -> None:
-        self.session.abort(reply.ok)
+        if self.session.abort():
+            self._aborts.append(reply)  # answered as the run's end passes (`saw`)
+        else:
+            reply.ok()
+
+    def abort_retry(self, _: w.AbortRetry, reply: Reply) -> None:
+        if self.session.run.cancel_retry():
+            self._retry_aborts.append(reply)
+        else:
+            reply.ok()
+
+    def compact(self, command: w.Compact, reply: Reply) -> None:
+        self.session.run.compact(command.custom_instructions)
+        self._compactions.append(reply)
+
+    def saw(self, event: w.Event) -> None:
+        """An event of the session passed (after its client got it): the commands waiting
+        for it are answered now, before anything else happens."""
+        if isinstance(event, w.AgentEnd):
+            self._spell_ran = True
+            self._answer(self._aborts)
+        elif isinstance(event, w.AgentSettled):
+            self._spell_ran = False
+            self._answer(self._aborts)
+            self._answer(self._retry_aborts)
+        elif isinstance(event, w.AutoRetryEnd):
+            self._answer(self._retry_aborts)
+            if event.final_error == RETRY_CANCELLED:
+                self._answer(self._aborts)
+        elif isinstance(event, w.CompactionEnd):
+            if event.aborted and (self._spell_ran or event.reason == "manual"):
+                self._answer(self._aborts)  # (before a prompt's run: its agent_end answers)
+            if event.reason == "manual":
+                self._spell_ran = False
+                answers, self._compactions = self._compactions, []
+                for reply in answers:
+                    if event.result is not None:
+                        reply.ok(event.result)
+                    else:
+                        reply.fail(event.error_message or "Compaction cancelled")
+
+    @staticmethod
+    def _answer(replies: list[Reply]) -> None:
+        waiting = list(replies)
+        replies.clear()
+        for reply in waiting:
+            reply.ok()
 
     # --- setters -------------------------------------------------------------------------------
 

@@ -1,20 +1,25 @@
 """One agent run: stream a response, run its tool calls, deliver steering, repeat.
 
-The run stops when the model stops and no steering or follow-up waits. Every event of the run
-is emitted here, in the order docs/protocol.md, Events, gives.
+The run stops when the model stops and no steering or follow-up waits, or when a reply fails,
+and returns what happened (`RunOutcome`): the run driver (`forged._run`) decides what follows
+(a retry, a compaction) and writes the run's ``agent_end``. Values go down (the context, the
+way to ask the model, the tools), events come up (`Events.emit`, which stores a message as its
+``message_end`` passes, before anyone hears of it). Every event of the run up to its last
+``turn_end`` is emitted here, in the order docs/protocol.md, Events, gives.
 
 Cancellation (abort): the partial assistant message is finished with ``stopReason:"aborted"``,
-an interrupted tool call gets an error result saying so, the turn and the run are closed with
-``turn_end`` and ``agent_end``, then `trio.Cancelled` propagates. Closing events are emitted
+an interrupted tool call gets an error result saying so, the turn is closed with ``turn_end``,
+then `trio.Cancelled` propagates (the driver writes ``agent_end``). Closing events are emitted
 synchronously, so cancellation cannot lose them.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Protocol
 
+import attrs
 import trio
 
 from . import _wire as w
@@ -23,32 +28,57 @@ from ._log import log_exception
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._time import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
-from ._tools.base import ClientFiles, ScratchDir, Shell
 
 ABORTED_MESSAGE = "Request was aborted"
 
 
-class AgentHost(Protocol):
-    """What a run needs from its session."""
-
-    cwd: Path
-    shell: Shell
-    scratch: ScratchDir
-    files: ClientFiles | None
-
-    @property
-    def model(self) -> w.Model | None: ...
+class Events(Protocol):
+    """Where a run's events go. `emit` stores a message as its ``message_end`` passes (a
+    ``message_start`` of a message that is not streamed waits for it), and raises
+    `PersistenceError` when it cannot: then neither is announced."""
 
     def emit(self, event: w.Event) -> None: ...
-    def end_message(self, message: w.AgentMessage, *, started: bool = True) -> None: ...
+    async def wait_for_room(self) -> None: ...
+
+
+class Requests(Protocol):
+    """How the model is asked, for a context (its ``!command`` values run first)."""
+
+    async def __call__(self, context: list[w.AgentMessage]
+                       ) -> tuple[Provider, ProviderRequest]: ...
+
+
+class Toolbox(Protocol):
+    """The tools a run may call, and what they are given."""
+
+    async def find(self, name: str) -> Tool | None: ...
+    async def gate(self, call: w.ToolCall) -> str | None:
+        """Why a plugin blocks `call`, or None to run it."""
+    def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext: ...
+
+
+class Deliveries(Protocol):
+    """The messages queued for the run (steering, then follow-ups)."""
+
     def take_steering(self) -> list[w.AgentMessage]: ...
     def take_follow_ups(self) -> list[w.AgentMessage]: ...
-    async def model_request(self) -> tuple[Provider, ProviderRequest]: ...
-    async def before_tool_call(self, call: w.ToolCall) -> str | None: ...
-    def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool: ...
-    async def wait_for_room(self) -> None: ...
-    async def tool(self, name: str) -> Tool | None: ...
-    def command_env(self) -> dict[str, str | None]: ...
+
+
+@attrs.define(kw_only=True)
+class RunOutcome:
+    """How a run ended (unless it was aborted: then it raised)."""
+
+    messages: list[w.AgentMessage]
+    """Its new messages, as its ``agent_end`` carries them."""
+    reply: w.AssistantMessage | None = None
+    """Its last reply."""
+    error: ProviderError | None = None
+    """The provider's error when the last reply failed with one (whether to retry is the
+    driver's to decide)."""
+
+    @property
+    def failed(self) -> bool:
+        return self.reply is not None and self.reply.stop_reason == "error"
 
 
 def is_cancellation(exc: BaseException) -> bool:
@@ -75,52 +105,54 @@ class _Turn:
         self.error: ProviderError | None = None
 
 
-async def run_agent(host: AgentHost, prompt: list[w.AgentMessage], *,
-                    poll_steering: bool = True) -> list[w.AgentMessage]:
-    """Run until the model stops and nothing is queued; return the run's new messages."""
-    new: list[w.AgentMessage] = []
+async def run_agent(context: list[w.AgentMessage], prompt: list[w.AgentMessage],
+                    model: w.Model, requests: Requests, tools: Toolbox, events: Events,
+                    queues: Deliveries, new: list[w.AgentMessage], *,
+                    poll_steering: bool = True) -> RunOutcome:
+    """Run from `context` (its copy grows with the run) with `prompt`, until the model stops
+    and nothing is queued, or a reply fails. `new` collects the run's new messages as they
+    pass (so that an aborted run's ``agent_end`` can carry them)."""
+    context = list(context)
     turn = _Turn()
-    will_retry = False
 
     def deliver(messages: list[w.AgentMessage]) -> None:
         for message in messages:
-            host.end_message(message, started=False)
+            events.emit(w.MessageStart(message=message))
+            events.emit(w.MessageEnd(message=message))
+            context.append(message)
             new.append(message)
 
-    host.emit(w.AgentStart())
-    host.emit(w.TurnStart())
+    events.emit(w.AgentStart())
+    events.emit(w.TurnStart())
     try:
         deliver(prompt)
-        pending = host.take_steering() if poll_steering else []
+        pending = queues.take_steering() if poll_steering else []
         while True:
             deliver(pending)
-            assistant = await stream_assistant(host, new, turn)
+            assistant = await stream_assistant(context, model, requests, events, new, turn)
             if assistant.stop_reason in ("error", "aborted"):
-                host.emit(w.TurnEnd(message=assistant, tool_results=[]))
-                will_retry = assistant.stop_reason == "error" and host.plan_retry(
-                    assistant, turn.error)
-                return new
-            await run_tool_calls(host, assistant, new, turn)
-            host.emit(w.TurnEnd(message=assistant, tool_results=turn.results))
+                events.emit(w.TurnEnd(message=assistant, tool_results=[]))
+                return RunOutcome(messages=new, reply=assistant, error=turn.error)
+            await run_tool_calls(assistant, tools, events, context, new, turn)
+            events.emit(w.TurnEnd(message=assistant, tool_results=turn.results))
             had_tools = bool(turn.results)
             turn = _Turn()
-            pending = host.take_steering()
+            pending = queues.take_steering()
             if not had_tools and not pending:
-                pending = host.take_follow_ups()
+                pending = queues.take_follow_ups()
                 if not pending:
-                    return new
-            host.emit(w.TurnStart())
+                    return RunOutcome(messages=new, reply=assistant)
+            events.emit(w.TurnStart())
     except PersistenceError as exc:
         # What could not be stored is not announced: the run ends with an unstored failure,
         # in agent_end only (as the ancestor ends a run that threw).
-        new.append(unstored_failure(host.model, str(exc)))
-        return new
+        failure = unstored_failure(model, str(exc))
+        new.append(failure)
+        return RunOutcome(messages=new, reply=failure)
     except BaseException as exc:
         if is_cancellation(exc) and turn.assistant is not None:
-            host.emit(w.TurnEnd(message=turn.assistant, tool_results=turn.results))
+            events.emit(w.TurnEnd(message=turn.assistant, tool_results=turn.results))
         raise
-    finally:
-        host.emit(w.AgentEnd(messages=new, will_retry=will_retry))
 
 
 def unstored_failure(model: w.Model | None, reason: str) -> w.AssistantMessage:
@@ -130,25 +162,24 @@ def unstored_failure(model: w.Model | None, reason: str) -> w.AssistantMessage:
         stop_reason="error", error_message=reason, timestamp=now_ms())
 
 
-async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
+async def stream_assistant(context: list[w.AgentMessage], model: w.Model, requests: Requests,
+                           events: Events, new: list[w.AgentMessage],
                            turn: _Turn) -> w.AssistantMessage:
-    model = host.model
-    if model is None:
-        raise ProviderError("No model selected")
-    builder = AssistantBuilder(model, host.emit, host.wait_for_room)
+    builder = AssistantBuilder(model, events.emit, events.wait_for_room)
     message = builder.message
     message.stop_reason = "pending"  # as the event is written: still streaming
-    host.emit(w.MessageStart(message=message))
+    events.emit(w.MessageStart(message=message))
     message.stop_reason = "stop"
 
     def finish() -> w.AssistantMessage:
-        host.end_message(message)
+        events.emit(w.MessageEnd(message=message))
+        context.append(message)
         new.append(message)
         turn.assistant = message
         return message
 
     try:
-        provider, request = await host.model_request()  # its !command values run first
+        provider, request = await requests(list(context))  # its !command values run first
         await provider(request, builder)
         builder.end_all()
     except ProviderError as exc:
@@ -171,26 +202,41 @@ async def stream_assistant(host: AgentHost, new: list[w.AgentMessage],
     return finish()
 
 
-async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
-                         new: list[w.AgentMessage], turn: _Turn) -> None:
+async def run_tool_calls(assistant: w.AssistantMessage, tools: Toolbox, events: Events,
+                         context: list[w.AgentMessage], new: list[w.AgentMessage],
+                         turn: _Turn) -> None:
     """Run the turn's tool calls one after another, in the order the model gave them."""
     for call in [block for block in assistant.content if isinstance(block, w.ToolCall)]:
-        host.emit(w.ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
-                                       args=call.arguments))
+        events.emit(w.ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                         args=call.arguments))
 
         def update(partial: w.ToolResult, call: w.ToolCall = call) -> None:
-            host.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
-                                            args=call.arguments, partial_result=partial))
+            events.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
+                                              args=call.arguments, partial_result=partial))
 
-        context = ToolContext(cwd=host.cwd, update=update, shell=host.shell,
-                              scratch=host.scratch, env=host.command_env(), files=host.files)
+        tool_context = tools.context(update)
         clock = _Clock()
+
+        def finish(result: w.ToolResult, is_error: bool, call: w.ToolCall = call,
+                   clock: _Clock = clock) -> None:
+            events.emit(w.ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name,
+                                           result=result, is_error=is_error,
+                                           duration_ms=clock.elapsed_ms()))
+            message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
+                                          content=result.content, details=result.details,
+                                          is_error=is_error, timestamp=now_ms())
+            events.emit(w.MessageStart(message=message))
+            events.emit(w.MessageEnd(message=message))
+            context.append(message)
+            new.append(message)
+            turn.results.append(message)
+
         try:
-            blocked = await host.before_tool_call(call)
+            blocked = await tools.gate(call)
             await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
             if blocked is not None:
                 raise ToolError(blocked)
-            result = await execute(await host.tool(call.name), call, context, clock)
+            result = await execute(await tools.find(call.name), call, tool_context, clock)
             is_error = False
         except ToolError as exc:
             result, is_error = text_result(exc.text, exc.details, exc.structured), True
@@ -199,10 +245,9 @@ async def run_tool_calls(host: AgentHost, assistant: w.AssistantMessage,
             result, is_error = text_result(describe_failure(exc)), True
         except BaseException as exc:
             if is_cancellation(exc):
-                aborted = context.aborted_result or text_result("Operation aborted")
-                _finish_tool(host, call, aborted, True, new, turn, clock.elapsed_ms())
+                finish(tool_context.aborted_result or text_result("Operation aborted"), True)
             raise
-        _finish_tool(host, call, result, is_error, new, turn, clock.elapsed_ms())
+        finish(result, is_error)
 
 
 class _Clock:
@@ -229,16 +274,3 @@ async def execute(tool: Tool | None, call: w.ToolCall, context: ToolContext,
     if clock is not None:
         clock.start()
     return await tool.run(arguments, context)
-
-
-def _finish_tool(host: AgentHost, call: w.ToolCall, result: w.ToolResult, is_error: bool,
-                 new: list[w.AgentMessage], turn: _Turn, duration_ms: int | None) -> None:
-    host.emit(w.ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name, result=result,
-                                 is_error=is_error, duration_ms=duration_ms))
-    message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
-                                  content=result.content, details=result.details,
-                                  is_error=is_error, timestamp=now_ms())
-    host.end_message(message, started=False)
-    new.append(message)
-    turn.results.append(message)
-

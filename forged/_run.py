@@ -6,112 +6,114 @@ follows, every run inside `Runner.run_scope`, so an abort is one ``run_scope.can
 
     Runner._drive                      one task per busy spell, in the session's nursery
     ├── compaction before the prompt   when the context is already past the threshold
-    ├── run_agent                      the run (`forged._loop`)
-    └── after its agent_end, one of:
+    ├── run_agent                      the run (`forged._loop`): a `RunOutcome`, or aborted
+    └── the run's agent_end, then by its outcome one of:
         ├── the retry wait             retry_scope (abort_retry); then the run again
         ├── overflow compaction        then the run again, once per prompt
         ├── threshold compaction       when the reply's usage is past the threshold
         └── the next queued message    steering first, then follow-ups
 
-Automatic retries and compaction's summary calls share one policy (`RetrySettings`). What
-the driver carries from one run to the next is one `RunState`.
+The driver decides from what a run returns (`decide`), never from inside it. It watches the
+events that pass (`saw`): a reply that did not fail ends the retries and allows another
+overflow compaction. Automatic retries and compaction's summary calls share one policy
+(`RetrySettings`). Who asked for an abort or a compaction hears of its end from the events
+too (`forged._dispatch`): nothing is parked here to be called back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Literal
 
 import attrs
 import trio
 
 from . import _wire as w
 from ._compaction import CompactionHost, NothingToCompact, Reason, check_compactable, compact
-from ._errors import CommandError, PersistenceError, ProviderError
+from ._errors import CommandError, PersistenceError
 from ._log import log, log_exception
-from ._loop import AgentHost, describe_failure, is_cancellation, run_agent
-from ._retry import is_context_overflow
+from ._loop import (
+    Deliveries,
+    Events,
+    Requests,
+    RunOutcome,
+    Toolbox,
+    describe_failure,
+    is_cancellation,
+    run_agent,
+)
+from ._retry import RetrySettings, is_context_overflow
 from ._settings import Settings
 from ._stats import compacted_at, estimate_context_tokens, usage_tokens
 
 OVERFLOW_RECOVERY_FAILED = (
     "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
     "context or switching to a larger-context model.")
+RETRY_CANCELLED = "Retry cancelled"
 FAILURE_PREFIX: dict[Reason, str] = {
     "manual": "", "threshold": "Auto-compaction failed: ",
     "overflow": "Context overflow recovery failed: "}
 
 
-class RunHost(AgentHost, CompactionHost, Protocol):
-    """What the driver needs from its session."""
-
-    messages: list[w.AgentMessage]
-    settings: Settings
-
-    def check_can_prompt(self) -> None: ...
-    def remember(self, message: w.AgentMessage) -> None: ...
-    def start_task(self, task: Callable[[], Awaitable[None]]) -> None: ...
-
-
-class Answer(Protocol):
-    """Where a manual compaction's outcome goes (the dispatcher's reply)."""
-
-    def ok(self, data: Any) -> None: ...
-    def fail(self, error: str) -> None: ...
-
-
 @attrs.define(kw_only=True)
-class RetryPlan:
-    message: w.AssistantMessage
-    attempt: int
-    delay_ms: int
+class Decision:
+    """What follows a run, decided from its outcome."""
 
-
-@attrs.define
-class RunState:
-    """What the driver carries from one run of a busy spell to the next."""
-
-    retry_attempt: int = 0
-    """The automatic retry the current run is (0: none)."""
-    retry_next: RetryPlan | None = None
-    """The retry to wait for once the failed run's ``agent_end`` is written."""
-    retry_failed: w.AutoRetryEnd | None = None
-    """The retries gave up: written after the failed run's ``agent_end``."""
-    overflow_next: bool = False
-    """The run overflowed the context: compact, then run it again."""
-    overflow_failed: w.CompactionEnd | None = None
-    overflow_tried: bool = False
-    """An overflow compaction was made for the current prompt (one per prompt)."""
+    next: Literal["end", "retry", "compact"]
+    """End the spell (or go on with what is queued), wait and run again, or compact after
+    an overflow and run again."""
+    delay_ms: int = 0
+    attempt: int = 0
+    ended: list[w.Event] = attrs.Factory(list)
+    """Events written right after the run's ``agent_end``: the retries gave up
+    (``auto_retry_end``), an overflow could not be recovered (``compaction_end``)."""
 
 
 class Runner:
-    """Runs a session's prompts, one busy spell at a time."""
+    """Runs a session's prompts, one busy spell at a time, in `nursery`. What the runs are
+    given (`events`, `requests`, `tools`, `queues`) comes from the session, as values."""
 
-    def __init__(self, host: RunHost) -> None:
+    def __init__(self, host: CompactionHost, nursery: trio.Nursery, *, events: Events,
+                 requests: Requests, tools: Toolbox, queues: Deliveries, settings: Settings,
+                 context: Callable[[], list[w.AgentMessage]],
+                 check_can_prompt: Callable[[], None],
+                 remember: Callable[[w.AgentMessage], None]) -> None:
         self._host = host
+        self._nursery = nursery
+        self._events = events
+        self._requests = requests
+        self._tools = tools
+        self._queues = queues
+        self._settings = settings
+        self._context = context
+        """The session's context as it is now (a compaction may replace it)."""
+        self._check_can_prompt = check_can_prompt
+        self._remember = remember
         self.busy = False
         self.compacting = False
-        self.state = RunState()
         self.run_scope: trio.CancelScope | None = None
         self.retry_scope: trio.CancelScope | None = None
         """The wait before an automatic retry (abort_retry), while one runs."""
+        self.retry_attempt = 0
+        """The automatic retry the current run is (0: none)."""
+        self.overflow_tried = False
+        """An overflow compaction was made for the current prompt (one per prompt)."""
         self._settled = trio.Event()
         self._settled.set()
-        self._after_run: list[Callable[[], None]] = []
-        self._after_retry: list[Callable[[], None]] = []
         self._deferred: list[w.AgentMessage] = []
 
+    @property
+    def retry(self) -> RetrySettings:
+        return self._host.retry
+
     def start(self, prompt: list[w.AgentMessage], *, poll_steering: bool,
-              manual: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Become busy now, and run `prompt` (or the `manual` compaction) in a task."""
+              manual: str | None = None, compact_manually: bool = False) -> None:
+        """Become busy now, and run `prompt` (or a manual compaction, with `manual` as its
+        instructions) in a task."""
         self.busy = True
         self._settled = trio.Event()
         self.run_scope = trio.CancelScope()
-
-        async def drive() -> None:
-            await self._drive(prompt, poll_steering, manual)
-
-        self._host.start_task(drive)
+        self._nursery.start_soon(self._drive, prompt, poll_steering, compact_manually, manual)
 
     async def wait_settled(self) -> None:
         await self._settled.wait()
@@ -122,197 +124,205 @@ class Runner:
         if self.busy:
             self._deferred.append(message)
         else:
-            self._host.remember(message)
+            self._remember(message)
 
-    def abort(self, done: Callable[[], None]) -> None:
-        """Cancel the current run; `done` is called right after its ``agent_end``."""
-        _cancel(self.run_scope, self._after_run, done)
+    def cancel(self) -> bool:
+        """Abort what runs: True if something did (its end follows as events)."""
+        if self.run_scope is None:
+            return False
+        self.run_scope.cancel()
+        return True
 
-    def abort_retry(self, done: Callable[[], None]) -> None:
-        """Cancel a retry wait; `done` is called once its ``auto_retry_end`` is written."""
-        _cancel(self.retry_scope, self._after_retry, done)
+    def cancel_retry(self) -> bool:
+        """End a retry wait: True if one ran (its ``auto_retry_end`` follows)."""
+        if self.retry_scope is None:
+            return False
+        self.retry_scope.cancel()
+        return True
 
     def set_auto_retry(self, enabled: bool) -> None:
         self._host.retry.enabled = enabled
-        self._host.settings.remember_in("retry", enabled=enabled)
+        self._settings.remember_in("retry", enabled=enabled)
 
     def set_auto_compaction(self, enabled: bool) -> None:
         self._host.compaction.enabled = enabled
-        self._host.settings.remember_in("compaction", enabled=enabled)
+        self._settings.remember_in("compaction", enabled=enabled)
 
-    def message_ended(self, message: w.AgentMessage) -> None:
-        """A message of the run was stored and announced: a reply that did not fail ends
-        the retries, and it or a new prompt allows an overflow compaction again."""
+    def saw(self, event: w.Event) -> None:
+        """An event passed: a reply that did not fail ends the retries; it, or a new
+        prompt, allows an overflow compaction again."""
+        if not isinstance(event, w.MessageEnd):
+            return
+        message = event.message
         replied = isinstance(message, w.AssistantMessage) and message.stop_reason != "error"
-        if replied and self.state.retry_attempt:
-            self._host.emit(w.AutoRetryEnd(success=True, attempt=self.state.retry_attempt))
-            self.state.retry_attempt = 0
+        if replied and self.retry_attempt:
+            attempt, self.retry_attempt = self.retry_attempt, 0
+            self._events.emit(w.AutoRetryEnd(success=True, attempt=attempt))
         if replied or isinstance(message, w.UserMessage):
-            self.state.overflow_tried = False
+            self.overflow_tried = False
 
     # --- the spell -----------------------------------------------------------------------------
 
     async def _drive(self, prompt: list[w.AgentMessage], poll_steering: bool,
-                     manual: Callable[[], Awaitable[None]] | None) -> None:
-        """Run `prompt` (or the `manual` compaction), then every retry, overflow recovery
-        and queued message that follows; ``agent_settled`` ends it when a run took place."""
-        retrying = False
+                     compact_manually: bool, instructions: str | None) -> None:
+        """Run `prompt` (or the manual compaction), then every retry, overflow recovery and
+        queued message that follows; ``agent_settled`` ends it when a run took place."""
+        decision = Decision(next="end")
         ran = aborted = False
         try:
-            if manual is not None:
+            if compact_manually:
                 assert self.run_scope is not None
                 with self.run_scope as scope:
-                    await manual()
+                    try:
+                        await self._compact("manual", instructions=instructions)
+                    except CommandError:
+                        pass  # its compaction_end says why
                 aborted = scope.cancelled_caught
-                self._close_run()
+                self.run_scope = trio.CancelScope()
                 prompt = self._continuation()
-            while prompt or retrying:
+            while prompt or decision.next != "end":
                 assert self.run_scope is not None
                 with self.run_scope as scope:
-                    if not ran and manual is None:
+                    if not ran and not compact_manually:
                         await self._compact_before_prompt()
                     ran = True
-                    new: list[w.AgentMessage] = []
-                    try:
-                        new = await run_agent(self._host, prompt, poll_steering=poll_steering)
-                    except Exception as exc:
-                        # A bug, not a provider or tool failure (those end the turn): the run
-                        # was closed with agent_end; the session lives on.
-                        log_exception(f"the run failed: {exc!r}", exc)
-                    retrying = await self._after_agent_end(new)
+                    decision = await self._run(prompt, poll_steering)
                 aborted = scope.cancelled_caught
-                self._close_run()
-                prompt, poll_steering = ([] if retrying else self._continuation()), False
+                self.run_scope = trio.CancelScope()
+                if aborted:
+                    decision = Decision(next="end")
+                prompt, poll_steering = ([] if decision.next != "end"
+                                         else self._continuation()), False
         except BaseException as exc:
             aborted = aborted or is_cancellation(exc)  # the session is closing
             raise
         finally:
             self.run_scope = None
             self.busy = False
-            self.state.retry_attempt = 0
-            self.state.retry_next = None
-            self.state.overflow_next = False
+            self.retry_attempt = 0
             for message in self._deferred:
                 try:
-                    self._host.remember(message)
+                    self._remember(message)
                 except PersistenceError as exc:  # its command was answered: say it here
                     log(f"a bash command's output is not in the session: {exc}")
             self._deferred.clear()
             if ran:
-                self._host.emit(w.AgentSettled(aborted=aborted))
+                self._events.emit(w.AgentSettled(aborted=aborted))
             self._settled.set()
+
+    async def _run(self, prompt: list[w.AgentMessage], poll_steering: bool) -> Decision:
+        """One run and its ``agent_end``, then what its outcome says follows it (run inside
+        `run_scope`: an abort ends it with its closing events)."""
+        new: list[w.AgentMessage] = []
+        try:
+            model = self._host.model
+            if model is None:
+                raise CommandError("No model selected")
+            outcome = await run_agent(self._context(), prompt, model, self._requests,
+                                      self._tools, self._events, self._queues, new,
+                                      poll_steering=poll_steering)
+        except BaseException as exc:
+            self._events.emit(w.AgentEnd(messages=new, will_retry=False))
+            if not isinstance(exc, Exception):
+                raise  # aborted, or the session closes
+            # A bug, not a provider or tool failure (those end the turn): the session lives on.
+            log_exception(f"the run failed: {exc!r}", exc)
+            return Decision(next="end")
+        decision = self.decide(outcome)
+        self._events.emit(w.AgentEnd(messages=new, will_retry=decision.next != "end"))
+        for ended in decision.ended:
+            self._events.emit(ended)
+        if decision.next == "retry":
+            return decision if await self._wait_to_retry(decision, outcome) else Decision(
+                next="end")
+        if decision.next == "compact":
+            return decision if await self._recover_overflow() else Decision(next="end")
+        if outcome.reply is not None and outcome.reply.stop_reason != "aborted" and (
+                self._needs_compaction(outcome.reply)):
+            await self._auto_compact("threshold")
+        return decision
+
+    def decide(self, outcome: RunOutcome) -> Decision:
+        """What follows a run: a retry when its reply failed in a way that passes, an
+        overflow compaction when the context was too long for the model (once per prompt),
+        else the end; with the event that says the retries or the recovery gave up."""
+        if not outcome.failed or outcome.reply is None:
+            return Decision(next="end")
+        text = outcome.reply.error_message or ""
+        model = self._host.model
+        if is_context_overflow(text) and model is not None and (
+                outcome.reply.provider, outcome.reply.model) == (model.provider, model.id):
+            gave_up = self._end_retries(text)
+            if not self._host.compaction.enabled:
+                return Decision(next="end", ended=gave_up)
+            if self.overflow_tried:
+                return Decision(next="end", ended=[*gave_up, w.CompactionEnd(
+                    reason="overflow", result=None, aborted=False, will_retry=False,
+                    error_message=OVERFLOW_RECOVERY_FAILED)])
+            self.overflow_tried = True
+            return Decision(next="compact", ended=gave_up)
+        attempt = self.retry_attempt + 1
+        delay = self.retry.retry_delay_ms(attempt, outcome.error)
+        if delay is None:
+            return Decision(next="end", ended=self._end_retries(text))
+        self.retry_attempt = attempt
+        return Decision(next="retry", delay_ms=delay, attempt=attempt)
+
+    def _end_retries(self, final_error: str) -> list[w.Event]:
+        """The retries are over, failed: the ``auto_retry_end`` that says so, if any ran."""
+        if not self.retry_attempt:
+            return []
+        attempt, self.retry_attempt = self.retry_attempt, 0
+        return [w.AutoRetryEnd(success=False, attempt=attempt, final_error=final_error)]
 
     def _continuation(self) -> list[w.AgentMessage]:
         """What the session goes on with after a run: queued steering, else follow-ups."""
-        return self._host.take_steering() or self._host.take_follow_ups()
-
-    def _close_run(self) -> None:
-        for callback in self._after_run:
-            callback()
-        self._after_run.clear()
-        self.run_scope = trio.CancelScope()
-
-    async def _after_agent_end(self, new: list[w.AgentMessage]) -> bool:
-        """What follows a run's ``agent_end``: True when the run is to be tried again (after
-        a retry wait or an overflow compaction)."""
-        state = self.state
-        for failed in (state.retry_failed, state.overflow_failed):
-            if failed is not None:
-                self._host.emit(failed)
-        state.retry_failed = state.overflow_failed = None
-        if state.retry_next is not None:
-            return await self._wait_to_retry(state.retry_next)
-        if state.overflow_next:
-            return await self._recover_overflow()
-        replies = [m for m in new if isinstance(m, w.AssistantMessage)]
-        if replies and replies[-1].stop_reason != "aborted" and self._needs_compaction(
-                replies[-1]):
-            await self._auto_compact("threshold")
-        return False
+        return self._queues.take_steering() or self._queues.take_follow_ups()
 
     # --- automatic retry -----------------------------------------------------------------------
 
-    def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool:
-        """Called when a turn failed, before its ``agent_end``: True if a retry or an
-        overflow compaction follows."""
-        attempt = self.state.retry_attempt + 1
-        text = message.error_message or ""
-        model = self._host.model
-        if is_context_overflow(text) and model is not None and (
-                message.provider, message.model) == (model.provider, model.id):
-            self._end_retries(text)
-            return self._plan_overflow()
-        delay = self._host.retry.retry_delay_ms(attempt, error)
-        if delay is None:
-            self._end_retries(text)
-            return False
-        self.state.retry_attempt = attempt
-        self.state.retry_next = RetryPlan(message=message, attempt=attempt, delay_ms=delay)
-        return True
-
-    def _end_retries(self, final_error: str) -> None:
-        if self.state.retry_attempt:
-            self.state.retry_failed = w.AutoRetryEnd(
-                success=False, attempt=self.state.retry_attempt, final_error=final_error)
-            self.state.retry_attempt = 0
-
-    async def _wait_to_retry(self, plan: RetryPlan) -> bool:
+    async def _wait_to_retry(self, decision: Decision, outcome: RunOutcome) -> bool:
         """Announce the retry and wait for it; False when `abort_retry` cancelled the wait
         (an ``abort`` cancels it too, and propagates)."""
-        self.state.retry_next = None
-        self._host.emit(w.AutoRetryStart(
-            attempt=plan.attempt, max_attempts=self._host.retry.max_retries,
-            delay_ms=plan.delay_ms, error_message=plan.message.error_message or ""))
-        messages = self._host.messages
-        if messages and messages[-1] is plan.message:
+        failed = outcome.reply
+        assert failed is not None
+        self._events.emit(w.AutoRetryStart(
+            attempt=decision.attempt, max_attempts=self.retry.max_retries,
+            delay_ms=decision.delay_ms, error_message=failed.error_message or ""))
+        messages = self._context()
+        if messages and messages[-1] is failed:
             messages.pop()  # the failed reply stays in the file, out of the context
         waited = False
         self.retry_scope = trio.CancelScope()
         try:
             with self.retry_scope:
-                await trio.sleep(plan.delay_ms / 1000)
+                await trio.sleep(decision.delay_ms / 1000)
                 waited = True
         finally:
             self.retry_scope = None
             if not waited:
-                self._host.emit(w.AutoRetryEnd(success=False, attempt=plan.attempt,
-                                               final_error="Retry cancelled"))
-                self.state.retry_attempt = 0
-            for callback in self._after_retry:
-                callback()
-            self._after_retry.clear()
+                self._events.emit(w.AutoRetryEnd(success=False, attempt=decision.attempt,
+                                                 final_error=RETRY_CANCELLED))
+                self.retry_attempt = 0
         return waited
 
     # --- compaction ----------------------------------------------------------------------------
 
-    def compact(self, custom_instructions: str | None, answer: Answer) -> None:
-        """Start a manual compaction (docs/protocol.md, Retries and compaction); `answer` gets
-        its result or error right after its ``compaction_end``, before any queued message
-        runs. `CommandError` when the session is busy or there is nothing to compact."""
+    def compact(self, custom_instructions: str | None) -> None:
+        """Start a manual compaction (docs/protocol.md, Retries and compaction); its
+        ``compaction_end`` says how it went. `CommandError` when the session is busy or
+        there is nothing to compact."""
         if self.busy:
             raise CommandError("Agent is busy")
-        self._host.check_can_prompt()
+        self._check_can_prompt()
         check_compactable(self._host.store)
-
-        async def manual() -> None:
-            try:
-                result = await self._compact("manual", instructions=custom_instructions)
-            except CommandError as exc:
-                answer.fail(str(exc))
-            except BaseException as exc:
-                if is_cancellation(exc):
-                    answer.fail("Compaction cancelled")
-                raise
-            else:
-                answer.ok(result)
-
-        self.start([], poll_steering=False, manual=manual)
+        self.start([], poll_steering=False, manual=custom_instructions, compact_manually=True)
 
     def _needs_compaction(self, reply: w.AssistantMessage | None) -> bool:
         """Whether the context has grown past the threshold (docs/protocol.md, Retries
         and compaction), judged by `reply`'s usage; usage from before the latest compaction is
         stale."""
-        model, messages, settings = self._host.model, self._host.messages, self._host.compaction
+        model, messages, settings = self._host.model, self._context(), self._host.compaction
         if reply is None or model is None or not settings.enabled:
             return False
         compacted = compacted_at(messages)
@@ -329,7 +339,7 @@ class Runner:
     async def _compact_before_prompt(self) -> None:
         """Compact before a prompt from idle when the context is already too full. An abort
         during it aborts the prompt's run, which still records the prompt."""
-        replies = [m for m in reversed(self._host.messages) if isinstance(m, w.AssistantMessage)]
+        replies = [m for m in reversed(self._context()) if isinstance(m, w.AssistantMessage)]
         if not self._needs_compaction(replies[0] if replies else None):
             return
         try:
@@ -338,23 +348,11 @@ class Runner:
             if not is_cancellation(exc):
                 raise  # cancelled: the run starts cancelled and ends at once, aborted
 
-    def _plan_overflow(self) -> bool:
-        if not self._host.compaction.enabled:
-            return False
-        if self.state.overflow_tried:
-            self.state.overflow_failed = w.CompactionEnd(
-                reason="overflow", result=None, aborted=False, will_retry=False,
-                error_message=OVERFLOW_RECOVERY_FAILED)
-            return False
-        self.state.overflow_tried = self.state.overflow_next = True
-        return True
-
     async def _recover_overflow(self) -> bool:
         """Compact after a context overflow; True when the prompt is to be retried."""
-        self.state.overflow_next = False
         if not await self._auto_compact("overflow", will_retry=True):
             return False
-        messages = self._host.messages
+        messages = self._context()
         last = messages[-1] if messages else None
         if isinstance(last, w.AssistantMessage) and last.stop_reason == "error":
             messages.pop()  # the overflow stays in the file, out of the retry
@@ -372,11 +370,11 @@ class Runner:
         """One compaction between its ``compaction_start`` and ``compaction_end``; failures
         raise `CommandError`. Nothing to compact is an error only when asked for."""
         host = self._host
-        host.emit(w.CompactionStart(reason=reason))
+        self._events.emit(w.CompactionStart(reason=reason))
         end = w.CompactionEnd(reason=reason, result=None, aborted=False, will_retry=False)
         self.compacting = True
         try:
-            host.check_can_prompt()
+            self._check_can_prompt()
             end.result, host.messages = await compact(host, reason, instructions)
             end.will_retry = will_retry
             return end.result
@@ -395,15 +393,4 @@ class Runner:
             raise failure from exc
         finally:
             self.compacting = False
-            host.emit(end)
-
-
-def _cancel(scope: trio.CancelScope | None, callbacks: list[Callable[[], None]],
-            done: Callable[[], None]) -> None:
-    """Cancel `scope` and have `done` called (by whoever runs `callbacks`) once it has
-    closed; at once when nothing runs."""
-    if scope is None:
-        done()
-        return
-    callbacks.append(done)
-    scope.cancel()
+            self._events.emit(end)

@@ -10,6 +10,11 @@ What a session does is owned by three parts, each with its own cancel scope: the
 (`forged._run.Runner`: prompts, retries, compaction, ``abort``), the direct bash slot
 (`DirectBash`, ``abort_bash``) and the plugin commands (`forged._plugins.Plugins`). `Session.idle`
 is the one answer to "is this session doing something".
+
+A run is given values: the context, the way to ask the model (`Session.model_request`), the
+tools (`Toolbox`) and the queues; its events come back through `Session.emit`, which stores a
+message as its ``message_end`` passes (and holds a ``message_start`` that is not streamed
+until then), so nothing is announced that is not stored.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from ._store import SessionFile
 from ._switching import Maker, open_store
 from ._time import now_ms
 from ._tools import BUILTIN_TOOLS, Tool, ToolChoice, select_tools
-from ._tools.base import ClientFiles, ScratchDir, Shell
+from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
 from ._tools.bash import run_direct
 from ._ui import Dialogs
 
@@ -297,6 +302,26 @@ class DirectBash:
         return run
 
 
+class Toolbox:
+    """A session's tools as its runs call them (`forged._loop.Toolbox`)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def find(self, name: str) -> Tool | None:
+        return await self._session.tool(name)
+
+    async def gate(self, call: w.ToolCall) -> str | None:
+        return await self._session.plugins.before_tool_call(call.id, call.name,
+                                                            call.arguments)
+
+    def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext:
+        session = self._session
+        return ToolContext(cwd=session.cwd, update=update, shell=session.shell,
+                           scratch=session.scratch, env=session.command_env(),
+                           files=session.files)
+
+
 class Session:
     """One conversation, its file, and what runs in it; made by `open_session`."""
 
@@ -330,7 +355,12 @@ class Session:
         self.ui = Dialogs(self.emit, interactive=config.interactive)
         self.retry = RetrySettings.from_settings(settings.get("retry"))
         self.compaction = CompactionSettings.from_settings(settings.get("compaction"))
-        self.run = Runner(self)
+        self._held: w.MessageStart | None = None
+        """A ``message_start`` that waits for its ``message_end`` (`emit`)."""
+        self.run = Runner(self, nursery, events=self, requests=self.model_request,
+                          tools=Toolbox(self), queues=self.queues, settings=settings,
+                          context=lambda: self.messages, check_can_prompt=self.check_can_prompt,
+                          remember=self.remember)
         self.bash = DirectBash(self)
         self.store = files.store
         self.choice = ModelChoice(config.registry, settings, config.model,
@@ -402,8 +432,25 @@ class Session:
     # --- events --------------------------------------------------------------------------------
 
     def emit(self, event: w.Event) -> None:
+        """`event` to the sink, the plugins that observe it and the run driver. A message is
+        stored as its ``message_end`` passes, before anyone hears of it; the ``message_start``
+        of a message that is not streamed (all but a reply) waits for it. `PersistenceError`
+        when the file cannot be written: then neither is announced."""
+        if isinstance(event, w.MessageStart) and not isinstance(event.message,
+                                                                w.AssistantMessage):
+            self._held = event
+            return
+        if isinstance(event, w.MessageEnd):
+            held, self._held = self._held, None
+            self.remember(event.message)
+            if held is not None:
+                self._send(held)
+        self._send(event)
+
+    def _send(self, event: w.Event) -> None:
         self._sink(event)
         self.plugins.observe(event)
+        self.run.saw(event)
 
     async def wait_for_room(self) -> None:
         if self._wait_for_room is not None:
@@ -500,30 +547,11 @@ class Session:
         else:
             self.start_prompt(text, None)
 
-    def take_steering(self) -> list[w.AgentMessage]:
-        return self.queues.take_steering()
-
-    def take_follow_ups(self) -> list[w.AgentMessage]:
-        return self.queues.take_follow_ups()
-
     def remember(self, message: w.AgentMessage) -> None:
         """A message into the session file, then the context; `PersistenceError` (and in
         neither) when the file cannot be written."""
         self.store.append("message", message=_codec.unstructure(message))
         self.messages.append(message)
-
-    def end_message(self, message: w.AgentMessage, *, started: bool = True) -> None:
-        """A finished message: into the session file and the context, and only then
-        announced with `message_end` (its line may reach the client at once), after its
-        `message_start` unless it was `started`."""
-        self.remember(message)
-        if not started:
-            self.emit(w.MessageStart(message=message))
-        self.emit(w.MessageEnd(message=message))
-        self.run.message_ended(message)
-
-    def plan_retry(self, message: w.AssistantMessage, error: ProviderError | None) -> bool:
-        return self.run.plan_retry(message, error)
 
     def command_env(self) -> dict[str, str | None]:
         """What the ``bash`` tool's commands are told of the session, as the ancestor tells
@@ -535,20 +563,19 @@ class Session:
                 "PI_MODEL": model.id if model else None,
                 "PI_REASONING_LEVEL": self.thinking_level}
 
-    async def before_tool_call(self, call: w.ToolCall) -> str | None:
-        """Why a plugin blocks `call`, or None to run it."""
-        return await self.plugins.before_tool_call(call.id, call.name, call.arguments)
-
     async def tool(self, name: str) -> Tool | None:
         """The tool called `name`, connecting its MCP server first if need be."""
         return self.own_tools.get(name) or await self.mcp.tool(name)
 
-    async def model_request(self) -> tuple[Provider, ProviderRequest]:
+    async def model_request(self, context: list[w.AgentMessage]
+                            ) -> tuple[Provider, ProviderRequest]:
+        """The model's request for `context`, with the session's system prompt and tools
+        (MCP servers never listed before are waited for first)."""
         await self.mcp.first_listings()
         own = list(self.own_tools.values())
         return await self._request(self.resources.system_prompt(own, self.plugins.guidelines),
-                             list(self.messages), [*own, *self.mcp.tools.values()],
-                             self.thinking_level)
+                                   context, [*own, *self.mcp.tools.values()],
+                                   self.thinking_level)
 
     async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                               ) -> tuple[Provider, ProviderRequest]:
@@ -584,17 +611,17 @@ class Session:
 
     # --- stopping and switching ----------------------------------------------------------------
 
-    def abort(self, done: Callable[[], None]) -> None:
-        """Cancel the current run and resolve open dialogs as cancelled; `done` is called
-        right after the run's ``agent_end``."""
+    def abort(self) -> bool:
+        """Cancel what runs and resolve open dialogs as cancelled: True if a run was
+        cancelled (its closing events follow)."""
         self.ui.cancel_all()
-        self.run.abort(done)
+        return self.run.cancel()
 
     def stop(self) -> None:
         """Shutting down: drop the queues, abort the run (its closing events follow), the
         direct bash command and open dialogs."""
         self.queues.clear()
-        self.abort(lambda: None)
+        self.abort()
         self.bash.abort()
 
     async def switch(self, make: Maker, *, restore: bool) -> None:
@@ -604,9 +631,7 @@ class Session:
         may be large).
         If `make` fails, the session keeps its file."""
         self.queues.clear()
-        self.ui.cancel_all()
-        if self.run.run_scope is not None:
-            self.run.run_scope.cancel()
+        self.abort()
         await self.run.wait_settled()
         store = await trio.to_thread.run_sync(make, self.store)
         self.store.close()

@@ -78,7 +78,7 @@ def test_short_flags_with_values_and_the_name_flag_beside_them() -> None:
 async def test_the_default_tools_are_read_bash_edit_write(project: Path) -> None:
     async with session_for(project) as session:
         assert tool_names(session) == ["read", "bash", "edit", "write"]
-        _, request = await session.model_request()
+        _, request = await session.model_request(session.messages)
     assert [tool.name for tool in request.tools] == ["read", "bash", "edit", "write"]
     assert "- grep:" not in request.system_prompt and "- write:" in request.system_prompt
 
@@ -178,7 +178,7 @@ async def test_api_key_is_the_chosen_models_providers_key_for_this_run(
     async with session_for(project, "--model", "claude-sonnet-4-5", "--api-key",
                            "sk-given") as session:
         assert session.model is not None and session.model.provider == "anthropic"
-        _, request = await session.model_request()
+        _, request = await session.model_request(session.messages)
     assert request.api_key == "sk-given"
     assert not (tmp_path / "agent" / "settings.json").exists() or "sk-given" not in (
         tmp_path / "agent" / "settings.json").read_text()
@@ -192,7 +192,7 @@ async def test_system_prompt_appends_keep_every_value_in_order(project: Path,
     (tmp_path / "second.md").write_text("SECOND from a file")
     async with session_for(project, "--append-system-prompt", "FIRST",
                            "--append-system-prompt", str(tmp_path / "second.md")) as session:
-        _, request = await session.model_request()
+        _, request = await session.model_request(session.messages)
     assert "FIRST\n\nSECOND from a file" in request.system_prompt
 
 
@@ -209,11 +209,11 @@ async def test_no_skills_templates_or_context_files(project: Path, tmp_path: Pat
     async with session_for(project) as session:
         assert [s.name for s in session.resources.skills] == ["lint"]
         assert [t.name for t in session.resources.templates] == ["review"]
-        assert "CONTEXT-MARKER" in (await session.model_request())[1].system_prompt
+        assert "CONTEXT-MARKER" in (await session.model_request(session.messages))[1].system_prompt
     async with session_for(project, "-ns", "--skill", str(extra), "-np", "-nc") as session:
         assert [s.name for s in session.resources.skills] == ["extra"]
         assert session.resources.templates == []
-        assert "CONTEXT-MARKER" not in (await session.model_request())[1].system_prompt
+        assert "CONTEXT-MARKER" not in (await session.model_request(session.messages))[1].system_prompt
 
 
 async def test_session_id_starts_or_continues_that_session(project: Path,
@@ -344,7 +344,7 @@ async def test_trust_is_decided_as_the_ancestor_decides_it(
     async with session_for(project) as session:
         assert (session.queues.steering_mode == "all") is trusted
         assert ([t.name for t in session.resources.templates] == ["ship"]) is trusted
-        assert "PROJECT-CONTEXT" in (await session.model_request())[1].system_prompt  # either way
+        assert "PROJECT-CONTEXT" in (await session.model_request(session.messages))[1].system_prompt  # either way
     async with session_for(project, "--no-approve") as session:
         assert session.queues.steering_mode == "one-at-a-time"
     async with session_for(project, "--approve") as session:
