@@ -13,7 +13,7 @@ import contextlib
 import os
 import stat
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import attrs
 import trio
@@ -159,7 +159,7 @@ def write_now_to(stream: object) -> Callable[[bytes], int] | None:
 # --- reading commands --------------------------------------------------------------------------
 
 def response(command: str, command_id: str | int | None = None, *,
-              data: Any = w.ABSENT, error: str | None = None) -> w.Response:
+              data: object = w.ABSENT, error: str | None = None) -> w.Response:
     """A response: a success with its `data`, or a failure saying `error`. Every response
     forged writes is built here."""
     return w.Response(id=command_id, command=command, success=error is None,
@@ -170,7 +170,7 @@ def response(command: str, command_id: str | int | None = None, *,
 class Incoming:
     """One input line: a command, or the response that refuses it."""
 
-    command: Any = None
+    command: w.Command | w.DaemonCommand | None = None
     command_id: str | int | None = None
     refusal: w.Response | None = None
 
@@ -179,7 +179,7 @@ def _refuse(command: str, error: str, command_id: str | int | None = None) -> In
     return Incoming(refusal=response(command, command_id, error=error), command_id=command_id)
 
 
-def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
+def parse_line(line: bytes, classes: dict[str, type[object]] = w.COMMAND_CLASSES
                ) -> Incoming | None:
     """Read one line as one of `classes`' commands; None for a blank line (ignored)."""
     if not line.strip():
@@ -201,7 +201,7 @@ def parse_line(line: bytes, classes: dict[str, type[Any]] = w.COMMAND_CLASSES
     if cls is None:
         return _refuse(kind, f"Unknown command: {kind}", command_id)
     try:
-        command = _codec.structure(raw, cls)
+        command = cast("w.Command | w.DaemonCommand", _codec.structure(raw, cls))
     except WireError as exc:
         return _refuse(kind, f"Invalid {kind} command: {exc}", command_id)
     except Exception as exc:  # whatever the input, the reader goes on
@@ -224,7 +224,7 @@ async def read_lines(stream: trio.abc.ReceiveStream,
 
 async def serve_reader(stream: trio.abc.ReceiveStream,
                        commands: trio.MemorySendChannel[Incoming],
-                       classes: dict[str, type[Any]] = w.COMMAND_CLASSES) -> None:
+                       classes: dict[str, type[object]] = w.COMMAND_CLASSES) -> None:
     """Read lines until EOF and pass each on, in order; the channel is closed at EOF."""
     async def take(piece: bytes | LineTooLong) -> None:
         if isinstance(piece, LineTooLong):
@@ -333,10 +333,11 @@ class Connection:
                     await self.outbox.wait_for_room()
                 if incoming.refusal is not None:
                     self.send(incoming.refusal)
-                else:
+                elif incoming.command is not None:
                     await self.handle(incoming.command, incoming.command_id)
 
-    async def handle(self, command: Any, command_id: str | int | None) -> None:
+    async def handle(self, command: w.Command | w.DaemonCommand,
+                     command_id: str | int | None) -> None:
         """One command, in arrival order."""
         raise NotImplementedError
 
@@ -375,7 +376,7 @@ class _ThreadedFd(trio.abc.HalfCloseableStream):
         await trio.lowlevel.checkpoint()
 
 
-def open_fd_stream(fd: int) -> Any:
+def open_fd_stream(fd: int) -> trio.abc.Stream:
     """A trio stream on its own duplicate of `fd`."""
     duplicate = os.dup(fd)
     if stat.S_ISREG(os.fstat(duplicate).st_mode):

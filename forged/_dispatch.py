@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, cast
 
 import trio
 
@@ -43,8 +43,9 @@ from ._switching import (
 
 Sink = Callable[[w.Response], None]
 """Where a command's response goes, as a wire object."""
+C = TypeVar("C")
 
-ANSWERED_DURING_SWITCH: frozenset[type[Any]] = frozenset({
+ANSWERED_DURING_SWITCH: frozenset[type[object]] = frozenset({
     w.GetState, w.GetMessages, w.GetAvailableModels, w.GetAvailableThinkingLevels,
     w.GetEntries, w.GetTree, w.GetLastAssistantText, w.GetForkMessages, w.GetSessionStats,
     w.GetCommands, w.Abort, w.AbortBash, w.AbortRetry, w.ClearQueue, w.ExtensionUiResponse,
@@ -73,7 +74,7 @@ class Reply:
         self.command_id = command_id
         self.sent = False
 
-    def ok(self, data: Any = w.ABSENT) -> None:
+    def ok(self, data: object = w.ABSENT) -> None:
         self._send(response(self.command, self.command_id, data=data))
 
     def fail(self, error: str) -> None:
@@ -98,7 +99,7 @@ class Agent:
         self.session = session
         self.dispatcher = dispatcher
 
-    def handle(self, command: Any, command_id: str | int | None = None,
+    def handle(self, command: w.Command, command_id: str | int | None = None,
                reply: Sink | None = None) -> None:
         """One parsed command (`Dispatcher.handle`): never raises, never waits."""
         self.dispatcher.handle(command, command_id, reply)
@@ -133,13 +134,17 @@ async def open_agent(config: SessionConfig, events: EventSink, replies: Sink, *,
         yield Agent(session, dispatcher)
 
 
+Handler = Callable[[w.Command, Reply], None]
+"""A command's handler, as the table holds it (`Dispatcher._on` registers it typed)."""
+
+
 class Dispatcher:
     """Runs commands against one session."""
 
     def __init__(self, session: Session, sink: Sink) -> None:
         self.session = session
         self.sink = sink
-        self._held: list[tuple[Any, str | int | None, Sink | None]] | None = None
+        self._held: list[tuple[w.Command, str | int | None, Sink | None]] | None = None
         """Commands waiting for a session switch to finish; None when none runs."""
         self._switched = trio.Event()
         self._tasks = 0
@@ -153,62 +158,65 @@ class Dispatcher:
         self._spell_ran = False
         """A run of the busy spell has ended (an aborted compaction after it ends what an
         abort cut short; one before its first run does not)."""
-        self._handlers: dict[type[Any], Callable[[Any, Reply], None]] = {
-            w.Prompt: self.prompt,
-            w.Steer: self.steer,
-            w.FollowUp: self.follow_up,
-            w.Abort: self.abort,
-            w.ClearQueue: lambda _, reply: reply.ok(self.session.queues.clear()),
-            w.GetState: lambda _, reply: reply.ok(self.session.state()),
-            w.GetMessages: lambda _, reply: reply.ok(w.MessageList(
-                messages=list(self.session.messages))),
-            w.GetLastAssistantText: lambda _, reply: reply.ok(w.AssistantText(
-                text=self.session.last_assistant_text())),
-            w.SetModel: lambda cmd, reply: reply.ok(self.session.choice.set_model(
-                cmd.provider, cmd.model_id)),
-            w.CycleModel: lambda _, reply: reply.ok(self.session.choice.cycle_model()),
-            w.GetAvailableModels: lambda _, reply: reply.ok(w.ModelList(
-                models=self.session.registry.available())),
-            w.SetThinkingLevel: self.set_thinking_level,
-            w.CycleThinkingLevel: self.cycle_thinking_level,
-            w.GetAvailableThinkingLevels: lambda _, reply: reply.ok(w.ThinkingLevelList(
-                levels=self.session.choice.available_levels())),
-            w.SetSteeringMode: self.set_steering_mode,
-            w.GetEntries: lambda cmd, reply: reply.ok(w.EntryList(
+        self._handlers: dict[type[object], Handler] = {}
+        self._on(w.Prompt, self.prompt)
+        self._on(w.Steer, self.steer)
+        self._on(w.FollowUp, self.follow_up)
+        self._on(w.Abort, self.abort)
+        self._on(w.ClearQueue, lambda _, reply: reply.ok(self.session.queues.clear()))
+        self._on(w.GetState, lambda _, reply: reply.ok(self.session.state()))
+        self._on(w.GetMessages, lambda _, reply: reply.ok(w.MessageList(
+                messages=list(self.session.messages))))
+        self._on(w.GetLastAssistantText, lambda _, reply: reply.ok(w.AssistantText(
+                text=self.session.last_assistant_text())))
+        self._on(w.SetModel, lambda cmd, reply: reply.ok(self.session.choice.set_model(
+                cmd.provider, cmd.model_id)))
+        self._on(w.CycleModel, lambda _, reply: reply.ok(self.session.choice.cycle_model()))
+        self._on(w.GetAvailableModels, lambda _, reply: reply.ok(w.ModelList(
+                models=self.session.registry.available())))
+        self._on(w.SetThinkingLevel, self.set_thinking_level)
+        self._on(w.CycleThinkingLevel, self.cycle_thinking_level)
+        self._on(w.GetAvailableThinkingLevels, lambda _, reply: reply.ok(w.ThinkingLevelList(
+                levels=self.session.choice.available_levels())))
+        self._on(w.SetSteeringMode, self.set_steering_mode)
+        self._on(w.GetEntries, lambda cmd, reply: reply.ok(w.EntryList(
                 entries=self.session.store.entries_since(cmd.since),
-                leaf_id=self.session.store.leaf_id)),
-            w.GetTree: lambda _, reply: reply.ok(w.EntryTree(
+                leaf_id=self.session.store.leaf_id)))
+        self._on(w.GetTree, lambda _, reply: reply.ok(w.EntryTree(
                 tree=entry_tree(self.session.store),
-                leaf_id=self.session.store.leaf_id)),
-            w.SetSessionName: self.set_session_name,
-            w.SetFollowUpMode: self.set_follow_up_mode,
-            w.NewSession: lambda cmd, reply: self._switch(reply, new_store(
+                leaf_id=self.session.store.leaf_id)))
+        self._on(w.SetSessionName, self.set_session_name)
+        self._on(w.SetFollowUpMode, self.set_follow_up_mode)
+        self._on(w.NewSession, lambda cmd, reply: self._switch(reply, new_store(
                 self.session.session_dir, self.session.cwd, cmd.parent_session),
-                restore=False),
-            w.SwitchSession: lambda cmd, reply: self._switch(
-                reply, file_store(self.session.cwd, Path(cmd.session_path)), restore=True),
-            w.Fork: self.fork,
-            w.Clone: lambda _, reply: self._switch(
-                reply, branch_store(self.session.cwd, LEAF), restore=False),
-            w.GetForkMessages: lambda _, reply: reply.ok(w.ForkMessageList(
-                messages=fork_messages(self.session.store))),
-            w.GetSessionStats: lambda _, reply: reply.ok(self.session.stats()),
-            w.ExportHtml: self.export_html,
-            w.SetAutoRetry: self.set_auto_retry,
-            w.Compact: self.compact,
-            w.SetAutoCompaction: self.set_auto_compaction,
-            w.AbortRetry: self.abort_retry,
-            w.Bash: self.bash,
-            w.AbortBash: self.abort_bash,
-            w.GetCommands: lambda _, reply: reply.ok(w.CommandList(
+                restore=False))
+        self._on(w.SwitchSession, lambda cmd, reply: self._switch(
+                reply, file_store(self.session.cwd, Path(cmd.session_path)), restore=True))
+        self._on(w.Fork, self.fork)
+        self._on(w.Clone, lambda _, reply: self._switch(
+                reply, branch_store(self.session.cwd, LEAF), restore=False))
+        self._on(w.GetForkMessages, lambda _, reply: reply.ok(w.ForkMessageList(
+                messages=fork_messages(self.session.store))))
+        self._on(w.GetSessionStats, lambda _, reply: reply.ok(self.session.stats()))
+        self._on(w.ExportHtml, self.export_html)
+        self._on(w.SetAutoRetry, self.set_auto_retry)
+        self._on(w.Compact, self.compact)
+        self._on(w.SetAutoCompaction, self.set_auto_compaction)
+        self._on(w.AbortRetry, self.abort_retry)
+        self._on(w.Bash, self.bash)
+        self._on(w.AbortBash, self.abort_bash)
+        self._on(w.GetCommands, lambda _, reply: reply.ok(w.CommandList(
                 commands=self.session.commands(),
-                untrusted_project=self.session.settings.project_untrusted_note)),
-            w.ExtensionUiResponse: self.extension_ui_response,
-            w.GetMcpServers: lambda _, reply: reply.ok(w.McpServerList(
-                servers=self.session.mcp.infos())),
-        }
+                untrusted_project=self.session.settings.project_untrusted_note)))
+        self._on(w.ExtensionUiResponse, self.extension_ui_response)
+        self._on(w.GetMcpServers, lambda _, reply: reply.ok(w.McpServerList(
+                servers=self.session.mcp.infos())))
 
-    def handle(self, command: Any, command_id: str | int | None,
+    def _on(self, cls: type[C], handler: Callable[[C, Reply], None]) -> None:
+        """`handler` answers the commands of `cls`."""
+        self._handlers[cls] = lambda command, reply: handler(cast(C, command), reply)
+
+    def handle(self, command: w.Command, command_id: str | int | None,
                sink: Sink | None = None) -> None:
         """Handle one parsed command, answering to `sink` (default: the dispatcher's). Never
         raises: failures become error responses."""
@@ -236,17 +244,17 @@ class Dispatcher:
     # --- switching sessions --------------------------------------------------------------------
 
     def _switch(self, reply: Reply, make: Maker, *,
-                restore: bool, data: Any = None) -> None:
+                restore: bool, data: object = None) -> None:
         self._held = []
         self._switched = trio.Event()
 
-        async def switch() -> Any:
+        async def switch() -> object:
             await self.session.switch(make, restore=restore)
             return data or w.SwitchResult()
 
         self._in_task(reply, switch, then=self._release)
 
-    def _in_task(self, reply: Reply, work: Callable[[], Awaitable[Any]],
+    def _in_task(self, reply: Reply, work: Callable[[], Awaitable[object]],
                  then: Callable[[], None] | None = None) -> None:
         """Run `work` as a task of the session; answer with what it returns or raises, then
         call `then`."""

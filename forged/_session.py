@@ -23,7 +23,7 @@ import contextlib
 from collections import ChainMap
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 import trio
@@ -189,7 +189,7 @@ def user_message(text: str, images: list[w.ImageContent] | None) -> w.UserMessag
     return w.UserMessage(content=content, timestamp=now_ms())
 
 
-def _mode(value: Any) -> w.QueueMode:
+def _mode(value: object) -> w.QueueMode:
     return "all" if value == "all" else "one-at-a-time"
 
 

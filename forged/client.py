@@ -29,7 +29,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 import attrs
 import orjson
@@ -40,7 +40,7 @@ from ._codec import structure
 from ._errors import CommandFailed, WireError
 from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong, camel
 
-JSON = dict[str, Any]
+JSON = dict[str, object]
 T = TypeVar("T")
 __all__ = ["Client", "CommandFailed", "Received", "Unknown"]
 
@@ -69,7 +69,7 @@ class Received:
         return self.event.type
 
 
-DATA_CLASSES: dict[str, Any] = {
+DATA_CLASSES: dict[str, object] = {
     "prompt": w.PromptAccepted, "steer": w.PromptAccepted, "follow_up": w.PromptAccepted,
     "clear_queue": w.QueueContents, "new_session": w.SwitchResult,
     "get_state": w.SessionState, "get_messages": w.MessageList, "set_model": w.Model,
@@ -93,11 +93,11 @@ def read_response(item: JSON) -> w.Response:
     command = str(item.get("command"))
     data = item.get("data", w.ABSENT)
     if data is not w.ABSENT and item.get("success") and command in DATA_CLASSES:
-        data = structure(data, DATA_CLASSES[command])
-    command_id = item.get("id")
+        data = structure(data, cast("type[object]", DATA_CLASSES[command]))
+    command_id, error = item.get("id"), item.get("error")
     return w.Response(id=command_id if isinstance(command_id, str | int) else None,
                       command=command, success=item.get("success") is True, data=data,
-                      error=item.get("error") if isinstance(item.get("error"), str) else None)
+                      error=error if isinstance(error, str) else None)
 
 
 def read_event(item: JSON) -> Received:
@@ -242,7 +242,7 @@ class Client:
         """Send a command as it is, without waiting for anything."""
         await self._send_line(orjson.dumps(command) + b"\n")
 
-    async def request(self, command_type: str, **fields: Any) -> JSON:
+    async def request(self, command_type: str, **fields: object) -> JSON:
         """Send a command and return its whole response, as it came (successful or not)."""
         command_id = f"client-{next(self._ids)}"
         send, receive = trio.open_memory_channel[JSON](1)
@@ -255,14 +255,14 @@ class Client:
             raise ConnectionError(f"forged closed the connection before answering "
                                   f"{command_type}") from None
 
-    async def call(self, command_type: str, data: type[T], **fields: Any) -> T:
+    async def call(self, command_type: str, data: type[T], **fields: object) -> T:
         """Send a command; its response's ``data`` as `data`, or `CommandFailed`."""
         response = read_response(await self.request(command_type, **fields))
         if not response.success:
             raise CommandFailed(command_type, str(response.error))
         return response.data  # type: ignore[no-any-return]
 
-    async def run(self, command_type: str, **fields: Any) -> None:
+    async def run(self, command_type: str, **fields: object) -> None:
         """Send a command that answers no data; `CommandFailed` if it failed."""
         response = await self.request(command_type, **fields)
         if not response.get("success"):
@@ -276,9 +276,10 @@ class Client:
                 return received
         raise ConnectionError("forged closed the connection")
 
-    async def prompt_and_wait(self, message: str, **fields: Any) -> list[Received]:
+    async def prompt_and_wait(self, message: str, *, images: list[JSON] | None = None,
+                              streaming_behavior: str | None = None) -> list[Received]:
         """Send a prompt and collect its events up to ``agent_settled``."""
-        await self.prompt(message, **fields)
+        await self.prompt(message, images=images, streaming_behavior=streaming_behavior)
         collected: list[Received] = []
         async for received in self.events:
             collected.append(received)
@@ -309,7 +310,7 @@ class Client:
 
     async def new_session(self, *, parent_session: str | None = None, cwd: str | None = None,
                           provider: str | None = None, model: str | None = None,
-                          **fields: Any) -> w.SwitchResult:
+                          **fields: object) -> w.SwitchResult:
         """`fields`: the daemon's more (``session``, ``mcpServers``, ...), snake_case."""
         return await self.call("new_session", w.SwitchResult, parent_session=parent_session,
                                cwd=cwd, provider=provider, model=model, **fields)

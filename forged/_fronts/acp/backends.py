@@ -10,7 +10,7 @@ import itertools
 import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import attrs
 import orjson
@@ -83,7 +83,8 @@ class LocalLink:
 
     def send(self, command: object, answered: Answered | None = None, *,
              command_id: str | None = None) -> None:
-        self._agent.handle(command, command_id, answered or _ignore_response)
+        self._agent.handle(cast("w.Command", command), command_id,
+                           answered or _ignore_response)
 
 
 class DaemonLink:
