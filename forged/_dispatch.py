@@ -378,16 +378,17 @@ class Dispatcher:
             if event.final_error == RETRY_CANCELLED:
                 self._answer(self._aborts)
         elif isinstance(event, w.CompactionEnd):
-            if event.aborted and (self._spell_ran or event.reason == "manual"):
-                self._answer(self._aborts)  # (before a prompt's run: its agent_end answers)
             if event.reason == "manual":
-                self._spell_ran = False
                 answers, self._compactions = self._compactions, []
                 for reply in answers:
                     if event.result is not None:
                         reply.ok(event.result)
                     else:
                         reply.fail(event.error_message or "Compaction cancelled")
+            if event.aborted and (self._spell_ran or event.reason == "manual"):
+                self._answer(self._aborts)  # (before a prompt's run: its agent_end answers)
+            if event.reason == "manual":
+                self._spell_ran = False
 
     @staticmethod
     def _answer(replies: list[Reply]) -> None:

@@ -213,7 +213,8 @@ async def test_no_skills_templates_or_context_files(project: Path, tmp_path: Pat
     async with session_for(project, "-ns", "--skill", str(extra), "-np", "-nc") as session:
         assert [s.name for s in session.resources.skills] == ["extra"]
         assert session.resources.templates == []
-        assert "CONTEXT-MARKER" not in (await session.model_request(session.messages))[1].system_prompt
+        _, request = await session.model_request(session.messages)
+        assert "CONTEXT-MARKER" not in request.system_prompt
 
 
 async def test_session_id_starts_or_continues_that_session(project: Path,
@@ -344,7 +345,8 @@ async def test_trust_is_decided_as_the_ancestor_decides_it(
     async with session_for(project) as session:
         assert (session.queues.steering_mode == "all") is trusted
         assert ([t.name for t in session.resources.templates] == ["ship"]) is trusted
-        assert "PROJECT-CONTEXT" in (await session.model_request(session.messages))[1].system_prompt  # either way
+        _, request = await session.model_request(session.messages)
+        assert "PROJECT-CONTEXT" in request.system_prompt  # either way
     async with session_for(project, "--no-approve") as session:
         assert session.queues.steering_mode == "one-at-a-time"
     async with session_for(project, "--approve") as session:
