@@ -11,12 +11,13 @@ import pytest
 from forged import _wire as w
 from forged._cli import main
 from forged._errors import ConfigError, ValueCommandFailed
-from forged._models import ModelRegistry, clamp_level, resolve_value, supported_levels
+from forged._models import ModelRegistry, clamp_level, supported_levels
 from forged._process import VALUE_TIMEOUT_S, run_value_command
 from forged._providers import ProviderRequest
 from forged._providers.anthropic import build_body, build_headers
 from forged._providers.openai import chat_params
 from forged._providers.scripted import Reply, ScriptText
+from forged._values import resolve_value
 
 from .harness import open_client
 from .test_process import running

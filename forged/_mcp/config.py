@@ -22,8 +22,8 @@ import orjson
 
 from .._errors import ConfigProblem
 from .._log import log
-from .._models import resolve_value
 from .._settings import DEFAULTS
+from .._values import resolve_value
 
 MCP_FILE = "mcp.json"
 DEFAULT_TIMEOUT_S = 60.0
