@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
@@ -19,6 +20,7 @@ from forged._connection import StreamTransport
 from forged._daemon import run_daemon
 from forged._fronts.stdio import serve_stdio
 from forged._hub import Hub
+from forged._jsonl import LineSplitter
 from forged._models import ModelRegistry, register_scripted
 from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
@@ -32,7 +34,10 @@ Event = dict[str, Any]
 
 
 class Client:
-    """The client end: writes command lines, collects every output line."""
+    """The client end: writes command lines, collects every output line as its JSON object.
+    The wire tests read the objects as the process wrote them (key names, nulls, absent
+    fields), which `forged.client`'s typed reader would normalise away; it is used where a
+    test needs a client, not the bytes."""
 
     def __init__(self, stream: trio.abc.Stream, server: ScriptedServer, cwd: Path,
                  config: SessionConfig) -> None:
@@ -47,15 +52,11 @@ class Client:
         self._counter = 0
 
     async def pump(self) -> None:
-        buffer = b""
-        while True:
-            data = await self.stream.receive_some(1 << 20)
-            if not data:
-                break
-            buffer += data
-            *complete, buffer = buffer.split(b"\n")
+        splitter = LineSplitter(max_line_bytes=sys.maxsize)  # the framing forged.client reads
+        while data := await self.stream.receive_some(1 << 20):
             async with self._arrived:
-                for line in complete:
+                for line in splitter.feed(bytes(data)):
+                    assert isinstance(line, bytes)
                     self.lines.append(line + b"\n")
                     self.output.append(orjson.loads(line))
                 self._arrived.notify_all()
