@@ -25,7 +25,7 @@ against the import graph). A package named here stands for all its modules::
                                          dialogs
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
-    _jsonl _paths _process _values _errors _log _time _tls _systemd _version
+    _jsonl _paths _process _values _sandbox _errors _log _time _tls _systemd _version
                                          the ground floor
 
 The supervision trees are drawn in `forged._fronts.stdio` (one session on stdio) and

@@ -284,6 +284,7 @@ def parse_mcp_args(argv: list[str]) -> argparse.Namespace:
 
 def config_show(argv: list[str]) -> int:
     from ._paths import agent_dir
+    from ._sandbox import problem as sandbox_problem
     from ._settings import Settings
 
     args = build_config_parser().parse_args(argv)
@@ -292,6 +293,7 @@ def config_show(argv: list[str]) -> int:
     if settings.project_untrusted_note:
         log(f"{settings.project_untrusted_note}")
     rows = settings.explain()
+    rows.append(("sandbox", sandbox_problem() or "works here (bubblewrap)", "this machine"))
     if args.json:
         for key, value, source in rows:
             print(orjson.dumps({"key": key, "value": value, "source": source}).decode())

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,19 @@ def slow_script(tmp_path: Path, chunks: int) -> Path:
     return script
 
 
+STARTED: list[trio.Process] = []
+"""The daemons a test started: killed when it ends, whether it passed or not."""
+
+
+@pytest.fixture(autouse=True)
+def _no_daemon_outlives_its_test() -> Iterator[None]:
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.returncode is None:
+            process.kill()
+
+
 async def start_activated(tmp_path: Path, *args: str) -> tuple[trio.Process, Path, Any]:
     """`forged serve` as systemd starts it: its socket already listening on fd 3, and a
     notification socket to talk to."""
@@ -45,6 +59,7 @@ async def start_activated(tmp_path: Path, *args: str) -> tuple[trio.Process, Pat
         ["/bin/sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"', str(BIN / "forged"), "serve", *args],
         env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
         close_fds=False, preexec_fn=lambda: os.dup2(fd, 3))
+    STARTED.append(process)
     listener.close()
     os.close(fd)
     return process, socket_path, notify

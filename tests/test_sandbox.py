@@ -1,0 +1,170 @@
+"""The bubblewrap policy, applied by the real bwrap to real commands in real files: what a
+confined command can and cannot write, read and reach."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from forged._sandbox import DEFAULT_DENY_READ, Policy, problem
+
+BWRAP = shutil.which("bwrap")
+
+
+@pytest.fixture
+def places(tmp_path: Path) -> dict[str, Path]:
+    """A workspace that is a git checkout with forged's project folder, a home with keys, a
+    folder outside both, and the run's temp folder."""
+    workspace = tmp_path / "ws"
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    (workspace / ".git" / "objects").mkdir()
+    (workspace / ".agent-forge").mkdir()
+    (workspace / ".agent-forge" / "settings.json").write_text("{}")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("SECRET KEY")
+    (home / ".netrc").write_text("SECRET NETRC")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace / "link-out").symlink_to(outside)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    return {"workspace": workspace, "home": home, "outside": outside, "temp": temp}
+
+
+def confined(policy: Policy, script: str) -> subprocess.CompletedProcess[str]:
+    assert BWRAP is not None, "bubblewrap is installed by .ci/run; install it to run these"
+    return subprocess.run(policy.wrap(BWRAP, ["sh", "-c", script]), capture_output=True,
+                          text=True, timeout=30, check=False)
+
+
+def policy_for(places: dict[str, Path], **changes: object) -> Policy:
+    home = places["home"]
+    deny = tuple(Path(p.replace("~", str(home), 1)) for p in DEFAULT_DENY_READ)
+    return Policy(workspace=places["workspace"], temp=places["temp"],
+                  deny_read=(*deny, home / ".netrc"), **changes)  # type: ignore[arg-type]
+
+
+def test_the_sandbox_works_on_this_machine() -> None:
+    assert problem() is None
+
+
+def test_a_missing_bwrap_is_said_with_what_to_install() -> None:
+    said = problem("/nowhere/bwrap")
+    assert said is not None and "could not be run" in said
+    old = os.environ["PATH"]
+    os.environ["PATH"] = "/nowhere"
+    try:
+        said = problem()
+    finally:
+        os.environ["PATH"] = old
+    assert said is not None and "install the bubblewrap package" in said
+
+
+def test_a_confined_command_writes_the_workspace_and_temp_only(
+        places: dict[str, Path]) -> None:
+    ws, outside = places["workspace"], places["outside"]
+    done = confined(policy_for(places), f"""
+        echo made > new.txt && mkdir -p deep/er && echo ok > deep/er/f
+        echo t > "$TMPDIR/t"
+        echo x > {places['home']}/x; echo x > /etc/forged-sandbox-x; echo x > link-out/x
+        echo x > {outside}/y
+        echo hook > .git/hooks/pre-commit; echo '[x]' >> .git/config
+        echo '{{"trusted":true}}' > .agent-forge/settings.json
+        echo obj > .git/objects/o
+        true""")
+    assert done.returncode == 0, done.stderr
+    assert (ws / "new.txt").read_text() == "made\n" and (ws / "deep/er/f").exists()
+    assert (places["temp"] / "t").exists() and (ws / ".git/objects/o").exists()
+    assert not (places["home"] / "x").exists()
+    assert not Path("/etc/forged-sandbox-x").exists()
+    assert list(outside.iterdir()) == []  # neither directly nor through the symbolic link
+    assert not (ws / ".git/hooks/pre-commit").exists()
+    assert (ws / ".git/config").read_text() == "[core]\n"
+    assert (ws / ".agent-forge/settings.json").read_text() == "{}"
+    assert done.stderr.count("Read-only file system") == 7
+
+
+def test_read_only_writes_nothing_but_temp(places: dict[str, Path]) -> None:
+    done = confined(policy_for(places, write_workspace=False),
+                    'echo x > made.txt; echo t > "$TMPDIR/t"; true')
+    assert not (places["workspace"] / "made.txt").exists()
+    assert (places["temp"] / "t").exists()
+    assert "Read-only file system" in done.stderr
+
+
+def test_deny_read_paths_are_hidden(places: dict[str, Path]) -> None:
+    home = places["home"]
+    done = confined(policy_for(places),
+                    f"ls -A {home}/.ssh; cat {home}/.ssh/id_ed25519 {home}/.netrc; "
+                    f"echo x > {home}/.ssh/planted; true")
+    assert "SECRET" not in done.stdout
+    assert "No such file" in done.stderr and "Read-only file system" in done.stderr
+    assert sorted(p.name for p in (home / ".ssh").iterdir()) == ["id_ed25519"]
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_the_hosts_loopback_is_reached_only_with_the_network_on(
+        places: dict[str, Path], network: bool) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        done = confined(policy_for(places, network=network), f"""exec {sys.executable} -c '
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+    print("reached")
+except OSError as exc:
+    print("refused", exc)'""")
+    assert done.stdout.startswith("reached" if network else "refused"), done.stderr
+
+
+def until(done: Callable[[], bool], what: str) -> None:
+    """Until `done` holds (a process appearing or going: there is no event to wait on)."""
+    deadline = time.monotonic() + 20
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within 20 s")
+        time.sleep(0.01)
+
+
+def test_killing_bwrap_ends_what_the_command_forked(places: dict[str, Path]) -> None:
+    assert BWRAP is not None
+    name = f"fsb{os.getpid()}"[:15]  # a process name of its own: a copy of sleep
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", places["temp"] / name)
+    running = lambda: subprocess.run(["pgrep", "-x", name], capture_output=True,  # noqa: E731
+                                     check=False).returncode == 0
+    process = subprocess.Popen(
+        policy_for(places).wrap(BWRAP, ["sh", "-c", f'"$TMPDIR/{name}" 60 & wait']),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(running, "the confined command did not start")
+    finally:
+        process.kill()
+        process.wait()
+    until(lambda: not running(), "the confined command's child outlived bubblewrap")
+
+
+@pytest.mark.parametrize("path", ["/usr/local/bin:/usr/bin:/bin", "/nowhere"])
+def test_config_show_says_whether_the_sandbox_works_here(tmp_path: Path, path: str) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "forged", "config", "show", "--json", "--cwd", str(tmp_path)],
+        env={**os.environ, "AGENT_FORGE_DIR": str(tmp_path / "agent"), "PATH": path},
+        capture_output=True, check=True, text=True).stdout
+    rows = {row["key"]: (row["value"], row["source"])
+            for row in map(json.loads, shown.splitlines())}
+    value, source = rows["sandbox"]
+    assert source == "this machine"
+    if path == "/nowhere":
+        assert "bubblewrap (bwrap), which is not installed" in value
+    else:
+        assert value == "works here (bubblewrap)"
