@@ -110,97 +110,70 @@ async def test_bad_lines_are_answered_and_the_peer_goes_on() -> None:
             assert await raw.read() == {"jsonrpc": "2.0", "id": 4, "result": "fine"}
 
 
+async def nothing(method: str, params: JSONObject, request_id: RequestId | None) -> object:
+    return LATER
+
+
+async def asked(peer: Peer, method: str, outcomes: list[object], **options: float) -> None:
+    """Ask `method` of the other side; its result, or the exception it raised, joins
+    `outcomes`."""
+    try:
+        outcomes.append(await peer.request(method, {"path": "/x"}, **options))
+    except (AcpError, ClientGone) as exc:
+        outcomes.append(exc)
+
+
 async def test_our_request_settles_with_the_other_sides_answer_or_error() -> None:
-    async def handler(method: str, params: JSONObject, request_id: RequestId | None) -> object:
-        return LATER
-
+    outcomes: list[object] = []
     with trio.fail_after(5):
-        async with open_peer(handler) as (peer, raw):
-            async with trio.open_nursery() as nursery:
-                results: list[object] = []
-
-                async def ask(method: str) -> None:
-                    try:
-                        results.append(await peer.request(method, {"path": "/x"}))
-                    except AcpError as exc:
-                        results.append((exc.code, str(exc)))
-
-                nursery.start_soon(ask, "fs/read_text_file")
-                first = await raw.read()
-                nursery.start_soon(ask, "fs/write_text_file")
-                second = await raw.read()
-                assert first["method"] == "fs/read_text_file" and first["params"] == {
-                    "path": "/x"}
-                assert first["id"] != second["id"]
-                # Answered out of order: each settles its own request.
-                await raw.write(json.dumps({"jsonrpc": "2.0", "id": second["id"], "error": {
-                    "code": -32001, "message": "denied"}}).encode())
-                await raw.write(json.dumps({"jsonrpc": "2.0", "id": first["id"],
-                                            "result": {"content": "text"}}).encode())
-            assert results == [(-32001, "denied"), {"content": "text"}]
+        async with open_peer(nothing) as (peer, raw), trio.open_nursery() as nursery:
+            nursery.start_soon(asked, peer, "fs/read_text_file", outcomes)
+            first = await raw.read()
+            nursery.start_soon(asked, peer, "fs/write_text_file", outcomes)
+            second = await raw.read()
+            assert first["method"] == "fs/read_text_file" and first["params"] == {"path": "/x"}
+            assert first["id"] != second["id"]
+            # Answered out of order: each settles its own request.
+            await raw.write(json.dumps({"jsonrpc": "2.0", "id": second["id"], "error": {
+                "code": -32001, "message": "denied"}}).encode())
+            await raw.write(json.dumps({"jsonrpc": "2.0", "id": first["id"],
+                                        "result": {"content": "text"}}).encode())
+    denied, read = outcomes
+    assert isinstance(denied, AcpError) and (denied.code, str(denied)) == (-32001, "denied")
+    assert read == {"content": "text"}
 
 
 async def test_an_unreadable_answer_fails_its_request_instead_of_hanging() -> None:
-    async def handler(method: str, params: JSONObject, request_id: RequestId | None) -> object:
-        return None
-
+    outcomes: list[object] = []
     with trio.fail_after(5):
-        async with open_peer(handler) as (peer, raw):
-            async with trio.open_nursery() as nursery:
-                failures: list[AcpError] = []
-
-                async def ask() -> None:
-                    try:
-                        await peer.request("fs/read_text_file", {})
-                    except AcpError as exc:
-                        failures.append(exc)
-
-                nursery.start_soon(ask)
-                asked = await raw.read()
-                await raw.write(b'{"jsonrpc":"2.0","id":%d,"result":{"content":"\\ud800' % (
-                    asked["id"]))
-            assert failures[0].code == PARSE_ERROR
-            assert "could not be read" in str(failures[0])
+        async with open_peer(nothing) as (peer, raw), trio.open_nursery() as nursery:
+            nursery.start_soon(asked, peer, "fs/read_text_file", outcomes)
+            request = await raw.read()
+            await raw.write(b'{"jsonrpc":"2.0","id":%d,"result":{"content":"\\ud800' % (
+                request["id"]))
+    (failure,) = outcomes
+    assert isinstance(failure, AcpError) and failure.code == PARSE_ERROR
+    assert "could not be read" in str(failure)
 
 
 async def test_when_the_other_side_goes_what_we_asked_is_answered_no() -> None:
-    async def handler(method: str, params: JSONObject, request_id: RequestId | None) -> object:
-        return None
-
+    outcomes: list[object] = []
     with trio.fail_after(5):
-        async with open_peer(handler) as (peer, raw):
+        async with open_peer(nothing) as (peer, raw):
             async with trio.open_nursery() as nursery:
-                gone: list[BaseException] = []
-
-                async def ask() -> None:
-                    try:
-                        await peer.request("session/request_permission", {})
-                    except ClientGone as exc:
-                        gone.append(exc)
-
-                nursery.start_soon(ask)
+                nursery.start_soon(asked, peer, "session/request_permission", outcomes)
                 await raw.read()
                 await raw.to_peer.aclose()
-            assert len(gone) == 1
-            try:
-                await peer.request("fs/read_text_file", {})
-            except ClientGone:
-                pass
-            else:
-                raise AssertionError("a request after the other side left was sent")
+            await asked(peer, "fs/read_text_file", outcomes)  # after: not even sent
+    assert [type(outcome) for outcome in outcomes] == [ClientGone, ClientGone]
 
 
 async def test_a_request_not_answered_in_time_fails(
         autojump_clock: trio.testing.MockClock) -> None:
-    async def handler(method: str, params: JSONObject, request_id: RequestId | None) -> object:
-        return None
-
+    outcomes: list[object] = []
     with trio.fail_after(60):
-        async with open_peer(handler) as (peer, raw):
-            try:
-                await peer.request("fs/read_text_file", {}, timeout_s=30)
-            except AcpError as exc:
-                assert "did not answer within 30 s" in str(exc)
-            else:
-                raise AssertionError("the request did not time out")
+        async with open_peer(nothing) as (peer, raw):
+            await asked(peer, "fs/read_text_file", outcomes, timeout_s=30)
             await raw.read()  # it was sent
+    (failure,) = outcomes
+    assert isinstance(failure, AcpError) and "did not answer within 30 s" in str(failure)
