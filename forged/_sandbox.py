@@ -1,15 +1,16 @@
 """The sandbox: the bubblewrap policy that confines what the model starts, and whether it can
 work on this machine.
 
-A confined command sees the whole filesystem read-only but for the workspace (when the mode
-lets it write), the run's temp folder and the writable roots the settings add; inside the
-workspace, ``.agent-forge/``, ``.git/hooks/`` and ``.git/config`` stay read-only, so a model
-can neither trust itself nor plant a hook, while the rest of ``.git`` is writable and commits
-work. What ``sandbox.denyRead`` names is hidden (an empty read-only tmpfs over a folder, an
-empty file over a file). It has its own PID namespace, so killing bubblewrap ends everything
-the command forked, and its own network namespace with loopback only unless the network is
-allowed. There is no fallback: where bubblewrap is missing or cannot make namespaces,
-`problem` says why and what to do, and nothing runs.
+A confined command sees the whole filesystem read-only but for the workspace (when the mode lets
+it write), the run's temp folder and the writable roots the settings add; inside the workspace,
+``.agent-forge/``, ``.git/hooks/`` and ``.git/config`` stay read-only, so a model can neither
+trust itself nor plant a hook, while the rest of ``.git`` is writable and commits work; where
+``.agent-forge/`` or ``.git/hooks/`` does not exist yet, an empty read-only folder stands in its
+place (and stays, empty, afterwards). What ``sandbox.denyRead`` names is hidden (an empty
+read-only tmpfs over a folder, an empty file over a file). It has its own PID namespace, so
+killing bubblewrap ends everything the command forked, and its own network namespace with
+loopback only unless the network is allowed. There is no fallback: where bubblewrap is missing
+or cannot make namespaces, `problem` says why and what to do, and nothing runs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ import attrs
 
 PROTECTED = (".agent-forge", ".git/hooks", ".git/config")
 """Paths in the workspace a confined command may never write."""
+EMPTY_WHEN_MISSING = (".agent-forge", ".git/hooks")
+"""Protected folders that do not exist yet: an empty read-only folder stands there while a
+command runs, so it cannot create one (bubblewrap leaves the empty folder behind)."""
 DEFAULT_DENY_READ = ("~/.ssh", "~/.gnupg", "~/.aws", "~/.config/gcloud")
 PROBE_TIMEOUT_S = 10
 
@@ -63,6 +67,9 @@ class Policy:
             if path.exists():
                 real = str(path.resolve())
                 args += ["--ro-bind", real, real]
+            elif self.write_workspace and relative in EMPTY_WHEN_MISSING and (
+                    path.parent.is_dir() and not path.parent.is_symlink()):
+                args += ["--tmpfs", str(path), "--remount-ro", str(path)]
         for denied in self.deny_read:
             path = denied.expanduser()
             if path.is_dir():

@@ -168,3 +168,17 @@ def test_config_show_says_whether_the_sandbox_works_here(tmp_path: Path, path: s
         assert "bubblewrap (bwrap), which is not installed" in value
     else:
         assert value == "works here (bubblewrap)"
+
+
+def test_protected_folders_that_do_not_exist_yet_cannot_be_made(tmp_path: Path) -> None:
+    workspace = tmp_path / "fresh"
+    (workspace / ".git").mkdir(parents=True)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = confined(Policy(workspace=workspace, temp=temp), """
+        mkdir -p .agent-forge; echo '{"trusted":true}' > .agent-forge/settings.json
+        mkdir -p .git/hooks; echo hook > .git/hooks/pre-commit
+        echo ok > kept; true""")
+    assert (workspace / "kept").exists(), done.stderr
+    assert list((workspace / ".agent-forge").iterdir()) == []
+    assert list((workspace / ".git" / "hooks").iterdir()) == []
