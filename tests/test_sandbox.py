@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -128,30 +127,25 @@ except OSError as exc:
     assert done.stdout.startswith("reached" if network else "refused"), done.stderr
 
 
-def until(done: Callable[[], bool], what: str) -> None:
-    """Until `done` holds (a process appearing or going: there is no event to wait on)."""
-    deadline = time.monotonic() + 20
-    while not done():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} within 20 s")
-        time.sleep(0.01)
-
-
 def test_killing_bwrap_ends_what_the_command_forked(places: dict[str, Path]) -> None:
+    """The confined command's child holds the pipe bwrap's output goes to: the pipe ends
+    only when the last process holding it has gone."""
     assert BWRAP is not None
     name = f"fsb{os.getpid()}"[:15]  # a process name of its own: a copy of sleep
     shutil.copy(shutil.which("sleep") or "/bin/sleep", places["temp"] / name)
-    running = lambda: subprocess.run(["pgrep", "-x", name], capture_output=True,  # noqa: E731
-                                     check=False).returncode == 0
     process = subprocess.Popen(
-        policy_for(places).wrap(BWRAP, ["sh", "-c", f'"$TMPDIR/{name}" 60 & wait']),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        policy_for(places).wrap(BWRAP, ["sh", "-c", f'"$TMPDIR/{name}" 60 & echo started; wait']),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdout is not None
     try:
-        until(running, "the confined command did not start")
+        assert process.stdout.readline() == b"started\n"
+        assert subprocess.run(["pgrep", "-x", name], check=False).returncode == 0
     finally:
         process.kill()
         process.wait()
-    until(lambda: not running(), "the confined command's child outlived bubblewrap")
+    ended, _, _ = select.select([process.stdout], [], [], 20)
+    assert ended and process.stdout.read() == b"", "a confined process outlived bubblewrap"
+    assert subprocess.run(["pgrep", "-x", name], check=False).returncode == 1
 
 
 @pytest.mark.parametrize("path", ["/usr/local/bin:/usr/bin:/bin", "/nowhere"])
