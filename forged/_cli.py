@@ -143,6 +143,11 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--thinking", metavar="LEVEL", choices=THINKING_LEVELS,
                         help="the starting thinking level (over a --model suffix; clamped to "
                         "the model)")
+    parser.add_argument("--permission-mode", metavar="MODE", choices=PERMISSION_MODES,
+                        help="what the model's tools may do: full-access (the default), ask "
+                        "(asks before every command and write), auto (commands in the "
+                        "sandbox, writes in the project; asks to do more) or read-only "
+                        "(docs/security.md); over the permissionMode setting")
     parser.add_argument("--api-key", metavar="KEY",
                         help="the API key of the chosen model's provider, for this run only")
     parser.add_argument("--tools", "-t", metavar="LIST", type=_tool_list,
@@ -206,6 +211,8 @@ def _ignored_dest(flag: str) -> str:
 
 
 THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
+PERMISSION_MODES = ("full-access", "ask", "auto", "read-only")
+"""`forged._tools.guard.MODES`, without importing the tools at start-up."""
 
 
 def _tool_list(text: str) -> list[str]:
@@ -341,6 +348,7 @@ def options_from(args: argparse.Namespace) -> Options:
                          no_skills=args.no_skills, no_prompt_templates=args.no_prompt_templates,
                          no_context_files=args.no_context_files),
         plugins=args.plugin, approve=args.approve, thinking=args.thinking,
+        permission_mode=args.permission_mode,
         mcp_files=[path.expanduser().resolve() for path in args.mcp_config],
         no_mcp=args.no_mcp,
         api_key=args.api_key, session_id=args.session_id, fork=args.fork,

@@ -59,6 +59,8 @@ class Options:
     mcp_handed: dict[str, Any] = attrs.Factory(dict)
     """MCP servers a client hands the session (ACP's ``mcpServers``), as mcp.json entries."""
     no_mcp: bool = False
+    permission_mode: str | None = None
+    """``--permission-mode`` (else the settings' ``permissionMode``)."""
 
 
 @attrs.define(kw_only=True)
@@ -174,6 +176,7 @@ def session_config(options: Options, models: Models) -> SessionConfig:
                          plugins=discover_plugins(options.cwd, directory, settings,
                                                   extra=options.plugins),
                          interactive=options.interactive, tools=options.tools,
+                         permission_mode=options.permission_mode,
                          mcp=McpConfig(files=options.mcp_files, handed=options.mcp_handed,
                                        disabled=options.no_mcp))
 

@@ -175,6 +175,7 @@ class Dispatcher:
         self._on(w.GetAvailableModels, lambda _, reply: reply.ok(w.ModelList(
                 models=self.session.registry.available())))
         self._on(w.SetThinkingLevel, self.set_thinking_level)
+        self._on(w.SetPermissionMode, self.set_permission_mode)
         self._on(w.CycleThinkingLevel, self.cycle_thinking_level)
         self._on(w.GetAvailableThinkingLevels, lambda _, reply: reply.ok(w.ThinkingLevelList(
                 levels=self.session.choice.available_levels())))
@@ -398,6 +399,10 @@ class Dispatcher:
             reply.ok()
 
     # --- setters -------------------------------------------------------------------------------
+
+    def set_permission_mode(self, command: w.SetPermissionMode, reply: Reply) -> None:
+        self.session.set_permission_mode(command.mode)
+        reply.ok()
 
     def set_thinking_level(self, command: w.SetThinkingLevel, reply: Reply) -> None:
         self.session.choice.set_thinking_level(command.level)

@@ -34,7 +34,7 @@ from ._errors import CommandError, ForgedError
 from ._jsonl import encode_line
 from ._log import log
 from ._session import Session, SessionConfig
-from ._settings import DEFAULTS
+from ._settings import DEFAULTS, Settings
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
@@ -187,11 +187,9 @@ class LiveSession:
 
     def update_interactive(self) -> None:
         """Dialogs wait for an answer while some client can give one; else they are
-        cancelled (as at the end of stdin)."""
-        answering = any(not peer.closing for peer in self.clients)
-        self.session.ui.interactive = answering
-        if not answering:
-            self.session.ui.cancel_all()
+        cancelled (as at the end of stdin), while permission requests wait for a client
+        (`Dialogs.permission`)."""
+        self.session.ui.set_interactive(any(not peer.closing for peer in self.clients))
 
     def info(self) -> w.LiveSessionInfo:
         session = self.session
@@ -219,6 +217,7 @@ class LiveSession:
                 self.agent, self.session = agent, agent.session
                 agent.session.ui.announce_resolved = True
                 agent.session.ui.interactive = False
+                agent.session.ui.client_wait_s = permission_wait_s(agent.session.settings)
                 task_status.started()
                 idle_s = await self._until_idle_for(idle_unload_s, empty_unload_s)
                 log(f"unloading session {self.id}: idle for {idle_s:g} s")
@@ -425,6 +424,15 @@ class Hub:
                 SessionRequest(cwd=cwd, session_path=path)))
         peer.opening = None
         return self._move(peer, live, since_seq)
+
+
+def permission_wait_s(settings: Settings) -> float:
+    """``daemon.permissionWaitSeconds``: how long a permission request waits for a client."""
+    section = settings.get("daemon")
+    value = section.get("permissionWaitSeconds") if isinstance(section, dict) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return float(DEFAULTS["daemon.permissionWaitSeconds"])
 
 
 def _folder(text: str, *, existing: bool = True) -> Path:

@@ -47,6 +47,8 @@ class Policy:
     writable_roots: tuple[Path, ...] = ()
     deny_read: tuple[Path, ...] = ()
     network: bool = False
+    cwd: Path | None = None
+    """Where the command starts (default: the workspace)."""
 
     def bwrap_args(self) -> list[str]:
         """bubblewrap's arguments for this policy, up to the command."""
@@ -77,7 +79,8 @@ class Policy:
                 args += ["--tmpfs", real, "--remount-ro", real]
             elif path.exists():
                 args += ["--ro-bind", "/dev/null", str(path.resolve())]
-        args += ["--setenv", "TMPDIR", str(self.temp.resolve()), "--chdir", str(workspace)]
+        start = self.cwd.resolve() if self.cwd is not None else workspace
+        args += ["--setenv", "TMPDIR", str(self.temp.resolve()), "--chdir", str(start)]
         return args
 
     def wrap(self, bwrap: str, command: Sequence[str]) -> list[str]:

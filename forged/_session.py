@@ -59,7 +59,8 @@ from ._switching import Maker, open_store
 from ._time import now_ms
 from ._tools import BUILTIN_TOOLS, Tool, ToolChoice, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
-from ._tools.bash import run_direct
+from ._tools.bash import BASH, SANDBOXED_BASH, run_direct
+from ._tools.guard import Guard, SandboxSettings, check_mode, starting_mode
 from ._ui import Dialogs
 
 Sink = Callable[[w.Event], None]
@@ -104,6 +105,8 @@ class SessionConfig:
     """A session file whose whole branch the new session starts with (``--fork``)."""
     mcp: McpConfig = attrs.Factory(McpConfig)
     """MCP servers beyond the user's and the trusted project's ``mcp.json``."""
+    permission_mode: str | None = None
+    """``--permission-mode`` (else the settings' ``permissionMode``)."""
 
     @property
     def new_files_dir(self) -> Path | None:
@@ -319,7 +322,7 @@ class Toolbox:
         session = self._session
         return ToolContext(cwd=session.cwd, update=update, shell=session.shell,
                            scratch=session.scratch, env=session.command_env(),
-                           files=session.files)
+                           files=session.files, guard=session.guard)
 
 
 class Session:
@@ -340,19 +343,24 @@ class Session:
         self._wait_for_room = wait_for_room
         self.plugins = Plugins([], self)  # `emit` tells them; the real ones register last
         self.queues = Queues(self.emit, settings)
+        self.scratch = ScratchDir()
+        self.ui = Dialogs(self.emit, interactive=config.interactive)
+        self.guard = Guard(starting_mode(config.permission_mode, settings),
+                           SandboxSettings.from_settings(settings, config.agent_dir),
+                           config.cwd, self.scratch, self.ui)
         self.mcp = McpServers(files.mcp_servers, config.cwd,
                               cache=files.mcp_cache, listings=files.mcp_listings,
                               keep=config.tools.keeps_mcp,
-                              startup_timeout_s=startup_timeout(settings.get("mcp")))
+                              startup_timeout_s=startup_timeout(settings.get("mcp")),
+                              confine=lambda argv, cwd, spec: self.guard.server(
+                                  argv, cwd, network=spec.network, sandbox=spec.sandbox))
         self.own_tools: dict[str, Tool] = {}
         """The built-in and plugin tools; `tools` adds the MCP servers' as they connect."""
         self.tools: Mapping[str, Tool] = {}
-        self.scratch = ScratchDir()
         self.files: ClientFiles | None = None
         """The client's files, for the file tools (an ACP editor's), else the disk."""
         self.shell = Shell.from_settings(settings.get("shellPath"),
                                          settings.get("shellCommandPrefix"))
-        self.ui = Dialogs(self.emit, interactive=config.interactive)
         self.retry = RetrySettings.from_settings(settings.get("retry"))
         self.compaction = CompactionSettings.from_settings(settings.get("compaction"))
         self._held: w.MessageStart | None = None
@@ -381,6 +389,24 @@ class Session:
         self.tools = ChainMap(self.own_tools, self.mcp.tools)
         if unknown:
             log(f"no tool is called {', '.join(unknown)}; ignored")
+        self._arm(self.guard.mode)
+
+    def set_permission_mode(self, mode: str) -> None:
+        """Apply `mode` from the next tool call on (`forged._tools.guard`); running stdio MCP
+        servers start again when it changes whether they are confined."""
+        try:
+            check_mode(mode)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        was = self.guard.sandboxed
+        self._arm(mode)
+        if self.guard.sandboxed != was:
+            self.mcp.restart_stdio(f"the permission mode became {mode}")
+
+    def _arm(self, mode: str) -> None:
+        self.guard.mode = mode
+        if self.own_tools.get("bash") in (BASH, SANDBOXED_BASH):  # the model sees escalate
+            self.own_tools["bash"] = SANDBOXED_BASH if self.guard.sandboxed else BASH
 
     def _install(self, store: SessionFile, *, restore: bool) -> None:
         """Make `store` the session's file: its context, its name, and (when `restore`) the
@@ -486,7 +512,7 @@ class Session:
             auto_compaction_enabled=self.compaction.enabled,
             message_count=(len(self._messages) if self._messages is not None
                            else context_size(self.store)),
-            pending_message_count=len(self.queues),
+            pending_message_count=len(self.queues), permission_mode=self.guard.mode,
             session_file_error=self.store.write_error,
         )
 

@@ -21,6 +21,7 @@ import orjson
 
 from ._log import log
 from ._paths import rewrite
+from ._sandbox import DEFAULT_DENY_READ
 
 PROJECT_DIR = ".agent-forge"
 
@@ -53,6 +54,11 @@ DEFAULTS: dict[str, Any] = {
     "daemon.idleUnloadSeconds": 1800,
     "daemon.drainSeconds": 30,
     "daemon.maxSessions": 64,
+    "daemon.permissionWaitSeconds": 600,
+    "permissionMode": "full-access",
+    "sandbox.network": False,
+    "sandbox.writableRoots": [],
+    "sandbox.denyRead": list(DEFAULT_DENY_READ),
 }
 """The keys forged reads, by dotted path, with the value used when no file sets one."""
 

@@ -6,6 +6,11 @@ A dialog resolves once: by the first response with its id, by its timeout, or by
 (unknown, already answered, timed out) changes nothing. A timed-out or cancelled
 ``confirm`` is ``False``, a ``select`` or ``input`` is ``None``: nothing defaults to allowing
 an action.
+
+A permission request (`Dialogs.permission`, what the permission modes ask) is a ``select``
+of `PERMISSION_OPTIONS` that outlives its clients where the session does (the daemon): when
+no client can answer it waits, for `Dialogs.client_wait_s` at most, and is sent again, with
+the same id, once one can. Only an answer or ``abort`` ends it sooner; anything else is no.
 """
 
 from __future__ import annotations
@@ -22,13 +27,27 @@ from ._log import log
 
 NotifyType = Literal["info", "warning", "error"]
 
+ALLOW_ONCE = "Allow once"
+ALLOW_SESSION = "Allow for this session"
+DENY = "Deny"
+PERMISSION_OPTIONS = (ALLOW_ONCE, ALLOW_SESSION, DENY)
+"""A permission request's options, in order (pi's clients answer them as any ``select``)."""
+NOBODY = "no client can answer a permission request here"
+
 
 class _Pending:
-    __slots__ = ("answer", "done")
+    __slots__ = ("aborted", "answer", "changed", "done")
 
     def __init__(self) -> None:
         self.done = trio.Event()
         self.answer: w.ExtensionUiResponse | None = None
+        self.aborted = False
+        self.changed = trio.Event()
+        """Set by anything a permission request waits for: an answer, ``abort``, a client
+        able to answer coming or going."""
+
+    def stir(self) -> None:
+        self.changed.set()
 
 
 class Dialogs:
@@ -41,7 +60,64 @@ class Dialogs:
         self.announce_resolved = False
         """Emit ``extension_ui_resolved`` when a dialog ends (the daemon: every attached
         client saw the request; this tells the ones that did not answer)."""
+        self.client_wait_s: float | None = None
+        """How long a permission request waits for a client able to answer it (the daemon);
+        None: not at all, it is answered no at once."""
         self._pending: dict[str, _Pending] = {}
+        self._permissions: dict[str, _Pending] = {}
+
+    def set_interactive(self, interactive: bool) -> None:
+        """Whether a client can answer now. When none can, the open dialogs resolve as
+        cancelled, and permission requests wait for one (`client_wait_s`) or are denied;
+        when one can again, waiting permission requests are sent to it."""
+        self.interactive = interactive
+        if not interactive:
+            pending, self._pending = self._pending, {}
+            for dialog in pending.values():
+                dialog.done.set()
+        for request in self._permissions.values():
+            request.stir()
+
+    async def permission(self, title: str) -> tuple[str | None, str]:
+        """Ask the user to allow what `title` describes: the option chosen
+        (`ALLOW_ONCE` or `ALLOW_SESSION`), or None and why not."""
+        dialog_id = str(uuid.uuid4())
+        request = self._permissions[dialog_id] = _Pending()
+        sent = announced = False
+        deadline = math.inf
+        try:
+            while True:
+                if request.aborted:
+                    return None, "the run was aborted"
+                if request.answer is not None:
+                    value = _value(request.answer)
+                    if value in (ALLOW_ONCE, ALLOW_SESSION):
+                        return value, value
+                    return None, "the user denied it"
+                if self.interactive:
+                    deadline = math.inf
+                    if not sent:
+                        self._emit(w.ExtensionUiRequest(id=dialog_id, method="select",
+                                                        title=title,
+                                                        options=list(PERMISSION_OPTIONS)))
+                        sent = announced = True
+                else:
+                    sent = False  # sent again to the next client that can answer
+                    if self.client_wait_s is None:
+                        log(f"{NOBODY}: {title!r} is denied")
+                        return None, NOBODY
+                    if deadline == math.inf:
+                        deadline = trio.current_time() + self.client_wait_s
+                request.changed = trio.Event()
+                with trio.move_on_at(deadline):
+                    await request.changed.wait()
+                    continue
+                return None, (f"no client attached to answer a permission request within "
+                              f"{self.client_wait_s:g} s")
+        finally:
+            self._permissions.pop(dialog_id, None)
+            if announced and self.announce_resolved:
+                self._emit(w.ExtensionUiResolved(id=dialog_id))
 
     async def _ask(self, method: str, timeout_s: float | None, **fields: Any
                    ) -> w.ExtensionUiResponse | None:
@@ -90,7 +166,14 @@ class Dialogs:
 
     def respond(self, dialog_id: str | int | None, answer: w.ExtensionUiResponse) -> bool:
         """Resolve the open dialog `dialog_id`; False (and nothing changes) when none is."""
-        pending = self._pending.pop(str(dialog_id), None) if dialog_id is not None else None
+        if dialog_id is None:
+            return False
+        request = self._permissions.get(str(dialog_id))
+        if request is not None and request.answer is None and not request.aborted:
+            request.answer = answer
+            request.stir()
+            return True
+        pending = self._pending.pop(str(dialog_id), None)
         if pending is None:
             return False
         pending.answer = answer
@@ -98,10 +181,14 @@ class Dialogs:
         return True
 
     def cancel_all(self) -> None:
-        """Resolve every open dialog as cancelled."""
+        """Resolve every open dialog as cancelled, and deny every permission request
+        (``abort``)."""
         pending, self._pending = self._pending, {}
         for dialog in pending.values():
             dialog.done.set()
+        for request in self._permissions.values():
+            request.aborted = True
+            request.stir()
 
 
 def _value(answer: w.ExtensionUiResponse | None) -> str | None:

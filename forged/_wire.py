@@ -586,6 +586,14 @@ class SetThinkingLevel:
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
+class SetPermissionMode:
+    """forged's addition: the session's permission mode (docs/security.md)."""
+
+    type: str = tag("set_permission_mode")
+    mode: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CycleThinkingLevel:
     type: str = tag("cycle_thinking_level")
 
@@ -718,6 +726,7 @@ class GetMcpServers:
 Command = (
     Prompt | Steer | FollowUp | Abort | ClearQueue | NewSession | GetState | GetMessages
     | SetModel | CycleModel | GetAvailableModels | SetThinkingLevel | CycleThinkingLevel
+    | SetPermissionMode
     | GetAvailableThinkingLevels | SetSteeringMode | SetFollowUpMode | Compact
     | SetAutoCompaction | SetAutoRetry | AbortRetry | Bash | AbortBash | GetSessionStats
     | ExportHtml | SwitchSession | Fork | Clone | GetForkMessages | GetEntries | GetTree
@@ -806,6 +815,8 @@ class SessionState:
     auto_compaction_enabled: bool
     message_count: int
     pending_message_count: int
+    permission_mode: str = "full-access"
+    """What the model's tools may do (forged's addition: docs/security.md)."""
     session_file_error: str | None = None
     """Why the session file cannot be written, while it cannot (forged's addition)."""
 

@@ -147,7 +147,8 @@ def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path, how: st
     assert seen["again"] == "end_turn"
 
 
-def test_thinking_levels_are_modes_and_the_model_a_config_option(tmp_path: Path) -> None:
+def test_permission_modes_are_modes_and_thinking_and_model_config_options(
+        tmp_path: Path) -> None:
     command, env = forged_acp(tmp_path)
     project = str(tmp_path / "project")
     prompts = tmp_path / "agent" / "prompts"
@@ -161,7 +162,9 @@ def test_thinking_levels_are_modes_and_the_model_a_config_option(tmp_path: Path)
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             session = await conn.new_session(cwd=project)
             sid = session.session_id
-            await conn.set_session_mode(session_id=sid, mode_id="high")
+            await conn.set_session_mode(session_id=sid, mode_id="read-only")
+            thought = await conn.set_config_option(config_id="thought", session_id=sid,
+                                                   value="high")
             chosen = await conn.set_config_option(config_id="model", session_id=sid,
                                                   value="scripted/openai-completions")
             try:
@@ -173,19 +176,25 @@ def test_thinking_levels_are_modes_and_the_model_a_config_option(tmp_path: Path)
             await editor.commands.wait()
             commands = next(u.available_commands for u in editor.updates
                             if type(u).__name__ == "AvailableCommandsUpdate")
-            return {"session": session, "chosen": chosen, "kinds": editor.kinds(),
+            return {"session": session, "chosen": chosen, "thought": thought,
+                    "kinds": editor.kinds(),
                     "mode": [u for u in editor.updates
                              if type(u).__name__ == "CurrentModeUpdate"],
                     "commands": commands, "refused": refused}
 
     seen = asyncio.run(asyncio.wait_for(drive(), 60))
     modes = seen["session"].modes
-    assert modes.current_mode_id == "medium"
+    assert modes.current_mode_id == "full-access"
     assert [mode.id for mode in modes.available_modes] == [
-        "off", "minimal", "low", "medium", "high"]
+        "full-access", "ask", "auto", "read-only"]
     assert [option.id for option in seen["session"].config_options] == [
-        "model", "thought_level"]
-    assert seen["mode"][0].current_mode_id == "high"
+        "model", "mode", "thought"]
+    assert [u.current_mode_id for u in seen["mode"]] == ["read-only"]
+    options = {option.id: option for option in seen["thought"].config_options}
+    assert options["mode"].current_value == "read-only"
+    assert options["thought"].current_value == "high"
+    assert [o.value for o in options["thought"].options] == [
+        "off", "minimal", "low", "medium", "high"]
     model = seen["chosen"].config_options[0]
     assert model.current_value == "scripted/openai-completions"
     assert "Model not found" in seen["refused"]
@@ -284,6 +293,53 @@ def test_a_plugin_gate_asks_the_editor_for_permission(tmp_path: Path, how: str) 
     assert ends[1].content[0].content.text == "two\n"
     assert ends[2].content[0].content.text == "The user said no"
     assert not (project / "new.txt").exists()
+
+
+def test_the_permission_modes_ask_the_editor(tmp_path: Path, how: str) -> None:
+    """In auto, a command the model wants to run outside the sandbox is asked on its tool
+    call: allow always (the same command is not asked again), then reject."""
+    command, env = forged_acp(tmp_path, how)
+    project = tmp_path / "project"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    append = f"echo x >> {outside / 'log'}"
+
+    def escalated(line: str) -> dict[str, Any]:
+        return {"content": [{"type": "toolCall", "name": "bash", "arguments": {
+            "command": line, "escalate": "it writes outside the project"}}]}
+
+    use_script(command, tmp_path, replies=[
+        escalated(append), escalated(append), escalated(f"touch {outside / 'no'}"),
+        {"content": [{"type": "text", "text": "Done."}]}])
+    kinds = iter(["allow_always", "reject_once"])
+
+    def choose(options: list[Any]) -> str:
+        wanted = next(kinds)
+        return next(str(option.option_id) for option in options if option.kind == wanted)
+
+    async def drive() -> Editor:
+        editor = Editor(choose=choose)
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="auto")
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("Go")])
+        return editor
+
+    editor = asyncio.run(asyncio.wait_for(drive(), 60))
+    starts = [u for u in editor.updates if type(u).__name__ == "ToolCallStart"]
+    ends = [u for u in editor.updates if type(u).__name__ == "ToolCallProgress"]
+    (first, options), (third, _) = editor.permissions
+    assert [(o.name, o.kind) for o in options] == [
+        ("Allow once", "allow_once"), ("Allow for this session", "allow_always"),
+        ("Deny", "reject_once")]
+    assert first.tool_call_id == starts[0].tool_call_id
+    assert third.tool_call_id == starts[2].tool_call_id
+    assert append in first.content[0].content.text
+    assert [end.status for end in ends] == ["completed", "completed", "failed"]
+    assert "the user denied it" in ends[2].content[0].content.text
+    assert (outside / "log").read_text() == "x\nx\n" and not (outside / "no").exists()
 
 
 def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:
@@ -458,9 +514,9 @@ def test_every_message_forged_writes_fits_the_acp_schema(tmp_path: Path) -> None
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
                                   client_capabilities=editor.capabilities())
             sid = (await conn.new_session(cwd=str(project))).session_id
-            await conn.set_session_mode(session_id=sid, mode_id="high")
-            await conn.set_config_option(config_id="thought_level", session_id=sid,
-                                         value="low")
+            await conn.set_session_mode(session_id=sid, mode_id="ask")
+            await conn.set_session_mode(session_id=sid, mode_id="full-access")
+            await conn.set_config_option(config_id="thought", session_id=sid, value="low")
             await conn.prompt(session_id=sid, prompt=[acp.text_block("Go")])
             slow = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[
                 acp.text_block("Talk slowly"),

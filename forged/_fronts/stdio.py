@@ -94,8 +94,7 @@ class StdioConnection(Connection):
 
     async def end_of_input(self) -> None:
         session = self.agent.session
-        session.ui.interactive = False  # no more answers can come
-        session.ui.cancel_all()
+        session.ui.set_interactive(False)  # no more answers can come
         with self.settle_scope:
             await self.agent.wait_idle()
 

@@ -67,6 +67,12 @@ class ServerSpec:
     object of names or patterns to exposures (an exact name first, else the first pattern
     that matches). ``*`` matches any characters."""
     source: str = ""
+    network: bool = True
+    """In a sandboxed permission mode: the server keeps the network (``"network": false``
+    takes it away)."""
+    sandbox: bool = True
+    """In a sandboxed permission mode: the server starts in the sandbox (``"sandbox":
+    false``: unconfined, the user's explicit choice)."""
 
 
 def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
@@ -101,6 +107,9 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1024:
         raise ConfigProblem(f"server {name}: maxResultBytes must be a whole number of bytes, "
                             "1024 at least")
+    for flag in ("network", "sandbox"):
+        if not isinstance(raw.get(flag, True), bool):
+            raise ConfigProblem(f"server {name}: {flag} must be true or false")
     return ServerSpec(
         name=name, transport=transport, command=raw.get("command"),
         args=_strings(raw.get("args", []), name, "args"),
@@ -113,7 +122,7 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
         description=raw["description"] if isinstance(raw.get("description"), str) else None,
         exposure=_exposure(raw.get("exposure", "direct"), name, "exposure"),
         tool_exposure=_tool_exposure(raw.get("toolExposure", []), name),
-        source=source)
+        source=source, network=raw.get("network", True), sandbox=raw.get("sandbox", True))
 
 
 EXPOSURES = ("direct", "codemode", "codemode-deferred", "deferred", "hidden")

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ PROGRESS_PER_S = 20.0
 """A call's progress notifications become ``tool_execution_update`` events at this rate at
 most (after a burst): a server that floods them does not flood the client."""
 STDERR_TAIL_LINES = 5
+Confine = Callable[[list[str], Path, ServerSpec], Awaitable[list[str]]]
+"""A stdio server's command as it runs (in the sandbox, say), given its cwd and entry."""
 
 
 class State(enum.Enum):
@@ -72,8 +74,11 @@ class McpServer:
 
     def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None],
                  cache: ListingCache, listing: Listing | None = None, *,
-                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+                 confine: Confine | None = None) -> None:
         self.spec = spec
+        self._confine = confine
+        """How a stdio server's command runs under the session's permission mode."""
         self.first_listing_by = trio.current_time() + (
             spec.startup_timeout_s or startup_timeout_s)
         """Until when a model request waits for it while it has never listed its tools."""
@@ -259,13 +264,16 @@ class McpServer:
         spec = self.spec
         # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
         values = await trio.to_thread.run_sync(_stdio_values, spec, self._cwd)
+        argv = [values["command"], *values["args"]]
+        if self._confine is not None:
+            argv = await self._confine(argv, values["cwd"], spec)
         read_fd, write_fd = os.pipe()
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
         nursery.start_soon(self._read_stderr, read_fd)
         try:
             return await stack.enter_async_context(stdio_transport(
-                spec.name, values["command"], values["args"], env=values["env"],
+                spec.name, argv[0], argv[1:], env=values["env"],
                 cwd=values["cwd"], errlog_fd=write_fd, max_bytes=spec.max_result_bytes,
                 cut=self._cut_message))
         finally:

@@ -38,7 +38,7 @@ from .config import (
     suffixed,
     tool_name,
 )
-from .server import McpServer, bounded_result
+from .server import Confine, McpServer, bounded_result
 
 
 class McpServers:
@@ -47,12 +47,14 @@ class McpServers:
     def __init__(self, specs: list[ServerSpec], cwd: Path, *,
                  cache: ListingCache | None = None, listings: dict[str, Listing] | None = None,
                  keep: Callable[[str], bool] = lambda _: True,
-                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S) -> None:
+                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+                 confine: Confine | None = None) -> None:
         cache = cache or ListingCache(None)
         listings = listings or {}
         self.servers = {spec.name: McpServer(spec, cwd, self._retool, cache,
                                              listings.get(spec.name),
-                                             startup_timeout_s=startup_timeout_s)
+                                             startup_timeout_s=startup_timeout_s,
+                                             confine=confine)
                         for spec in specs}
         self._keep = keep
         """Which tools reach the model (``--tools`` and ``--exclude-tools``)."""
@@ -84,6 +86,13 @@ class McpServers:
         a listing kept from an earlier session never delays a request."""
         for server in self.servers.values():  # their deadlines run side by side
             await server.first_listed()
+
+    def restart_stdio(self, reason: str) -> None:
+        """Stop the stdio servers that run (the permission mode changed how they start):
+        each starts again, as the mode now says, on its next use."""
+        for server in self.servers.values():
+            if server.spec.transport == "stdio" and server.session is not None:
+                server.lose(reason)
 
     def infos(self) -> list[w.McpServerInfo]:
         return [server.info() for server in self.servers.values()]

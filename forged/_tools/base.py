@@ -9,7 +9,7 @@ import shutil
 import sys
 import tempfile
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -73,6 +73,17 @@ class ClientFiles(Protocol):
     async def write_text(self, path: Path, text: str) -> None: ...
 
 
+class Permissions(Protocol):
+    """What the session's permission mode lets a tool do (`forged._tools.guard.Guard`):
+    each answers how, or raises `ToolError` saying why not."""
+
+    async def command(self, argv: Sequence[str], command: str,
+                      escalate: str | None = None) -> list[str]: ...
+    async def search(self, argv: Sequence[str], cwd: Path) -> list[str]: ...
+    async def read(self, path: Path) -> Path: ...
+    async def write(self, path: Path) -> Path: ...
+
+
 @attrs.define(kw_only=True)
 class ToolContext:
     cwd: Path
@@ -87,6 +98,9 @@ class ToolContext:
     unset), over forged's own environment."""
     files: ClientFiles | None = None
     """Where text files are read and written, when not on the disk."""
+    guard: Permissions | None = None
+    """The session's permission mode, which every tool the model calls obeys (None: full
+    access, as a tool run alone has)."""
 
 
 @attrs.define(kw_only=True)

@@ -12,7 +12,7 @@ import re
 import tempfile
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -172,10 +172,12 @@ def _environment(changes: Mapping[str, str | None] | None) -> dict[str, str] | N
 async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s: float | None,
                       on_output: Any, shell: Shell | None = None,
                       wait_for_room: Callable[[], Awaitable[None]] | None = None,
-                      env: Mapping[str, str | None] | None = None) -> Execution:
+                      env: Mapping[str, str | None] | None = None,
+                      argv: Sequence[str] | None = None) -> Execution:
     """Run `command` in its own process group, feeding output to `spool` and `on_output`
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
-    instead of filling memory). `env` changes forged's environment for it (None: unset).
+    instead of filling memory). `env` changes forged's environment for it (None: unset);
+    `argv` is what runs instead of the shell's own (the command in the sandbox).
 
     Cancellation: the process group is killed (SIGTERM, then SIGKILL after a grace)
     before `Cancelled` propagates; nothing of it survives. The shell `GUARD` runs the command
@@ -183,7 +185,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     """
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
-    process = await open_process(guarded(shell or Shell(), command), cwd=cwd,
+    process = await open_process(argv or guarded(shell or Shell(), command), cwd=cwd,
                                  env=_environment(env))
     assert process.stdout is not None
     output_closed = trio.Event()
@@ -251,7 +253,18 @@ class BashParams:
     timeout: float | None = param("Timeout in seconds (optional, no default timeout)", None)
 
 
+@attrs.define(kw_only=True)
+class SandboxedBashParams(BashParams):
+    escalate: str | None = param(
+        "Only when the command cannot work in the sandbox (it needs the network, or to write "
+        "outside the workspace): why it must run outside it. The user is asked first.", None)
+
+
 async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
+    argv = guarded(ctx.shell, params.command)
+    if ctx.guard is not None:
+        argv = await ctx.guard.command(argv, params.command,
+                                       getattr(params, "escalate", None))
     spool = OutputSpool(ctx.scratch)
     last_update = -UPDATE_INTERVAL_S
 
@@ -269,7 +282,8 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
     started = time.perf_counter()
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
-                                      on_output=on_output, shell=ctx.shell, env=ctx.env)
+                                      on_output=on_output, shell=ctx.shell, env=ctx.env,
+                                      argv=argv)
         text, details = format_output(spool)
         whole, cut = (await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
                       if spool.path is not None  # on disk: read in a thread
@@ -299,17 +313,30 @@ def _ahead(text: str) -> str:
     return "" if text == "(no output)" else f"{text.rstrip(chr(10))}\n\n"
 
 
+BASH_DESCRIPTION = (
+    "Execute a bash command in the current working directory. Returns stdout and stderr "
+    f"merged. Output is cut to the last {MAX_LINES} lines or {MAX_BYTES // 1024}KB, "
+    "whichever comes first; the full output is then saved to a temp file whose path is "
+    "given. Optionally pass a timeout in seconds.")
 BASH = typed_tool(
     name="bash",
     snippet="Execute bash commands (ls, grep, find, etc.)",
-    description=(
-        "Execute a bash command in the current working directory. Returns stdout and stderr "
-        f"merged. Output is cut to the last {MAX_LINES} lines or {MAX_BYTES // 1024}KB, "
-        "whichever comes first; the full output is then saved to a temp file whose path is "
-        "given. Optionally pass a timeout in seconds."),
+    description=BASH_DESCRIPTION,
     params=BashParams,
     run=run_bash,
 )
+SANDBOXED_BASH = typed_tool(
+    name="bash",
+    snippet=BASH.snippet,
+    description=(
+        f"{BASH_DESCRIPTION} Commands run in a sandbox: the filesystem is read-only but for "
+        "the working directory (in auto mode) and $TMPDIR, and there is no network. When a "
+        "command cannot work there, run it again with escalate saying why it must run "
+        "outside; the user decides."),
+    params=SandboxedBashParams,
+    run=run_bash,
+)
+"""The bash tool of the sandboxed permission modes (`forged._tools.guard`)."""
 
 
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")

@@ -157,8 +157,20 @@ def _is_image(path: Path) -> bool:
         return False
 
 
+async def readable(path: str, ctx: ToolContext) -> Path:
+    """The path a tool reads for its argument `path`, as the permission mode allows."""
+    resolved = resolve_path(path, ctx.cwd)
+    return resolved if ctx.guard is None else await ctx.guard.read(resolved)
+
+
+async def writable(path: str, ctx: ToolContext) -> Path:
+    """The path a tool writes for its argument `path`, once the permission mode allows it."""
+    resolved = resolve_path(path, ctx.cwd)
+    return resolved if ctx.guard is None else await ctx.guard.write(resolved)
+
+
 async def run_read(params: ReadParams, ctx: ToolContext) -> w.ToolResult:
-    path = resolve_path(params.path, ctx.cwd)
+    path = await readable(params.path, ctx)
     if ctx.files is not None and not await trio.to_thread.run_sync(_is_image, path):
         text = await ctx.files.read_text(path)
         return _read_text(io.BytesIO(text.encode()), params)
@@ -204,7 +216,7 @@ def write_file(path: Path, text: str) -> None:
 
 
 async def run_write(params: WriteParams, ctx: ToolContext) -> w.ToolResult:
-    path = resolve_path(params.path, ctx.cwd)
+    path = await writable(params.path, ctx)
     if ctx.files is None:
         await trio.to_thread.run_sync(write_file, path, params.content)
     else:  # the client writes; the folders are made here, as for the disk
@@ -320,7 +332,7 @@ def _edit_sync(params: EditParams, path: Path) -> w.ToolResult:
 
 
 async def run_edit(params: EditParams, ctx: ToolContext) -> w.ToolResult:
-    path = resolve_path(params.path, ctx.cwd)
+    path = await writable(params.path, ctx)
     if ctx.files is None:
         return await trio.to_thread.run_sync(_edit_sync, params, path)
     text, result = _edited(params, await ctx.files.read_text(path))
@@ -376,7 +388,7 @@ def _ls_sync(params: LsParams, path: Path) -> w.ToolResult:
 
 
 async def run_ls(params: LsParams, ctx: ToolContext) -> w.ToolResult:
-    return await trio.to_thread.run_sync(_ls_sync, params, resolve_path(params.path, ctx.cwd),
+    return await trio.to_thread.run_sync(_ls_sync, params, await readable(params.path, ctx),
                                          abandon_on_cancel=True)
 
 

@@ -22,10 +22,10 @@ from .base import (
     ToolError,
     listing_result,
     param,
-    resolve_path,
     text_result,
     typed_tool,
 )
+from .files import readable
 
 GREP_LINE_CHARS = 500
 
@@ -43,12 +43,17 @@ def ripgrep() -> str:
     return found
 
 
-async def _run_rg(args: list[str], cwd: Path, on_line: Any) -> tuple[int, str]:
-    """Run rg, feeding each stdout line to `on_line` until it returns False.
+async def _run_rg(args: list[str], cwd: Path, ctx: ToolContext, on_line: Any
+                  ) -> tuple[int, str]:
+    """Run rg as the permission mode lets it run, feeding each stdout line to `on_line`
+    until it returns False.
 
     Resource handling: rg is killed if `on_line` stops early or the caller is cancelled.
     """
-    process = await open_process([ripgrep(), *args], cwd=cwd, stderr=PIPE)
+    argv = [ripgrep(), *args]
+    if ctx.guard is not None:
+        argv = await ctx.guard.search(argv, cwd)
+    process = await open_process(argv, cwd=cwd, stderr=PIPE)
     assert process.stdout is not None and process.stderr is not None
     errors = bytearray()
     stopped = False
@@ -96,7 +101,7 @@ class GrepParams:
 
 
 async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
-    target = resolve_path(params.path, ctx.cwd)
+    target = await readable(params.path, ctx)
     if not target.exists():
         raise ToolError(f"Path not found: {target}")
     limit = max(1, params.limit)
@@ -144,7 +149,7 @@ async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
             lines.append(f"{shown}-{number}- {text}")
         return True
 
-    code, errors = await _run_rg(args, ctx.cwd, on_line)
+    code, errors = await _run_rg(args, ctx.cwd, ctx, on_line)
     if code not in (0, 1):
         raise ToolError(errors.strip() or f"rg exited with code {code}")
     if matches == 0:
@@ -186,7 +191,7 @@ class FindParams:
 
 
 async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
-    target = resolve_path(params.path, ctx.cwd)
+    target = await readable(params.path, ctx)
     if not target.is_dir():
         raise ToolError(f"Path not found: {target}")
     limit = max(1, params.limit)
@@ -206,7 +211,7 @@ async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
             found.append(path)
         return True
 
-    code, errors = await _run_rg(args, target, on_line)
+    code, errors = await _run_rg(args, target, ctx, on_line)
     if code not in (0, 1):
         raise ToolError(errors.strip() or f"rg exited with code {code}")
     if not found:

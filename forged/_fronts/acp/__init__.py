@@ -35,6 +35,7 @@ from ..._log import log
 from ..._settings import DEFAULTS
 from ..._tools import ToolError
 from ..._tools.files import read_file, write_file
+from ..._ui import ALLOW_ONCE, ALLOW_SESSION, DENY
 from ..._version import __version__
 from .backends import InProcess, Link, Sessions, call, mcp_entries
 from .jsonrpc import (
@@ -63,6 +64,19 @@ CONFIRM_OPTIONS = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                    {"optionId": "always", "name": "Always allow", "kind": "allow_always"},
                    {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]
 _REFUSALS = ("no", "reject", "deny", "cancel", "block", "skip", "abort", "stop")
+PERMISSION_KINDS = {ALLOW_ONCE: "allow_once", ALLOW_SESSION: "allow_always", DENY: "reject_once"}
+"""A permission request's options (`forged._ui.PERMISSION_OPTIONS`) as ACP's kinds."""
+MODES = [
+    {"id": "full-access", "name": "Full access",
+     "description": "Commands and file tools act with your rights; nothing is asked"},
+    {"id": "ask", "name": "Ask",
+     "description": "Asks before every command and every file change"},
+    {"id": "auto", "name": "Auto",
+     "description": "Commands run in a sandbox that writes the project only, without the "
+                    "network; asks to do more"},
+    {"id": "read-only", "name": "Read only",
+     "description": "Commands run in a sandbox that writes nothing; asks before any change"}]
+"""The session modes: forged's permission modes (docs/security.md)."""
 
 
 class AcpSession:
@@ -191,7 +205,8 @@ class AcpSession:
         choices = [str(option) for option in event.options or []]
         options = CONFIRM_OPTIONS if confirm else [
             {"optionId": str(index), "name": choice,
-             "kind": "reject_once" if choice.lower().startswith(_REFUSALS) else "allow_once"}
+             "kind": PERMISSION_KINDS.get(choice) or (
+                 "reject_once" if choice.lower().startswith(_REFUSALS) else "allow_once")}
             for index, choice in enumerate(choices)]
         question = f"{title}\n\n{message}" if message else title
         tool_call: JSONObject = {"toolCallId": tool[0] if tool else f"dialog-{event.id}",
@@ -257,37 +272,51 @@ class AcpSession:
     # --- modes, options, commands, replay ------------------------------------------------------
 
     async def choices(self) -> JSONObject:
-        """The session's thinking levels as modes, and its model and level as config
-        options, as ``session/new`` and ``session/load`` answer them."""
+        """The session's permission modes as modes, and its model, permission mode and
+        thinking level as config options, as ``session/new`` and ``session/load`` answer
+        them."""
         state = await call(self.link, w.GetState(), w.SessionState)
         levels = (await call(self.link, w.GetAvailableThinkingLevels(),
                              w.ThinkingLevelList)).levels
         models = (await call(self.link, w.GetAvailableModels(), w.ModelList)).models
         model, level = state.model, state.thinking_level
         self.translator.window = model.context_window if model else None
-        modes = [{"id": name, "name": f"Thinking: {name}"} for name in levels]
         options: list[JSONObject] = []
         if model is not None:
             options.append({"id": "model", "name": "Model", "category": "model",
                             "type": "select", "currentValue": f"{model.provider}/{model.id}",
                             "options": [{"value": f"{m.provider}/{m.id}", "name": m.name}
                                         for m in models]})
-        options.append({"id": "thought_level", "name": "Thinking", "category": "thought_level",
+        options.append({"id": "mode", "name": "Permissions", "category": "mode",
+                        "type": "select", "currentValue": state.permission_mode,
+                        "options": [{"value": m["id"], "name": m["name"],
+                                     "description": m["description"]} for m in MODES]})
+        options.append({"id": "thought", "name": "Thinking", "category": "thought_level",
                         "type": "select", "currentValue": level,
-                        "options": [{"value": m["id"], "name": m["name"]} for m in modes]})
-        return {"modes": {"currentModeId": level, "availableModes": modes},
+                        "options": [{"value": name, "name": f"Thinking: {name}"}
+                                    for name in levels]})
+        return {"modes": {"currentModeId": state.permission_mode, "availableModes": MODES},
                 "configOptions": options}
+
+    async def set_mode(self, mode: str) -> None:
+        """The permission mode, announced with ``current_mode_update``."""
+        if mode not in [m["id"] for m in MODES]:
+            raise AcpError(INVALID_PARAMS, f"No mode {mode!r}")
+        await call(self.link, w.SetPermissionMode(mode=mode), object)
+        self._update({"sessionUpdate": "current_mode_update", "currentModeId": mode})
 
     async def set_level(self, level: str) -> None:
         levels = (await call(self.link, w.GetAvailableThinkingLevels(),
                              w.ThinkingLevelList)).levels
         if level not in levels:
-            raise AcpError(INVALID_PARAMS, f"No mode {level!r}")
+            raise AcpError(INVALID_PARAMS, f"No thinking level {level!r}")
         await call(self.link, w.SetThinkingLevel(level=level), object)
 
     async def set_option(self, option: str, value: object) -> None:
-        if option == "thought_level":
+        if option in ("thought", "thought_level"):  # (thought_level: its earlier id)
             await self.set_level(str(value))
+        elif option == "mode":
+            await self.set_mode(str(value))
         elif option == "model":
             provider, _, model_id = str(value).partition("/")
             await call(self.link, w.SetModel(provider=provider, model_id=model_id), object)
@@ -421,7 +450,7 @@ class AcpFront:
             self._session(params).cancel()
             return None
         if method == "session/set_mode":
-            await self._session(params).set_level(str(params.get("modeId")))
+            await self._session(params).set_mode(str(params.get("modeId")))
             return {}
         if method == "session/set_config_option":
             chosen = self._session(params)

@@ -6,8 +6,7 @@ classes; and a stored branch replayed as the editor saw it arrive.
 - its end: ``tool_call_update``, ``completed`` or ``failed``, the result's text and, for an
   edit or a write, a ``diff``;
 - a reply's usage: ``usage_update``, the context against the model's window and the cost so
-  far;
-- a thinking level change: ``current_mode_update``.
+  far.
 """
 
 from __future__ import annotations
@@ -59,8 +58,6 @@ class Translator:
                             text_of(event.result.content))
         elif isinstance(event, w.MessageEnd) and isinstance(event.message, w.AssistantMessage):
             self._usage(event.message.usage)
-        elif isinstance(event, w.ThinkingLevelChanged):
-            self._update({"sessionUpdate": "current_mode_update", "currentModeId": event.level})
 
     def _chunk(self, kind: str, text: str) -> None:
         self._update({"sessionUpdate": kind, "content": {"type": "text", "text": text}})

@@ -1,0 +1,258 @@
+"""The permission modes: what the model's tools may do in a session, and asking the user when
+one would do more (docs/security.md).
+
+=============  ===================================  ==========================  =============
+mode           commands and MCP stdio servers       file tools                  asks
+=============  ===================================  ==========================  =============
+full-access    unconfined                           anywhere                    never
+ask            unconfined                           anywhere (denyRead asked)   before every
+                                                                                command, write
+auto           sandboxed: workspace and temp        write inside the workspace  to escalate
+               writable, no network
+read-only      sandboxed: temp writable only        read only                   before any
+                                                                                write or escalation
+=============  ===================================  ==========================  =============
+
+One `Guard` per session holds the mode and applies it: the bash tool asks it how to run a
+command (`Guard.command`), the file tools which real path they may read or write
+(`Guard.read`, `Guard.write`), the searches how to run ripgrep (`Guard.search`), and the MCP
+servers how to start (`Guard.server`). A sandboxed mode never falls back: where bubblewrap
+cannot work, commands are refused with the reason and what to install.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+import trio
+
+from .. import _sandbox
+from .._errors import ToolError
+from .._log import log
+from .._settings import DEFAULTS, Settings
+from .._ui import ALLOW_SESSION, Dialogs
+from .base import ScratchDir
+
+MODES = ("full-access", "ask", "auto", "read-only")
+DEFAULT_MODE = str(DEFAULTS["permissionMode"])
+SANDBOXED = frozenset({"auto", "read-only"})
+LOWER = {"full-access": frozenset({"ask", "auto", "read-only"}),
+         "auto": frozenset({"read-only"}), "ask": frozenset(), "read-only": frozenset()}
+"""The modes a trusted project may choose instead of the user's: those that let nothing run
+or change unasked that the user's mode would not (``ask`` runs nothing unasked but may, when
+asked, read what ``auto`` and ``read-only`` never read; they are not below each other)."""
+AGENT_SECRETS = ("models.json", "auth.json", "mcp.json")
+"""Files of forged's agent dir that hold keys: hidden as ``sandbox.denyRead`` is."""
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"unknown permission mode {mode!r} (one of {', '.join(MODES)})")
+    return mode
+
+
+def starting_mode(chosen: str | None, settings: Settings) -> str:
+    """A session's first mode: `chosen` (``--permission-mode``), else the global
+    ``permissionMode``, else `DEFAULT_MODE`; a trusted project's ``permissionMode`` replaces
+    it only when `LOWER`."""
+    mode = chosen
+    if mode is None:
+        found = settings.global_value("permissionMode")
+        if found is not None and found not in MODES:
+            log(f"ignoring permissionMode {found!r}: one of {', '.join(MODES)}")
+        mode = found if found in MODES else DEFAULT_MODE
+    project = settings.project_value("permissionMode")
+    if project in LOWER[mode]:
+        return str(project)
+    if project is not None and project != mode:
+        log(f"ignoring the project's permissionMode {project!r}: it may lower the mode's "
+            f"rights ({mode}), never raise them")
+    return mode
+
+
+def _paths(value: object) -> tuple[Path, ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(Path(item).expanduser() for item in value if isinstance(item, str) and item)
+
+
+@attrs.frozen(kw_only=True)
+class SandboxSettings:
+    """The ``sandbox`` section. A trusted project may narrow it (add ``denyRead`` paths,
+    turn the network off) but not widen it: ``writableRoots`` and ``network: true`` count
+    from the global file only."""
+
+    writable_roots: tuple[Path, ...] = ()
+    deny_read: tuple[Path, ...] = _paths(DEFAULTS["sandbox.denyRead"])
+    network: bool = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings, agent_dir: Path) -> SandboxSettings:
+        def section(layer: object) -> dict[str, object]:
+            return layer if isinstance(layer, dict) else {}
+
+        mine = section(settings.global_value("sandbox"))
+        project = section(settings.project_value("sandbox"))
+        deny = mine.get("denyRead", DEFAULTS["sandbox.denyRead"])
+        return cls(writable_roots=_paths(mine.get("writableRoots")),
+                   deny_read=(*_paths(deny), *_paths(project.get("denyRead")),
+                              *(agent_dir / name for name in AGENT_SECRETS)),
+                   network=mine.get("network") is True and project.get("network") is not False)
+
+
+_probed: dict[str, str | None] = {}
+
+
+async def sandbox_problem() -> str | None:
+    """Why the sandbox cannot work here (`forged._sandbox.problem`), asked once a process."""
+    bwrap = shutil.which("bwrap") or ""
+    if bwrap not in _probed:
+        _probed[bwrap] = await trio.to_thread.run_sync(_sandbox.problem, bwrap or None)
+    return _probed[bwrap]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+class Guard:
+    """A session's permission mode, applied to what its model's tools do."""
+
+    def __init__(self, mode: str, sandbox: SandboxSettings, workspace: Path,
+                 scratch: ScratchDir, dialogs: Dialogs) -> None:
+        self.mode = check_mode(mode)
+        self.sandbox = sandbox
+        self.workspace = workspace
+        self._scratch = scratch
+        self._dialogs = dialogs
+        self._allowed: set[tuple[str, str]] = set()
+        """What the user allowed for this session: (kind, the command or real path)."""
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.mode in SANDBOXED
+
+    def temp(self) -> Path:
+        """The run's temporary folder (``TMPDIR`` of a confined command)."""
+        folder = self._scratch.path() / "tmp"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return folder
+
+    def policy(self, *, network: bool | None = None, cwd: Path | None = None
+               ) -> _sandbox.Policy:
+        return _sandbox.Policy(
+            workspace=self.workspace, temp=self.temp(),
+            write_workspace=self.mode == "auto", writable_roots=self.sandbox.writable_roots,
+            deny_read=self.sandbox.deny_read,
+            network=self.sandbox.network if network is None else network, cwd=cwd)
+
+    async def confine(self, argv: Sequence[str], *, network: bool | None = None,
+                      cwd: Path | None = None, doing: str = "commands") -> list[str]:
+        """`argv` under the sandbox's policy; `ToolError` saying why when it cannot be."""
+        problem = await sandbox_problem()
+        if problem is not None:
+            raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
+                            f"sandbox, and {problem}. Nothing ran unconfined.")
+        bwrap = shutil.which("bwrap")
+        assert bwrap is not None
+        # A few stats of the workspace: cheaper on the loop than a hop to a thread.
+        return self.policy(network=network, cwd=cwd).wrap(bwrap, argv)
+
+    # --- commands --------------------------------------------------------------------------
+
+    async def command(self, argv: Sequence[str], command: str,
+                      escalate: str | None = None) -> list[str]:
+        """How the bash tool runs `command` (`argv`): unconfined once allowed, or in the
+        sandbox; `escalate` is the model's reason to run it outside. `ToolError` when it
+        may not run."""
+        if self.mode == "full-access":
+            return list(argv)
+        if self.mode == "ask":
+            await self._ask(("bash", command), f"Allow the model to run this command?\n\n"
+                                               f"{command}")
+            return list(argv)
+        if escalate is not None and escalate.strip():
+            await self._ask(("escalate", command),
+                            f"Allow the model to run this command outside the sandbox "
+                            f"({self.mode} mode)?\n\n{command}\n\nReason: {escalate.strip()}")
+            return list(argv)
+        return await self.confine(argv)
+
+    async def search(self, argv: Sequence[str], cwd: Path) -> list[str]:
+        """How ripgrep runs (in `cwd`) for ``grep`` and ``find``: in the sandbox in a
+        sandboxed mode (what ``denyRead`` names is hidden from it too), else as it is."""
+        if self.mode not in SANDBOXED:
+            return list(argv)
+        return await self.confine(argv, network=False, cwd=cwd, doing="searches")
+
+    async def server(self, argv: Sequence[str], cwd: Path, *, network: bool, sandbox: bool
+                     ) -> list[str]:
+        """How an MCP stdio server starts (in `cwd`): in a sandboxed mode, in the sandbox
+        (with the network unless its entry turns it off), unless its entry opts out."""
+        if self.mode not in SANDBOXED or not sandbox:
+            return list(argv)
+        return await self.confine(argv, network=network, cwd=cwd, doing="MCP servers")
+
+    # --- files -----------------------------------------------------------------------------
+
+    def _denied(self, real: Path) -> bool:
+        return any(_inside(real, Path(os.path.realpath(denied)))
+                   for denied in self.sandbox.deny_read)
+
+    def _writable(self, real: Path) -> bool:
+        """Inside the workspace (but none of its protected paths), the temp folder or a
+        writable root; never a denied path."""
+        if self._denied(real):
+            return False
+        workspace = Path(os.path.realpath(self.workspace))
+        if _inside(real, workspace):
+            return not any(_inside(real, workspace / protected)
+                           for protected in _sandbox.PROTECTED)
+        return any(_inside(real, Path(os.path.realpath(root)))
+                   for root in (self.temp(), *self.sandbox.writable_roots))
+
+    async def read(self, path: Path) -> Path:
+        """The path the file tools read for `path`: its real path (symbolic links and
+        ``..`` resolved) outside ``full-access``; a ``denyRead`` path is refused in a
+        sandboxed mode and asked in ``ask``."""
+        if self.mode == "full-access":
+            return path
+        real = Path(await trio.to_thread.run_sync(os.path.realpath, path))
+        if self._denied(real):
+            if self.mode in SANDBOXED:
+                raise ToolError(f"Not read: {path} is hidden from the model in the {self.mode} "
+                                "permission mode (sandbox.denyRead)")
+            await self._ask(("read", str(real)),
+                            f"Allow the model to read {real}? It is in sandbox.denyRead.")
+        return real
+
+    async def write(self, path: Path) -> Path:
+        """The real path ``write`` and ``edit`` write for `path`, once allowed: in ``ask``
+        and ``read-only`` every write is asked; in ``auto`` one outside the workspace (or
+        into ``.agent-forge/``, ``.git/hooks/``, ``.git/config``, or through a symbolic link
+        that leads out) is."""
+        if self.mode == "full-access":
+            return path
+        real = Path(await trio.to_thread.run_sync(os.path.realpath, path))
+        if self.mode == "auto" and await trio.to_thread.run_sync(self._writable, real):
+            return real
+        where = ("" if self.mode != "auto" else
+                 " It is outside what the auto mode lets the model write.")
+        await self._ask(("write", str(real)),
+                        f"Allow the model to write {real}?{where}")
+        return real
+
+    # --- asking ----------------------------------------------------------------------------
+
+    async def _ask(self, key: tuple[str, str], title: str) -> None:
+        if key in self._allowed:
+            return
+        allowed, why = await self._dialogs.permission(title)
+        if allowed is None:
+            raise ToolError(f"Not allowed ({self.mode} permission mode): {why}.")
+        if allowed == ALLOW_SESSION:
+            self._allowed.add(key)
