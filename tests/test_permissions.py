@@ -51,6 +51,7 @@ def places(tmp_path: Path) -> dict[str, Path]:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "edit-me.txt").write_text("old\n")
+    (outside / "edit-link.txt").write_text("old\n")
     (project / "link").symlink_to(outside)
     (tmp_path / "agent").mkdir()
     return {"project": project, "home": home, "outside": outside, "agent": tmp_path / "agent"}
@@ -96,6 +97,8 @@ async def test_escapes_work_in_full_access_only(tmp_path: Path, mode: str) -> No
                                  outside / "write-link.txt"),
         "edit outside": (call("edit", path=str(outside / "edit-me.txt"), oldText="old",
                               newText="new"), None),
+        "edit through a link": (call("edit", path="link/edit-link.txt", oldText="old",
+                                     newText="new"), None),
         "bash a hook": (call("bash", command="mkdir -p .git/hooks && echo evil > "
                              ".git/hooks/pre-commit"), project / ".git/hooks/pre-commit"),
         "write a hook": (call("write", path=".git/hooks/post-checkout", content="evil"),
@@ -122,8 +125,9 @@ async def test_escapes_work_in_full_access_only(tmp_path: Path, mode: str) -> No
     finally:
         etc.unlink(missing_ok=True)
     outcome = dict(zip(names, ends, strict=True))
-    if (outside / "edit-me.txt").read_text() == "new\n":
-        escaped.add("edit outside")
+    escaped |= {name for name, edited in (("edit outside", "edit-me.txt"),
+                                          ("edit through a link", "edit-link.txt"))
+                if (outside / edited).read_text() == "new\n"}
     escaped |= {name for name in ("bash reads a key", "read reads a key")
                 if SECRET in result_text(outcome[name])}
     if mode == "full-access":
