@@ -15,9 +15,11 @@ against the import graph). A package named here stands for all its modules::
     _config                              options, models, each session's configuration
     _dispatch                            a command to its handler; an agent opened
     _session                             one session: state, queues, events, what runs
-    _run _switching _model_choice        its run driver, its files, its model
-    _compaction _loop _plugins _export _mcp
-                                         summaries, one run, plugins, the HTML page, MCP
+    _run _switching _model_choice _queues
+                                         its run driver, its files, its model, its queues
+    _compaction _loop _plugins _export _mcp _checkpointing
+                                         summaries, one run, plugins, the HTML page, MCP,
+                                         the session's checkpoints
     _models _resources _context _stats _retry
                                          models, prompts and skills, what the model sees
     _providers _tools _store _settings _ui
@@ -25,7 +27,7 @@ against the import graph). A package named here stands for all its modules::
                                          dialogs
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
-    _jsonl _paths _process _values _sandbox _errors _log _time _tls _systemd _version
+    _jsonl _paths _process _values _sandbox _checkpoints _errors _log _time _tls _systemd _version
                                          the ground floor
 
 The supervision trees are drawn in `forged._fronts.stdio` (one session on stdio) and

@@ -194,8 +194,14 @@ class Dispatcher:
         self._on(w.SwitchSession, lambda cmd, reply: self._switch(
                 reply, file_store(self.session.cwd, Path(cmd.session_path)), restore=True))
         self._on(w.Fork, self.fork)
-        self._on(w.Clone, lambda _, reply: self._switch(
-                reply, branch_store(self.session.cwd, LEAF), restore=False))
+        self._on(w.Clone, lambda cmd, reply: self._switch(
+                reply, branch_store(self.session.cwd, LEAF), restore=False,
+                files=(cmd.restore_files, LEAF, cmd.force)))
+        self._on(w.GetCheckpoints, lambda _, reply: reply.ok(w.CheckpointList(
+                checkpoints=self.session.checkpoints.listing())))
+        self._on(w.GetCheckpointDiff, lambda cmd, reply: self._in_task(
+                reply, lambda: self.session.checkpoints.diff(cmd.entry_id, cmd.to_entry_id)))
+        self._on(w.RestoreCheckpoint, self.restore_checkpoint)
         self._on(w.GetForkMessages, lambda _, reply: reply.ok(w.ForkMessageList(
                 messages=fork_messages(self.session.store))))
         self._on(w.GetSessionStats, lambda _, reply: reply.ok(self.session.stats()))
@@ -244,13 +250,17 @@ class Dispatcher:
 
     # --- switching sessions --------------------------------------------------------------------
 
-    def _switch(self, reply: Reply, make: Maker, *,
-                restore: bool, data: object = None) -> None:
+    def _switch(self, reply: Reply, make: Maker, *, restore: bool, data: object = None,
+                files: tuple[bool, int | None, bool] = (False, None, False)) -> None:
+        """Switch files; `files` says whether the files go back as they were at an entry
+        (a position), and whether over drift."""
         self._held = []
         self._switched = trio.Event()
+        restore_files, files_at, force = files
 
         async def switch() -> object:
-            await self.session.switch(make, restore=restore)
+            await self.session.switch(make, restore=restore, restore_files=restore_files,
+                                      files_at=files_at, force=force)
             return data or w.SwitchResult()
 
         self._in_task(reply, switch, then=self._release)
@@ -309,7 +319,28 @@ class Dispatcher:
     def fork(self, command: w.Fork, reply: Reply) -> None:
         text, parent = fork_point(self.session.store, command.entry_id)
         self._switch(reply, branch_store(self.session.cwd, parent), restore=False,
-                     data=w.ForkResult(text=text))
+                     data=w.ForkResult(text=text),
+                     files=(command.restore_files, parent, command.force))
+
+    def restore_checkpoint(self, command: w.RestoreCheckpoint, reply: Reply) -> None:
+        session = self.session
+        if session.busy or session.bash.running:
+            raise CommandError("Cannot restore files while a run or a bash command is "
+                               "active; wait for agent_settled or abort it first")
+
+        async def restore() -> w.RestoreResult:
+            async with session.checkpoints.restoring:
+                plan = await session.checkpoints.plan(command.entry_id,
+                                                      force=command.force or command.dry_run)
+                if command.dry_run:
+                    return w.RestoreResult(
+                        files=[w.ChangedFile(path=c.path, status=c.status)
+                               for c in plan.changes], dry_run=True,
+                        drift=[w.ChangedFile(path=c.path, status=c.status)
+                               for c in plan.drift])
+                return await session.checkpoints.apply(plan)
+
+        self._in_task(reply, restore)
 
     # --- prompting -----------------------------------------------------------------------------
 

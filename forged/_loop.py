@@ -54,6 +54,11 @@ class Toolbox(Protocol):
     async def find(self, name: str) -> Tool | None: ...
     async def gate(self, call: w.ToolCall) -> str | None:
         """Why a plugin blocks `call`, or None to run it."""
+    async def prepare(self, call: w.ToolCall) -> None:
+        """What must be done before `call` runs (a checkpoint of the files); it fails no
+        call."""
+    async def settle(self) -> None:
+        """What must be done as a busy spell ends, before ``agent_settled``."""
     def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext: ...
 
 
@@ -236,6 +241,7 @@ async def run_tool_calls(assistant: w.AssistantMessage, tools: Toolbox, events: 
             await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
             if blocked is not None:
                 raise ToolError(blocked)
+            await tools.prepare(call)
             result = await execute(await tools.find(call.name), call, tool_context, clock)
             is_error = False
         except ToolError as exc:

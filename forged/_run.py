@@ -50,6 +50,9 @@ OVERFLOW_RECOVERY_FAILED = (
     "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
     "context or switching to a larger-context model.")
 RETRY_CANCELLED = "Retry cancelled"
+SETTLE_S = 10.0
+"""How long what ends a spell (`Toolbox.settle`) may hold up its ``agent_settled``, even while
+the session closes."""
 FAILURE_PREFIX: dict[Reason, str] = {
     "manual": "", "threshold": "Auto-compaction failed: ",
     "overflow": "Context overflow recovery failed: "}
@@ -198,6 +201,9 @@ class Runner:
             raise
         finally:
             self.run_scope = None
+            if ran:  # still busy: the spell ends with its agent_settled
+                with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_S):
+                    await self._tools.settle()
             self.busy = False
             self.retry_attempt = 0
             for message in self._deferred:

@@ -30,6 +30,7 @@ import trio
 
 from . import _codec
 from . import _wire as w
+from ._checkpointing import Checkpoints, CheckpointSettings
 from ._compaction import SYSTEM_PROMPT, CompactionSettings
 from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
@@ -49,6 +50,7 @@ from ._models import ModelRegistry, clamp_level
 from ._paths import session_dir_for
 from ._plugins import Plugins, PluginSource
 from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
+from ._queues import Queues, user_message
 from ._resources import ExtraPaths, Origin, Resources
 from ._retry import RetrySettings
 from ._run import Runner
@@ -56,7 +58,6 @@ from ._settings import PROJECT_DIR, Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, open_store
-from ._time import now_ms
 from ._tools import BUILTIN_TOOLS, Tool, ToolChoice, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
 from ._tools.bash import BASH, SANDBOXED_BASH, run_direct
@@ -168,6 +169,7 @@ async def open_session(config: SessionConfig, sink: Sink,
             session = Session(config, files, sink, session_nursery, wait_for_room)
             session_nursery.start_soon(session.plugins.serve_observers)
             session_nursery.start_soon(session.mcp.serve)
+            session_nursery.start_soon(session.checkpoints.housekeep)
             yield session
             session_nursery.cancel_scope.cancel()
     finally:
@@ -176,81 +178,6 @@ async def open_session(config: SessionConfig, sink: Sink,
         else:
             session.store.close()
             session.scratch.remove()
-
-
-@attrs.define(kw_only=True)
-class Queued:
-    """A steering or follow-up message waiting for delivery."""
-
-    text: str
-    message: w.UserMessage
-
-
-def user_message(text: str, images: list[w.ImageContent] | None) -> w.UserMessage:
-    content: list[w.UserContent] = [w.TextContent(text=text)]
-    content.extend(images or [])
-    return w.UserMessage(content=content, timestamp=now_ms())
-
-
-def _mode(value: object) -> w.QueueMode:
-    return "all" if value == "all" else "one-at-a-time"
-
-
-class Queues:
-    """Steering and follow-up messages waiting for delivery, and how many each delivery
-    takes; every change is announced with ``queue_update``."""
-
-    def __init__(self, emit: Callable[[w.Event], None], settings: Settings) -> None:
-        self._emit = emit
-        self._settings = settings
-        self.steering: list[Queued] = []
-        self.follow_ups: list[Queued] = []
-        self.steering_mode: w.QueueMode = _mode(settings.get("steeringMode"))
-        self.follow_up_mode: w.QueueMode = _mode(settings.get("followUpMode"))
-
-    def __len__(self) -> int:
-        return len(self.steering) + len(self.follow_ups)
-
-    def add(self, kind: str, text: str, images: list[w.ImageContent] | None) -> None:
-        queue = self.steering if kind == "steer" else self.follow_ups
-        queue.append(Queued(text=text, message=user_message(text, images)))
-        self._changed()
-
-    def clear(self) -> w.QueueContents:
-        contents = w.QueueContents(steering=[q.text for q in self.steering],
-                                   follow_up=[q.text for q in self.follow_ups])
-        if self:
-            self.steering.clear()
-            self.follow_ups.clear()
-            self._changed()
-        return contents
-
-    def take_steering(self) -> list[w.AgentMessage]:
-        return self._take(self.steering, self.steering_mode)
-
-    def take_follow_ups(self) -> list[w.AgentMessage]:
-        return self._take(self.follow_ups, self.follow_up_mode)
-
-    def set_steering_mode(self, mode: w.QueueMode) -> None:
-        self.steering_mode = mode
-        self._settings.remember(steeringMode=mode)
-
-    def set_follow_up_mode(self, mode: w.QueueMode) -> None:
-        self.follow_up_mode = mode
-        self._settings.remember(followUpMode=mode)
-
-    def _take(self, queue: list[Queued], mode: w.QueueMode) -> list[w.AgentMessage]:
-        if not queue:
-            return []
-        count = len(queue) if mode == "all" else 1
-        taken = queue[:count]
-        del queue[:count]
-        self._changed()
-        return [q.message for q in taken]
-
-    def _changed(self) -> None:
-        self._emit(w.QueueUpdate(steering=[q.text for q in self.steering],
-                                 follow_up=[q.text for q in self.follow_ups]))
 
 
 class DirectBash:
@@ -287,11 +214,13 @@ class DirectBash:
 
         async def run() -> w.BashResult:
             try:
+                await session.checkpoints.capture("before", f"!{command}")
                 message = await run_direct(
                     command, session.cwd,
                     lambda delta: session.emit(w.BashExecutionUpdate(id=command_id,
                                                                      delta=delta)),
                     scope, session.shell, session.wait_for_room, session.scratch)
+                await session.checkpoints.capture("after")
             finally:
                 self.scope = None
                 self._done.set()
@@ -318,6 +247,16 @@ class Toolbox:
         return await self._session.plugins.before_tool_call(call.id, call.name,
                                                             call.arguments)
 
+    async def prepare(self, call: w.ToolCall) -> None:
+        session = self._session
+        prompt = session.last_prompt()
+        text = "" if prompt is None else "".join(
+            block.text for block in prompt.content if isinstance(block, w.TextContent))
+        await session.checkpoints.before_tool(call.name, prompt, text)
+
+    async def settle(self) -> None:
+        await self._session.checkpoints.settle()
+
     def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext:
         session = self._session
         return ToolContext(cwd=session.cwd, update=update, shell=session.shell,
@@ -327,6 +266,8 @@ class Toolbox:
 
 class Session:
     """One conversation, its file, and what runs in it; made by `open_session`."""
+
+    store: SessionFile
 
     def __init__(self, config: SessionConfig, files: _Files, sink: Sink,
                  nursery: trio.Nursery,
@@ -345,6 +286,9 @@ class Session:
         self.queues = Queues(self.emit, settings)
         self.scratch = ScratchDir()
         self.ui = Dialogs(self.emit, interactive=config.interactive)
+        self.checkpoints = Checkpoints(
+            CheckpointSettings.from_settings(settings.get("checkpoints")), config.agent_dir,
+            config.cwd, lambda: self.store, lambda text: self.ui.notify(text, "warning"))
         self.guard = Guard(starting_mode(config.permission_mode, settings),
                            SandboxSettings.from_settings(settings, config.agent_dir),
                            config.cwd, self.scratch, self.ui)
@@ -579,6 +523,13 @@ class Session:
         self.store.append("message", message=_codec.unstructure(message))
         self.messages.append(message)
 
+    def last_prompt(self) -> w.UserMessage | None:
+        """The context's last user message: the prompt (or steering) a run works on."""
+        for message in reversed(self.messages):
+            if isinstance(message, w.UserMessage):
+                return message
+        return None
+
     def command_env(self) -> dict[str, str | None]:
         """What the ``bash`` tool's commands are told of the session, as the ancestor tells
         them (read when each command starts)."""
@@ -650,18 +601,29 @@ class Session:
         self.abort()
         self.bash.abort()
 
-    async def switch(self, make: Maker, *, restore: bool) -> None:
+    async def switch(self, make: Maker, *, restore: bool, restore_files: bool = False,
+                     files_at: int | None = None, force: bool = False) -> None:
         """Replace the session's file with what `make` builds from the current one
         (docs/protocol.md, The run lifecycle): queued messages are dropped, a running run is
         aborted and its closing events written, then the new file is opened (in a thread: it
-        may be large).
-        If `make` fails, the session keeps its file."""
+        may be large). With `restore_files` the files are restored as they were at the
+        entry `files_at` (a position; None: before the first), into the new file's branch
+        (`force`: over drift). If `make` fails, or the restore is refused, the session
+        keeps its file."""
         self.queues.clear()
         self.abort()
         await self.run.wait_settled()
-        store = await trio.to_thread.run_sync(make, self.store)
-        self.store.close()
-        self._install(store, restore=restore)
+        async with self.checkpoints.restoring:
+            plan = None
+            if restore_files:
+                state = self.checkpoints.state_at(files_at)
+                if state is not None:
+                    plan = await self.checkpoints.plan_to(*state, force=force)
+            store = await trio.to_thread.run_sync(make, self.store)
+            self.store.close()
+            self._install(store, restore=restore)
+            if plan is not None:
+                await self.checkpoints.apply(plan)
 
 
 def _source_info(path: Path, origin: Origin) -> w.SourceInfo:

@@ -671,11 +671,39 @@ class SwitchSession:
 class Fork:
     type: str = tag("fork")
     entry_id: str
+    restore_files: bool = False
+    """forged's addition: the files back as they were at the fork point."""
+    force: bool = False
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class Clone:
     type: str = tag("clone")
+    restore_files: bool = False
+    """forged's addition: the files back as they were at the end of the branch."""
+    force: bool = False
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class GetCheckpoints:
+    """forged's addition (docs/protocol.md, Checkpoints)."""
+
+    type: str = tag("get_checkpoints")
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class GetCheckpointDiff:
+    type: str = tag("get_checkpoint_diff")
+    entry_id: str
+    to_entry_id: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class RestoreCheckpoint:
+    type: str = tag("restore_checkpoint")
+    entry_id: str
+    dry_run: bool = False
+    force: bool = False
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -726,7 +754,7 @@ class GetMcpServers:
 Command = (
     Prompt | Steer | FollowUp | Abort | ClearQueue | NewSession | GetState | GetMessages
     | SetModel | CycleModel | GetAvailableModels | SetThinkingLevel | CycleThinkingLevel
-    | SetPermissionMode
+    | SetPermissionMode | GetCheckpoints | GetCheckpointDiff | RestoreCheckpoint
     | GetAvailableThinkingLevels | SetSteeringMode | SetFollowUpMode | Compact
     | SetAutoCompaction | SetAutoRetry | AbortRetry | Bash | AbortBash | GetSessionStats
     | ExportHtml | SwitchSession | Fork | Clone | GetForkMessages | GetEntries | GetTree
@@ -819,6 +847,48 @@ class SessionState:
     """What the model's tools may do (forged's addition: docs/security.md)."""
     session_file_error: str | None = None
     """Why the session file cannot be written, while it cannot (forged's addition)."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ChangedFile:
+    path: str
+    status: str
+    """``A`` added, ``M`` modified, ``D`` deleted, ``T`` its kind changed."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Checkpoint:
+    entry_id: str
+    timestamp: str
+    kind: str
+    """``before`` (a run's first change), ``after`` (the run's end), ``restore`` (the files
+    just before a restore)."""
+    prompt: str | None = None
+    files: list[ChangedFile]
+    """What changed since the session's previous checkpoint."""
+    skipped: list[str] | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CheckpointList:
+    checkpoints: list[Checkpoint]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CheckpointDiff:
+    files: list[ChangedFile]
+    diff: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class RestoreResult:
+    files: list[ChangedFile]
+    """What the restore did: ``A`` recreated, ``D`` removed, ``M``/``T`` written back; for a
+    dry run, what it would do."""
+    entry_id: str | None = None
+    """The checkpoint of the files just before the restore (restore it to undo)."""
+    dry_run: bool | None = None
+    drift: list[ChangedFile] | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

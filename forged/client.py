@@ -82,6 +82,8 @@ DATA_CLASSES: dict[str, object] = {
     "get_entries": w.EntryList, "get_tree": w.EntryTree,
     "get_last_assistant_text": w.AssistantText, "get_commands": w.CommandList,
     "get_mcp_servers": w.McpServerList, "list_sessions": w.SessionList,
+    "get_checkpoints": w.CheckpointList, "get_checkpoint_diff": w.CheckpointDiff,
+    "restore_checkpoint": w.RestoreResult,
     "attach": w.AttachResult,
 }
 """Each command's response ``data``, as its wire class (the others answer none)."""

@@ -198,8 +198,8 @@ def test_permission_modes_are_modes_and_thinking_and_model_config_options(
     model = seen["chosen"].config_options[0]
     assert model.current_value == "scripted/openai-completions"
     assert "Model not found" in seen["refused"]
-    assert [(c.name, c.description) for c in seen["commands"]] == [
-        ("review", "Review the change")]
+    assert [c.name for c in seen["commands"]] == ["undo", "checkpoints", "review"]
+    assert seen["commands"][2].description == "Review the change"
 
 
 
@@ -340,6 +340,44 @@ def test_the_permission_modes_ask_the_editor(tmp_path: Path, how: str) -> None:
     assert [end.status for end in ends] == ["completed", "completed", "failed"]
     assert "the user denied it" in ends[2].content[0].content.text
     assert (outside / "log").read_text() == "x\nx\n" and not (outside / "no").exists()
+
+
+def test_undo_puts_the_files_back_and_asks_about_drift(tmp_path: Path, how: str) -> None:
+    """/undo after a run that changed files: with an edit of the user's since, the editor
+    is asked first; rejected, nothing changes; allowed, the files are as before the run."""
+    command, env = forged_acp(tmp_path, how)
+    project = tmp_path / "project"
+    use_script(command, tmp_path, replies=[
+        {"content": [{"type": "toolCall", "name": "bash", "arguments": {
+            "command": "rm notes.txt && echo made > made.txt"}}]},
+        {"content": [{"type": "text", "text": "Done."}]}])
+    answers = iter(["keep", "undo"])
+
+    async def drive() -> tuple[Editor, list[str]]:
+        editor = Editor(choose=lambda options: next(answers))
+        stops: list[str] = []
+        async with acp.spawn_agent_process(editor, command[0], *command[1:], env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            await conn.prompt(session_id=sid, prompt=[acp.text_block("Change things")])
+            (project / "mine.txt").write_text("the user's own file\n")
+            for _ in range(2):
+                answered = await conn.prompt(session_id=sid, prompt=[acp.text_block("/undo")])
+                stops.append(answered.stop_reason)
+            listed = await conn.prompt(session_id=sid,
+                                       prompt=[acp.text_block("/checkpoints")])
+            stops.append(listed.stop_reason)
+        return editor, stops
+
+    editor, stops = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert stops == ["end_turn"] * 3
+    assert [call.title for call, _ in editor.permissions] == ["Undo the last run"] * 2
+    assert "mine.txt" in editor.permissions[0][0].content[0].content.text
+    assert (project / "notes.txt").read_text() == "hello\n"
+    assert not (project / "made.txt").exists() and not (project / "mine.txt").exists()
+    assert "Not undone" in editor.said() and "Undone: the files are back" in editor.said()
+    assert "Checkpoints, oldest first" in editor.said()
 
 
 def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:

@@ -68,7 +68,7 @@ class Stand:
     def start_task(self, task: Any) -> None:
         self.nursery.start_soon(task)
 
-    async def switch(self, make: object, *, restore: bool) -> None:
+    async def switch(self, make: object, *, restore: bool, **_: object) -> None:
         await self.switch_done.wait()
         self.switch_done = trio.Event()
         if self.switch_fails is not None:

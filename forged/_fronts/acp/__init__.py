@@ -77,6 +77,9 @@ MODES = [
     {"id": "read-only", "name": "Read only",
      "description": "Commands run in a sandbox that writes nothing; asks before any change"}]
 """The session modes: forged's permission modes (docs/security.md)."""
+FRONT_COMMANDS = {"/undo": "Put the files back as they were before the last run",
+                  "/checkpoints": "List the checkpoints of this session's files"}
+"""Commands the front answers itself (docs/acp.md, Checkpoints)."""
 
 
 class AcpSession:
@@ -152,6 +155,9 @@ class AcpSession:
 
     def prompt(self, request_id: RequestId, blocks: list[object]) -> None:
         text, images = prompt_content(blocks)
+        if text.strip() in FRONT_COMMANDS and not images:
+            self._front.nursery.start_soon(self._front_command, request_id, text.strip())
+            return
         self.turns.prompted()
 
         def answered(response: w.Response) -> None:
@@ -181,6 +187,60 @@ class AcpSession:
             scope.cancel()
         self.link.send(w.ClearQueue())
         self.link.send(w.Abort())
+
+    # --- /undo and /checkpoints --------------------------------------------------------------
+
+    async def _front_command(self, request_id: RequestId, command: str) -> None:
+        """``/undo`` or ``/checkpoints``, answered here: what it did as the agent's message,
+        then ``end_turn``."""
+        try:
+            said = await (self._undo() if command == "/undo" else self._checkpoints())
+        except (CommandError, AcpError, ClientGone) as exc:
+            said = f"{command} failed: {exc}"
+        self._update({"sessionUpdate": "agent_message_chunk",
+                      "content": {"type": "text", "text": said}})
+        self._front.peer.answer(request_id, {"stopReason": "end_turn"})
+
+    async def _checkpoints(self) -> str:
+        listed = (await call(self.link, w.GetCheckpoints(), w.CheckpointList)).checkpoints
+        if not listed:
+            return "No checkpoints yet: no run has changed a file."
+        lines = [f"{item.timestamp} {item.kind}: "
+                 f"{len(item.files)} file{'s' if len(item.files) != 1 else ''} changed"
+                 f"{' (' + item.prompt[:60] + ')' if item.prompt else ''}" for item in listed]
+        return "Checkpoints, oldest first:\n" + "\n".join(lines)
+
+    async def _undo(self) -> str:
+        """The files back to before the last run; with drift, the user is asked first."""
+        listed = (await call(self.link, w.GetCheckpoints(), w.CheckpointList)).checkpoints
+        before = [item for item in listed if item.kind == "before"]
+        if not before:
+            return "Nothing to undo: no run has changed a file."
+        target = before[-1].entry_id
+        dry = await call(self.link, w.RestoreCheckpoint(entry_id=target, dry_run=True),
+                         w.RestoreResult)
+        force = False
+        if dry.drift:
+            names = ", ".join(item.path for item in dry.drift[:20])
+            result = await self._front.peer.request("session/request_permission", {
+                "sessionId": self.session_id,
+                "toolCall": {"toolCallId": f"undo-{target}", "title": "Undo the last run",
+                             "content": [{"type": "content", "content": {
+                                 "type": "text", "text": (
+                                     f"These files changed since the last checkpoint, not "
+                                     f"by forged: {names}. Undoing the last run overwrites "
+                                     "them. Undo anyway?")}}]},
+                "options": [{"optionId": "undo", "name": "Undo anyway", "kind": "allow_once"},
+                            {"optionId": "keep", "name": "Keep the files",
+                             "kind": "reject_once"}]})
+            outcome = result.get("outcome") if isinstance(result, dict) else None
+            if not (isinstance(outcome, dict) and outcome.get("optionId") == "undo"):
+                return "Not undone: the files stay as they are."
+            force = True
+        done = await call(self.link, w.RestoreCheckpoint(entry_id=target, force=force),
+                          w.RestoreResult)
+        names = ", ".join(item.path for item in done.files) or "nothing to change"
+        return f"Undone: the files are back as they were before the last run ({names})."
 
     # --- dialogs as permission requests --------------------------------------------------------
 
@@ -327,8 +387,10 @@ class AcpSession:
         """The prompt templates, skills and plugin commands, as ``/name`` commands."""
         commands = (await call(self.link, w.GetCommands(), w.CommandList)).commands
         self._update({"sessionUpdate": "available_commands_update", "availableCommands": [
-            {"name": command.name, "description": command.description or command.name}
-            for command in commands]})
+            *({"name": name.lstrip("/"), "description": description}
+              for name, description in FRONT_COMMANDS.items()),
+            *({"name": command.name, "description": command.description or command.name}
+              for command in commands)]})
 
     async def replay(self) -> None:
         """The active branch as the editor saw it arrive (``session/load``)."""

@@ -1,0 +1,275 @@
+"""Checkpoints of a workspace's files: a shadow git repository per workspace, under
+``<agentDir>/checkpoints/``, with the workspace as its work tree. The project's own ``.git``
+is never read or written: the shadow repository has its own ``GIT_DIR``, and each capture its
+own index file, so two sessions in one workspace never share an index.
+
+What a capture holds: every file git would not ignore (the project's ``.gitignore`` and
+``.ignore``, the user's global excludes), untracked ones included; files over
+`Shadow.max_file_bytes` are left out and named. Each capture is a commit kept alive by a ref
+of its own (``refs/forged/<sha>``). git records a file's executable bit and symbolic links;
+other mode bits are not kept.
+
+Every method runs git and blocks: callers run them in a worker thread, never on the loop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import attrs
+
+MAX_FILE_BYTES = 5 * 1024 * 1024
+MAX_FILES = 100_000
+HOUSEKEEPING_S = 86400
+"""Old captures are dropped, and the repository packed, once a day at most."""
+
+
+class CheckpointError(Exception):
+    """A capture or restore that could not be done, and why."""
+
+
+@attrs.frozen(kw_only=True)
+class Capture:
+    commit: str
+    skipped: tuple[str, ...] = ()
+    """Files left out: larger than the limit."""
+
+
+@attrs.frozen(kw_only=True)
+class Change:
+    status: str
+    """``A`` (added), ``M`` (modified), ``D`` (deleted) or ``T`` (its kind changed)."""
+    path: str
+
+
+def repository_for(agent_dir: Path, workspace: Path) -> Path:
+    """The shadow repository of `workspace`, keyed by its real path."""
+    key = hashlib.sha256(os.path.realpath(workspace).encode()).hexdigest()[:24]
+    return agent_dir / "checkpoints" / key
+
+
+class Shadow:
+    """The shadow repository of one workspace."""
+
+    def __init__(self, agent_dir: Path, workspace: Path, *,
+                 max_file_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES) -> None:
+        self.workspace = Path(os.path.realpath(workspace))
+        self.git_dir = repository_for(agent_dir, workspace)
+        self.max_file_bytes = max_file_bytes
+        self.max_files = max_files
+
+    # --- git ---------------------------------------------------------------------------------
+
+    def _env(self, index: Path | None = None) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items()
+               if not key.startswith("GIT_")}
+        env |= {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.workspace),
+                "GIT_AUTHOR_NAME": "forged", "GIT_AUTHOR_EMAIL": "forged@localhost",
+                "GIT_COMMITTER_NAME": "forged", "GIT_COMMITTER_EMAIL": "forged@localhost",
+                "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+        if index is not None:
+            env["GIT_INDEX_FILE"] = str(index)
+        return env
+
+    def _git(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
+             env: dict[str, str] | None = None) -> bytes:
+        try:
+            done = subprocess.run(["git", *args], input=stdin, capture_output=True,
+                                  env=env or self._env(index), cwd=self.workspace,
+                                  check=False)
+        except FileNotFoundError:
+            raise CheckpointError("checkpoints need git, which is not installed: install "
+                                  "the git package") from None
+        if done.returncode != 0:
+            said = done.stderr.decode(errors="replace").strip()
+            raise CheckpointError(f"git {args[0]} failed: {said}")
+        return done.stdout
+
+    def _ensure(self) -> None:
+        """Make the repository, once, whoever else is making it."""
+        if (self.git_dir / "ready").exists():
+            return
+        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.git_dir.parent / f"{self.git_dir.name}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (self.git_dir / "ready").exists():
+                return
+            plain = {key: value for key, value in os.environ.items()
+                     if not key.startswith("GIT_")}
+            self._git("init", "--quiet", "--bare", str(self.git_dir), env=plain)
+            for key, value in (("core.autocrlf", "false"), ("core.symlinks", "true"),
+                               ("core.fileMode", "true"), ("gc.auto", "0"),
+                               ("core.bare", "false"), ("core.untrackedCache", "true"),
+                               ("core.looseCompression", "0"), ("pack.compression", "1")):
+                self._git("config", key, value)
+            (self.git_dir / "info").mkdir(exist_ok=True)
+            (self.git_dir / "info" / "exclude").write_text(".git\n")
+            (self.git_dir / "workspace").write_text(str(self.workspace) + "\n")
+            (self.git_dir / "ready").write_text("")
+
+    # --- capturing ---------------------------------------------------------------------------
+
+    def capture(self, owner: str, message: str = "checkpoint",
+                previous: str | None = None) -> Capture:
+        """Commit every file git would not ignore, through `owner`'s own index (a session's:
+        files unchanged since its last capture are not read again); `previous`, a capture
+        whose tree is the same, is returned instead of a new commit. `CheckpointError` when
+        it cannot be (more than `max_files` files, git missing, a disk full)."""
+        self._ensure()
+        index = self.git_dir / "indexes" / owner
+        index.parent.mkdir(exist_ok=True)
+        # New files, and files changed or gone since this index last saw them: two walks,
+        # side by side (each stats the tree; neither reads a file it need not).
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            others = pool.submit(self._git, "ls-files", "-z", "--others",
+                                 "--exclude-standard", index=index)
+            modified = pool.submit(self._git, "diff-files", "--name-only", "-z",
+                                   index=index)
+            new_names = [name for name in others.result().split(b"\0")
+                         if name and not name.endswith(b"/")]  # (a nested repository)
+            changed = {name for name in modified.result().split(b"\0") if name}
+        count = _index_entries(index) + len(new_names)
+        if count > self.max_files:
+            raise CheckpointError(
+                f"the workspace has {count:,} files, more than checkpoints.maxFiles "
+                f"({self.max_files:,}); it is not captured")
+        changed.update(new_names)
+        update: list[bytes] = []
+        dropped: list[bytes] = []
+        skipped: list[str] = []
+        for name in sorted(changed):
+            path = self.workspace / os.fsdecode(name)
+            try:
+                info = path.lstat()
+            except FileNotFoundError:
+                update.append(name)  # deleted: --remove drops it
+                continue
+            if info.st_size > self.max_file_bytes and not path.is_symlink():
+                skipped.append(os.fsdecode(name))
+                dropped.append(name)
+            else:
+                update.append(name)
+        if update:
+            self._git("update-index", "--add", "--remove", "-z", "--stdin", index=index,
+                      stdin=b"\0".join(update) + b"\0")
+        if dropped:
+            self._git("update-index", "--force-remove", "-z", "--stdin", index=index,
+                      stdin=b"\0".join(dropped) + b"\0")
+        tree = self._git("write-tree", index=index).strip().decode()
+        if previous is not None and self.tree_of(previous) == tree:
+            return Capture(commit=previous, skipped=tuple(skipped))
+        commit = self._git("commit-tree", tree, "-m", message).strip().decode()
+        self._keep(commit)
+        return Capture(commit=commit, skipped=tuple(skipped))
+
+    def _keep(self, commit: str) -> None:
+        """A ref named after `commit` keeps it, written as git writes a loose ref but
+        without a process: to a file of this writer's own, renamed into place (two sessions
+        that capture the same files in the same second make the same commit, and both may
+        write its ref: each write is whole)."""
+        ref = self.git_dir / "refs" / "forged" / commit
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        partial = ref.with_name(f".{commit}.{uuid.uuid4().hex}")
+        partial.write_text(commit + "\n")
+        partial.replace(ref)
+
+    def tree_of(self, commit: str) -> str:
+        return self._git("rev-parse", f"{commit}^{{tree}}").strip().decode()
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def changes(self, older: str, newer: str) -> list[Change]:
+        """What changed from the capture `older` to `newer`, file by file."""
+        out = self._git("diff-tree", "-r", "-z", "--no-renames", "--name-status", older, newer)
+        fields = [field for field in out.split(b"\0") if field]
+        return [Change(status=fields[i].decode()[0], path=os.fsdecode(fields[i + 1]))
+                for i in range(0, len(fields) - 1, 2)]
+
+    def diff(self, older: str, newer: str) -> str:
+        """A unified diff between two captures; binary files are named, not shown."""
+        return self._git("diff-tree", "-r", "-p", "--no-renames", "--no-color",
+                         "--no-ext-diff", older, newer).decode(errors="replace")
+
+    # --- restoring ---------------------------------------------------------------------------
+
+    def restore(self, target: str, current: str) -> list[Change]:
+        """Make the workspace's captured files what they were at `target`, given `current`,
+        a capture of them now: files changed since are written back (content, executable
+        bit, symbolic links), files created since removed. Returns what changed."""
+        changes = self.changes(target, current)
+        back = [change.path for change in changes if change.status != "A"]
+        for change in changes:
+            if change.status == "A":
+                created = self.workspace / change.path
+                created.unlink(missing_ok=True)
+                _prune_empty(created.parent, self.workspace)
+        if back:
+            with tempfile.TemporaryDirectory(dir=self.git_dir) as scratch:
+                index = Path(scratch) / "index"
+                for name in back:  # a file in the way of a folder, or the reverse
+                    _clear_for(self.workspace / name, self.workspace)
+                self._git("read-tree", target, index=index)
+                self._git("checkout-index", "-f", "-z", "--stdin", index=index,
+                          stdin=b"\0".join(os.fsencode(path) for path in back) + b"\0")
+        return changes
+
+
+def _index_entries(index: Path) -> int:
+    """How many entries an index file holds (its header's count; 0 for none yet)."""
+    try:
+        with index.open("rb") as file:
+            header = file.read(12)
+    except FileNotFoundError:
+        return 0
+    return int.from_bytes(header[8:12], "big") if header[:4] == b"DIRC" else 0
+
+
+def _prune_empty(folder: Path, top: Path) -> None:
+    """Remove `folder` and the folders above it up to `top` while they are empty."""
+    while folder != top and top in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
+
+
+def _clear_for(path: Path, top: Path) -> None:
+    """Make way for writing the file `path`: a folder where it goes, or a file where one of
+    its folders goes, is removed (it was created since the capture)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    for parent in reversed(path.relative_to(top).parents):
+        place = top / parent
+        if place != top and (place.is_symlink() or place.is_file()):
+            place.unlink()
+
+
+def housekeep(agent_dir: Path, workspace: Path, keep_days: float) -> int:
+    """Drop the captures of `workspace` older than `keep_days` and pack what is left (git's
+    own grace keeps objects a capture under way still needs); how many were dropped. For a
+    worker thread, never the loop."""
+    shadow = Shadow(agent_dir, workspace)
+    stamp = shadow.git_dir / "housekept"
+    if not (shadow.git_dir / "ready").exists() or (
+            stamp.exists() and time.time() - stamp.stat().st_mtime < HOUSEKEEPING_S):
+        return 0
+    stamp.write_text("")
+    cutoff = time.time() - keep_days * 86400
+    listed = shadow._git("for-each-ref", "--format=%(refname) %(committerdate:unix)",
+                         "refs/forged/").decode().splitlines()
+    old = [line.split()[0] for line in listed if line and int(line.split()[1]) < cutoff]
+    if old:
+        shadow._git("update-ref", "--stdin",
+                    stdin="".join(f"delete {ref}\n" for ref in old).encode())
+    shadow._git("gc", "--quiet")
+    return len(old)

@@ -1,0 +1,301 @@
+"""Checkpoints of the workspace's files, with real files, the real git and real processes:
+what a run changes, bash included, comes back byte for byte, and nothing else is touched."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from forged import _codec
+from forged._checkpoints import Shadow
+from forged._providers.scripted import Reply
+
+from .harness import Client, Event, open_client
+from .test_process import BIN, child_env
+
+BINARY = bytes(range(256)) * 4
+
+
+def scripted(*replies: dict[str, Any]) -> list[Reply]:
+    return [_codec.structure(reply, Reply) for reply in replies]
+
+
+def bash(command: str) -> dict[str, Any]:
+    return {"content": [{"type": "toolCall", "name": "bash", "arguments": {"command": command}}]}
+
+
+def said(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}]}
+
+
+def snapshot(folder: Path) -> dict[str, tuple[str, int, str]]:
+    """Every path under `folder`: its kind, its mode bits and its bytes' hash (a link's
+    target)."""
+    found: dict[str, tuple[str, int, str]] = {}
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            path = Path(root) / name
+            info = path.lstat()
+            relative = str(path.relative_to(folder))
+            if stat.S_ISLNK(info.st_mode):
+                found[relative] = ("link", 0, os.readlink(path))
+            elif stat.S_ISDIR(info.st_mode):
+                found[relative] = ("dir", 0, "")
+            else:
+                found[relative] = ("file", info.st_mode & 0o111,
+                                   hashlib.sha256(path.read_bytes()).hexdigest())
+    return found
+
+
+def make_project(project: Path) -> None:
+    (project / "src").mkdir(parents=True, exist_ok=True)
+    (project / "src" / "main.py").write_text("print('hello')\n")
+    (project / "gone.txt").write_text("to be removed\n")
+    (project / "old-name.txt").write_text("renamed\n")
+    (project / "tool.sh").write_text("#!/bin/sh\necho tool\n")
+    (project / "image.bin").write_bytes(BINARY)
+    (project / "notes.md").write_text("alpha\nbeta\n")
+    (project / ".gitignore").write_text("build/\n*.log\n")
+    (project / "build").mkdir(exist_ok=True)
+    (project / "build" / "out.o").write_bytes(b"\x7fELF object")
+    (project / "debug.log").write_text("log line\n")
+
+
+RUN = ("rm gone.txt && mv old-name.txt new-name.txt && chmod +x notes.md && "
+       "printf '' > empty.txt && head -c 300 /dev/urandom > noise.bin && "
+       "ln -s src/main.py link.py && mkdir -p deep/er/folder && echo nested > "
+       "deep/er/folder/file.txt && echo more >> image.bin && echo new log >> debug.log")
+EDIT = {"content": [{"type": "toolCall", "name": "edit", "arguments": {
+    "path": "src/main.py", "oldText": "hello", "newText": "goodbye"}}]}
+
+
+async def request(client: Client, kind: str, **fields: Any) -> Event:
+    answer = await client.request({"type": kind, **fields})
+    assert answer["success"], answer
+    return answer
+
+
+async def checkpoints(client: Client) -> list[dict[str, Any]]:
+    return list((await request(client, "get_checkpoints"))["data"]["checkpoints"])
+
+
+async def test_a_restore_brings_back_what_a_run_changed_bash_included(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    before = snapshot(project)
+    async with open_client(tmp_path, scripted(bash(RUN), EDIT, said("Done."))) as client:
+        await client.prompt_and_settle("Tidy up")
+        after = snapshot(project)
+        listed = await checkpoints(client)
+        assert [item["kind"] for item in listed] == ["before", "after"]
+        assert listed[0]["prompt"] == "Tidy up"
+        changed = {item["path"]: item["status"] for item in listed[1]["files"]}
+        assert changed == {"gone.txt": "D", "old-name.txt": "D", "new-name.txt": "A",
+                           "notes.md": "M", "empty.txt": "A", "noise.bin": "A",
+                           "link.py": "A", "deep/er/folder/file.txt": "A", "image.bin": "M",
+                           "src/main.py": "M"}
+        diff = (await request(client, "get_checkpoint_diff",
+                              entryId=listed[0]["entryId"]))["data"]
+        assert "-print('hello')" in diff["diff"] and "+print('goodbye')" in diff["diff"]
+        assert "Binary files" in diff["diff"] and "\x00" not in diff["diff"]
+        restored = (await request(client, "restore_checkpoint",
+                                  entryId=listed[0]["entryId"]))["data"]
+        assert {item["path"] for item in restored["files"]} == set(changed)
+        assert snapshot(project) == {**before, "debug.log": after["debug.log"]}
+        # The restore was checkpointed first: restoring that checkpoint undoes it.
+        await request(client, "restore_checkpoint", entryId=restored["entryId"])
+        assert snapshot(project) == after
+
+
+async def test_drift_is_refused_unless_forced_and_a_dry_run_changes_nothing(
+        tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    async with open_client(tmp_path, scripted(bash("echo run > made.txt"),
+                                              said("Done."))) as client:
+        await client.prompt_and_settle("Make a file")
+        first = (await checkpoints(client))[0]["entryId"]
+        (project / "notes.md").write_text("the user's own edit\n")  # not the session's
+        refused = await client.request({"type": "restore_checkpoint", "entryId": first})
+        assert not refused["success"] and "notes.md" in refused["error"]
+        dry = (await request(client, "restore_checkpoint", entryId=first, dryRun=True))["data"]
+        assert dry["dryRun"] is True and dry["drift"] == [{"path": "notes.md",
+                                                           "status": "M"}]
+        assert (project / "made.txt").exists()
+        await request(client, "restore_checkpoint", entryId=first, force=True)
+    assert not (project / "made.txt").exists()
+    assert (project / "notes.md").read_text() == "alpha\nbeta\n"
+
+
+async def test_a_run_that_only_reads_takes_no_checkpoint(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    read = {"content": [{"type": "toolCall", "name": "read",
+                         "arguments": {"path": "notes.md"}}]}
+    async with open_client(tmp_path, scripted(read, said("It says alpha."))) as client:
+        await client.prompt_and_settle("Read it")
+        assert await checkpoints(client) == []
+    assert not (tmp_path / "agent" / "checkpoints").exists()
+
+
+async def test_fork_with_restore_files_and_a_restore_on_the_other_branch(
+        tmp_path: Path) -> None:
+    """Two runs; a fork from the second prompt takes the files back to before it; back on
+    the first branch, a restore of its own checkpoint leaves the fork's file alone."""
+    project = tmp_path / "project"
+    make_project(project)
+    replies = scripted(bash("echo one > one.txt"), said("One."),
+                       bash("echo two > two.txt"), said("Two."),
+                       bash("echo three > three.txt"), said("Three."))
+    async with open_client(tmp_path, replies) as client:
+        await client.prompt_and_settle("First")
+        await client.prompt_and_settle("Second")
+        original = (await request(client, "get_state"))["data"]["sessionFile"]
+        second = next(m for m in (await request(client, "get_fork_messages"))["data"][
+            "messages"] if m["text"] == "Second")
+        await request(client, "fork", entryId=second["entryId"], restoreFiles=True)
+        assert (project / "one.txt").exists() and not (project / "two.txt").exists()
+        await client.prompt_and_settle("Third")
+        assert (project / "three.txt").exists()
+        forked = (await request(client, "get_state"))["data"]["sessionFile"]
+        await request(client, "switch_session", sessionPath=original)
+        refused = await client.request({"type": "restore_checkpoint", "entryId": (
+            await checkpoints(client))[2]["entryId"], "dryRun": False})
+        # The fork's run changed the files since this branch's last checkpoint: drift.
+        assert not refused["success"] and "three.txt" in refused["error"]
+        await request(client, "restore_checkpoint",
+                      entryId=(await checkpoints(client))[-1]["entryId"], force=True)
+        assert (project / "two.txt").exists() and not (project / "three.txt").exists()
+        await request(client, "switch_session", sessionPath=forked)
+        fork_points = await checkpoints(client)
+        assert [item["kind"] for item in fork_points][-3:] == ["restore", "before", "after"]
+
+
+async def test_a_git_project_keeps_its_index_head_stash_and_hooks(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(project), *args], check=True, capture_output=True,
+                       env={**os.environ, "GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x",
+                            "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"})
+
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    (project / "notes.md").write_text("stashed change\n")
+    git("stash", "-q")
+    (project / "src" / "main.py").write_text("print('staged')\n")
+    git("add", "src/main.py")
+    (project / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    dot_git = snapshot(project / ".git")
+    async with open_client(tmp_path, scripted(bash(RUN), said("Done."))) as client:
+        await client.prompt_and_settle("Tidy up")
+        first = (await checkpoints(client))[0]["entryId"]
+        await request(client, "restore_checkpoint", entryId=first)
+    assert snapshot(project / ".git") == dot_git
+    assert (project / "src" / "main.py").read_text() == "print('staged')\n"
+
+
+async def test_a_failed_checkpoint_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {"checkpoints": {"maxFiles": 3}}))
+    async with open_client(tmp_path, scripted(bash("echo a > a.txt"), bash("echo b > b.txt"),
+                                              said("Done."))) as client:
+        await client.prompt_and_settle("Go")
+    notices = [event["message"] for event in client.events("extension_ui_request")
+               if event["method"] == "notify"]
+    assert len(notices) == 1 and "checkpoints.maxFiles" in notices[0]
+    assert (project / "a.txt").exists() and (project / "b.txt").exists()
+    assert [end["isError"] for end in client.events("tool_execution_end")] == [False, False]
+
+
+def test_two_sessions_capture_one_workspace_at_once(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    results: dict[str, str] = {}
+
+    def capture(owner: str) -> None:
+        results[owner] = Shadow(tmp_path / "agent", project).capture(owner).commit
+
+    threads = [threading.Thread(target=capture, args=(f"session-{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    shadow = Shadow(tmp_path / "agent", project)
+    trees = {shadow.tree_of(commit) for commit in results.values()}
+    assert len(results) == 4 and len(trees) == 1
+
+
+async def test_after_kill_9_mid_run_the_work_so_far_can_be_undone(tmp_path: Path) -> None:
+    """The checkpoint before a tool call is on disk before the tool starts: a forged killed
+    mid-command leaves it, and a new process restores from it (the interrupted run's
+    changes count as drift: forged cannot tell them from anyone else's, so force)."""
+    project = tmp_path / "project"
+    make_project(project)
+    before = snapshot(project)
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [
+        bash("rm gone.txt; echo half > half.txt; echo started; sleep 100")]}))
+    env = child_env(tmp_path / "agent")
+    command = [str(BIN / "forged"), "--mode", "rpc", "--provider", "scripted", "--script",
+               str(script)]
+    process = await trio.lowlevel.open_process(command, stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, env=env, cwd=project)
+    try:
+        assert process.stdin is not None and process.stdout is not None
+        await process.stdin.send_all(b'{"type": "prompt", "message": "Go"}\n')
+        seen = b""
+        with trio.fail_after(30):  # the command's own output: it is under way
+            while not any(b'"tool_execution_update"' in line and b"started\\n" in line
+                          for line in seen.split(b"\n")):
+                seen += await process.stdout.receive_some(1 << 16)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                await stream.aclose()
+    (session_file,) = (tmp_path / "agent" / "sessions").rglob("*.jsonl")
+    lines = [json.loads(line) for line in session_file.read_text().splitlines()]
+    (entry,) = [line for line in lines if line.get("customType") == "forged.checkpoint"]
+    script.write_text(json.dumps({"replies": []}))
+    commands = b"".join(json.dumps(line).encode() + b"\n" for line in [
+        {"id": "1", "type": "restore_checkpoint", "entryId": entry["id"]},
+        {"id": "2", "type": "restore_checkpoint", "entryId": entry["id"], "force": True}])
+    with trio.fail_after(30):
+        done = await trio.run_process([*command, "--session", str(session_file)],
+                                      stdin=commands, capture_stdout=True, env=env,
+                                      cwd=project, check=False)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    refused, restored = [a for a in answers if a.get("type") == "response"]
+    assert not refused["success"] and "half.txt" in refused["error"]
+    assert restored["success"], restored
+    assert snapshot(project) == before
+
+
+@pytest.mark.parametrize("setting", [{"enabled": False}])
+async def test_checkpoints_can_be_turned_off(tmp_path: Path, setting: dict[str, Any]) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps({"checkpoints": setting}))
+    async with open_client(tmp_path, scripted(bash("echo a > a.txt"), said("Done."))) as client:
+        await client.prompt_and_settle("Go")
+        assert await checkpoints(client) == []
+    assert not (tmp_path / "agent" / "checkpoints").exists()
