@@ -299,3 +299,23 @@ async def test_checkpoints_can_be_turned_off(tmp_path: Path, setting: dict[str, 
         await client.prompt_and_settle("Go")
         assert await checkpoints(client) == []
     assert not (tmp_path / "agent" / "checkpoints").exists()
+
+
+async def test_a_direct_bash_command_is_checkpointed_and_large_files_are_left_out(
+        tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    make_project(project)
+    (tmp_path / "agent").mkdir(exist_ok=True)
+    (tmp_path / "agent" / "settings.json").write_text(json.dumps(
+        {"checkpoints": {"maxFileBytes": 500}}))
+    (project / "big.dat").write_bytes(b"x" * 501)
+    async with open_client(tmp_path) as client:
+        await request(client, "bash", command="rm notes.md && echo grown >> big.dat")
+        listed = await checkpoints(client)
+        assert [(item["kind"], item.get("prompt")) for item in listed] == [
+            ("before", "!rm notes.md && echo grown >> big.dat"), ("after", None)]
+        assert listed[0]["skipped"] == ["big.dat", "image.bin"]
+        assert listed[1]["files"] == [{"path": "notes.md", "status": "D"}]
+        await request(client, "restore_checkpoint", entryId=listed[0]["entryId"])
+    assert (project / "notes.md").read_text() == "alpha\nbeta\n"
+    assert (project / "big.dat").read_bytes() == b"x" * 501 + b"grown\n"  # not captured
