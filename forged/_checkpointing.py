@@ -26,15 +26,20 @@ import attrs
 import trio
 
 from . import _wire as w
-from ._checkpoints import MAX_FILE_BYTES, MAX_FILES, Change, CheckpointError, Shadow, housekeep
+from ._checkpoints import (
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    Change,
+    CheckpointError,
+    Shadow,
+    due,
+    housekeep,
+)
 from ._errors import CommandError, PersistenceError
 from ._log import log
 from ._store import LEAF, SessionFile
 
 CUSTOM_TYPE = "forged.checkpoint"
-READING_TOOLS = frozenset({"read", "grep", "find", "ls", "list_mcp_resources",
-                           "read_mcp_resource"})
-"""Tools that never change a file: calling them takes no capture."""
 CAPTURE_TIMEOUT_S = 60.0
 T = TypeVar("T")
 
@@ -141,9 +146,9 @@ class Checkpoints:
     # --- capturing -----------------------------------------------------------------------------
 
     async def before_tool(self, tool: str, prompt: object, prompt_text: str) -> None:
-        """Before a tool call: capture once per run (`prompt` names the run), unless the
-        tool only reads. On disk before the tool starts."""
-        if not self.enabled or tool in READING_TOOLS or self._captured_for is prompt:
+        """Before a call of `tool`, one that can change files: capture once per run
+        (`prompt` names the run). On disk before the tool starts."""
+        if not self.enabled or self._captured_for is prompt:
             return
         self._captured_for = prompt
         await self.capture("before", prompt_text)
@@ -325,8 +330,8 @@ class Checkpoints:
 
     async def housekeep(self) -> None:
         """Drop old captures and pack the repository, in a worker thread."""
-        if not self.enabled:
-            return
+        if not self.enabled or not due(self._agent_dir, self._cwd):
+            return  # (a stat or two: no thread for a workspace with nothing to keep)
         try:
             dropped = await trio.to_thread.run_sync(
                 housekeep, self._agent_dir, self._cwd, self.settings.keep_days)

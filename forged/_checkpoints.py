@@ -254,16 +254,24 @@ def _clear_for(path: Path, top: Path) -> None:
             place.unlink()
 
 
+def due(agent_dir: Path, workspace: Path) -> bool:
+    """Whether `workspace` has a shadow repository not housekept for a day."""
+    git_dir = repository_for(agent_dir, workspace)
+    try:
+        return (git_dir / "ready").exists() and (
+            time.time() - (git_dir / "housekept").stat().st_mtime >= HOUSEKEEPING_S)
+    except FileNotFoundError:
+        return True
+
+
 def housekeep(agent_dir: Path, workspace: Path, keep_days: float) -> int:
     """Drop the captures of `workspace` older than `keep_days` and pack what is left (git's
     own grace keeps objects a capture under way still needs); how many were dropped. For a
     worker thread, never the loop."""
     shadow = Shadow(agent_dir, workspace)
-    stamp = shadow.git_dir / "housekept"
-    if not (shadow.git_dir / "ready").exists() or (
-            stamp.exists() and time.time() - stamp.stat().st_mtime < HOUSEKEEPING_S):
+    if not due(agent_dir, workspace):
         return 0
-    stamp.write_text("")
+    (shadow.git_dir / "housekept").write_text("")
     cutoff = time.time() - keep_days * 86400
     listed = shadow._git("for-each-ref", "--format=%(refname) %(committerdate:unix)",
                          "refs/forged/").decode().splitlines()

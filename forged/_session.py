@@ -23,14 +23,13 @@ import contextlib
 from collections import ChainMap
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
 
 from . import _codec
 from . import _wire as w
-from ._checkpointing import Checkpoints, CheckpointSettings
 from ._compaction import SYSTEM_PROMPT, CompactionSettings
 from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
@@ -58,11 +57,14 @@ from ._settings import PROJECT_DIR, Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, open_store
-from ._tools import BUILTIN_TOOLS, Tool, ToolChoice, select_tools
+from ._tools import BUILTIN_TOOLS, READING_TOOLS, Tool, ToolChoice, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
 from ._tools.bash import BASH, SANDBOXED_BASH, run_direct
 from ._tools.guard import Guard, SandboxSettings, check_mode, starting_mode
 from ._ui import Dialogs
+
+if TYPE_CHECKING:
+    from ._checkpointing import Checkpoints
 
 Sink = Callable[[w.Event], None]
 """Where a session's events go, as wire objects."""
@@ -169,7 +171,6 @@ async def open_session(config: SessionConfig, sink: Sink,
             session = Session(config, files, sink, session_nursery, wait_for_room)
             session_nursery.start_soon(session.plugins.serve_observers)
             session_nursery.start_soon(session.mcp.serve)
-            session_nursery.start_soon(session.checkpoints.housekeep)
             yield session
             session_nursery.cancel_scope.cancel()
     finally:
@@ -249,13 +250,16 @@ class Toolbox:
 
     async def prepare(self, call: w.ToolCall) -> None:
         session = self._session
+        if call.name in READING_TOOLS:
+            return
         prompt = session.last_prompt()
         text = "" if prompt is None else "".join(
             block.text for block in prompt.content if isinstance(block, w.TextContent))
         await session.checkpoints.before_tool(call.name, prompt, text)
 
     async def settle(self) -> None:
-        await self._session.checkpoints.settle()
+        if self._session.has_checkpoints:
+            await self._session.checkpoints.settle()
 
     def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext:
         session = self._session
@@ -286,9 +290,7 @@ class Session:
         self.queues = Queues(self.emit, settings)
         self.scratch = ScratchDir()
         self.ui = Dialogs(self.emit, interactive=config.interactive)
-        self.checkpoints = Checkpoints(
-            CheckpointSettings.from_settings(settings.get("checkpoints")), config.agent_dir,
-            config.cwd, lambda: self.store, lambda text: self.ui.notify(text, "warning"))
+        self._checkpoints: Checkpoints | None = None
         self.guard = Guard(starting_mode(config.permission_mode, settings),
                            SandboxSettings.from_settings(settings, config.agent_dir),
                            config.cwd, self.scratch, self.ui)
@@ -523,6 +525,25 @@ class Session:
         self.store.append("message", message=_codec.unstructure(message))
         self.messages.append(message)
 
+    @property
+    def checkpoints(self) -> Checkpoints:
+        """The session's checkpoints of its files, made on first use (their module loaded,
+        and the workspace's old ones housekept, then): a session that only talks never
+        pays for them."""
+        if self._checkpoints is None:
+            from . import _checkpointing
+
+            self._checkpoints = _checkpointing.Checkpoints(
+                _checkpointing.CheckpointSettings.from_settings(self.settings.get("checkpoints")),
+                self.agent_dir, self.cwd, lambda: self.store,
+                lambda text: self.ui.notify(text, "warning"))
+            self.start_task(self._checkpoints.housekeep)
+        return self._checkpoints
+
+    @property
+    def has_checkpoints(self) -> bool:
+        return self._checkpoints is not None
+
     def last_prompt(self) -> w.UserMessage | None:
         """The context's last user message: the prompt (or steering) a run works on."""
         for message in reversed(self.messages):
@@ -613,17 +634,21 @@ class Session:
         self.queues.clear()
         self.abort()
         await self.run.wait_settled()
+        if not restore_files:
+            await self._switch_to(make, restore=restore)
+            return
         async with self.checkpoints.restoring:
-            plan = None
-            if restore_files:
-                state = self.checkpoints.state_at(files_at)
-                if state is not None:
-                    plan = await self.checkpoints.plan_to(*state, force=force)
-            store = await trio.to_thread.run_sync(make, self.store)
-            self.store.close()
-            self._install(store, restore=restore)
+            state = self.checkpoints.state_at(files_at)
+            plan = None if state is None else await self.checkpoints.plan_to(*state,
+                                                                                force=force)
+            await self._switch_to(make, restore=restore)
             if plan is not None:
                 await self.checkpoints.apply(plan)
+
+    async def _switch_to(self, make: Maker, *, restore: bool) -> None:
+        store = await trio.to_thread.run_sync(make, self.store)
+        self.store.close()
+        self._install(store, restore=restore)
 
 
 def _source_info(path: Path, origin: Origin) -> w.SourceInfo:

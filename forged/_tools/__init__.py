@@ -41,6 +41,8 @@ DEFAULT_TOOLS = tuple(DEFAULTS["defaultTools"])
 """What the model gets when nothing chooses otherwise, as in the ancestor."""
 MCP_RESOURCE_TOOLS = ("list_mcp_resources", "read_mcp_resource")
 """MCP tools as much as the servers' own ``mcp__<server>__<tool>``."""
+READING_TOOLS = frozenset({"read", "grep", "find", "ls", *MCP_RESOURCE_TOOLS})
+"""Tools that never change a file: calling them takes no checkpoint."""
 
 
 def is_mcp_tool(name: str) -> bool:
