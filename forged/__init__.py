@@ -4,7 +4,8 @@ One package of private modules in layers, from the top; a module imports only fr
 layer and the layers below it, and no import cycle exists (``tests/test_layout.py`` checks both
 against the import graph). A package named here stands for all its modules::
 
-    __main__ _cli                        the command line: argv to a mode
+    __main__ _entry _cli                 the command line: argv to a mode (connect and status
+                                         first try the thin path)
     _fronts                              how a process meets a client: stdio, -p and
                                          --mode json, ACP, forged connect
     client                               the public client of the protocol
@@ -27,8 +28,10 @@ against the import graph). A package named here stands for all its modules::
                                          dialogs
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
-    _jsonl _paths _process _values _sandbox _checkpoints _errors _log _time _tls _systemd _version
+    _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version
                                          the ground floor
+    _thin _errors                        connect and status on the standard library alone;
+                                         the exception tree
 
 The supervision trees are drawn in `forged._fronts.stdio` (one session on stdio) and
 `forged._daemon` (many sessions).

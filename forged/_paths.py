@@ -16,13 +16,15 @@ import contextlib
 import os
 import secrets
 import socket
-import stat
-import struct
 from pathlib import Path
 
 import trio
 
 from ._errors import ConfigError
+from ._thin import check_folder as check_folder
+from ._thin import default_socket_path as default_socket_path
+from ._thin import fallback_runtime as fallback_runtime
+from ._thin import guarded_folders, socket_uid
 
 WS_TOKEN_FILE = "ws-token"
 BUSY_RETRY_S = 2.0
@@ -49,38 +51,10 @@ def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
 
 # --- the daemon's folder -----------------------------------------------------------------------
 
-def fallback_runtime() -> Path:
-    return Path(f"/tmp/forged-{os.getuid()}")
-
-
-def default_socket_path() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or str(fallback_runtime())
-    return Path(runtime) / "forged" / "forged.sock"
-
-
-def check_folder(folder: Path) -> None:
-    """`ConfigError` unless `folder` is a real folder (no symbolic link) of this user that
-    no other user may enter; `OSError` when there is none."""
-    info = os.lstat(folder)  # FileNotFoundError: no daemon made it (yet)
-    if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"refusing {folder}: not a folder (a symbolic link?)")
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"refusing {folder}: it belongs to uid {info.st_uid}, not to uid "
-                          f"{os.getuid()}; another user may have made it")
-    if info.st_mode & 0o077:
-        raise ConfigError(f"refusing {folder}: other users may enter it (mode "
-                          f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
-
-
-def _guarded_folders(socket_path: Path) -> list[Path]:
-    folder = socket_path.parent
-    return [folder.parent, folder] if folder.parent == fallback_runtime() else [folder]
-
-
 def runtime_dir(socket_path: Path) -> Path:
     """The socket's folder (the WebSocket token lives there too), made 0700 if needed; a
     `ConfigError` if it, or the ``/tmp`` fallback's parent, is not safely the user's."""
-    folders = _guarded_folders(socket_path)
+    folders = guarded_folders(socket_path)
     folders[0].parent.mkdir(parents=True, exist_ok=True)
     for folder in folders:
         with contextlib.suppress(FileExistsError):
@@ -111,10 +85,7 @@ def read_ws_token(folder: Path | None = None) -> str:
 
 
 def peer_uid(stream: trio.SocketStream) -> int:
-    creds = stream.socket.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                     struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return int(uid)
+    return socket_uid(stream.socket)  # type: ignore[arg-type]
 
 
 async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
@@ -122,7 +93,7 @@ async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
     user's and that the process listening is the user's (``SO_PEERCRED``); `ConfigError`
     otherwise, `OSError` when nothing listens (or it stays too busy to take one, for
     `BUSY_RETRY_S`)."""
-    for folder in _guarded_folders(socket_path):
+    for folder in guarded_folders(socket_path):
         check_folder(folder)
     # Not trio.open_unix_socket: it takes EAGAIN (a full queue of connections waiting to be
     # accepted) for a connect under way, and returns a socket that is not connected.

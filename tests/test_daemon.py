@@ -766,3 +766,30 @@ async def test_a_plain_connection_reads_what_stdio_would(tmp_path: Path) -> None
     events = [item for item in lines if item.get("type") != "response"]
     assert events and not [item for item in events if "sessionId" in item or "seq" in item]
     assert not [item for item in events if item["type"] == "extension_ui_resolved"]
+
+
+@pytest.mark.parametrize("command", [["connect", "--no-start"], ["status"]])
+async def test_connect_and_status_to_a_running_daemon_load_only_the_standard_library(
+        tmp_path: Path, command: list[str]) -> None:
+    """The thin path (`forged._thin`): no trio, no attrs, nothing of forged beyond it, as
+    ``python -X importtime`` lists what a process imports."""
+    import sys
+
+    from .test_process import child_env
+
+    async with open_daemon(tmp_path, [DONE]) as daemon:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+        with trio.fail_after(20):
+            result = await trio.run_process(
+                [sys.executable, "-X", "importtime", "-m", "forged", *command],
+                stdin=b'{"type":"get_state","id":"s"}\n', capture_stdout=True,
+                capture_stderr=True, check=False, env=env, cwd=tmp_path / "project")
+    assert result.returncode == 0, result.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    ours = sorted(name for name in imported if name.startswith("forged"))
+    assert ours == ["forged", "forged._entry", "forged._errors", "forged._thin",
+                    "forged._version"]
+    assert not {"trio", "attrs", "orjson", "cattrs"} & imported
+    assert (b'"id":"s"' in result.stdout if command[0] == "connect"
+            else result.stdout.startswith(b"forged daemon on "))

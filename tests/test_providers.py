@@ -292,5 +292,5 @@ def test_the_client_loads_no_server_module() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.split()
     assert loaded == ["forged", "forged._codec", "forged._errors", "forged._jsonl",
-                      "forged._paths", "forged._version", "forged._wire",
+                      "forged._paths", "forged._thin", "forged._version", "forged._wire",
                       "forged.client"]  # the protocol's classes, its vocabulary

@@ -1,0 +1,363 @@
+"""The ``forged`` command's thin paths: ``forged connect`` and ``forged status`` to a daemon
+that already runs, on the standard library alone (`forged._entry` tries them first).
+
+A launcher spawns ``forged connect`` in place of ``forged --mode rpc``; when the daemon runs,
+nothing more than this module is loaded (no trio, no attrs, nothing else of forged): it checks
+the daemon's folder and that the process listening is the user's (``SO_PEERCRED``), opens a
+session on a *plain* connection (the daemon writes it as stdio would: no stamps), and copies
+bytes both ways, whole lines only to stdout. Anything else (no daemon yet, which connect
+starts; options only a daemon takes; ``--acp``) goes the full way, `forged._cli.main`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from pathlib import Path
+
+from ._errors import ConfigError
+
+CONNECT_ID = "forged-connect"
+STOP_ID = "forged-connect-stop"
+STOP_COMMANDS = b"".join(json.dumps({"type": kind, "id": STOP_ID},
+                                    separators=(",", ":")).encode() + b"\n"
+                         for kind in ("clear_queue", "abort"))
+STOP_ANSWER = b'{"id":"' + STOP_ID.encode() + b'",'
+"""How the answers to connect's own stop commands start: a response's id comes first in
+the object. They are not the client's, so not copied."""
+STOP_GRACE_S = 3.0
+CHUNK = 1 << 20
+
+_VALUED = {"--socket": "socket", "--cwd": "cwd", "--provider": "provider",
+           "--model": "model", "--name": "sessionName", "-n": "sessionName",
+           "--session": "session", "--attach": "attach", "--mode": "mode"}
+_FLAGS = {"--no-start": "noStart", "--no-session": "noSession", "--continue": "continueRecent",
+          "-c": "continueRecent"}
+
+
+# --- the daemon's folder and socket ------------------------------------------------------------
+
+def fallback_runtime() -> Path:
+    return Path(f"/tmp/forged-{os.getuid()}")
+
+
+def default_socket_path() -> Path:
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or str(fallback_runtime())
+    return Path(runtime) / "forged" / "forged.sock"
+
+
+def guarded_folders(socket_path: Path) -> list[Path]:
+    folder = socket_path.parent
+    return [folder.parent, folder] if folder.parent == fallback_runtime() else [folder]
+
+
+def check_folder(folder: Path) -> None:
+    """`ConfigError` unless `folder` is a real folder (no symbolic link) of this user that
+    no other user may enter; `OSError` when there is none."""
+    info = os.lstat(folder)  # FileNotFoundError: no daemon made it (yet)
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"refusing {folder}: not a folder (a symbolic link?)")
+    if info.st_uid != os.getuid():
+        raise ConfigError(f"refusing {folder}: it belongs to uid {info.st_uid}, not to uid "
+                          f"{os.getuid()}; another user may have made it")
+    if info.st_mode & 0o077:
+        raise ConfigError(f"refusing {folder}: other users may enter it (mode "
+                          f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
+
+
+def socket_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def open_daemon(socket_path: Path) -> socket.socket | None:
+    """A blocking connection to the user's daemon, or None when none answers now (the full
+    path then waits for a busy one, or starts one). `ConfigError` for a folder or a daemon
+    that is not the user's."""
+    try:
+        for folder in guarded_folders(socket_path):
+            check_folder(folder)
+    except OSError:
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(socket_path))
+    except OSError:
+        sock.close()
+        return None
+    uid = socket_uid(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise ConfigError(f"refusing the daemon on {socket_path}: it runs as uid {uid}, not "
+                          f"uid {os.getuid()}")
+    return sock
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"forged: {message}\n")
+    sys.stderr.flush()
+
+
+def _line(data: dict[str, object]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+# --- connect -----------------------------------------------------------------------------------
+
+def _parse(argv: list[str]) -> dict[str, str | bool] | None:
+    """connect's options this path takes, or None for any other (the full path's)."""
+    found: dict[str, str | bool] = {}
+    arguments = iter(argv)
+    for arg in arguments:
+        name, equals, value = arg.partition("=")
+        if name in _VALUED:
+            if not equals:
+                taken = next(arguments, None)
+                if taken is None:
+                    return None
+                value = taken
+            found[_VALUED[name]] = value
+        elif arg in _FLAGS:
+            found[_FLAGS[arg]] = True
+        else:
+            return None
+    if found.get("mode", "rpc") != "rpc":
+        return None
+    return found
+
+
+def connect(argv: list[str]) -> int | None:
+    """``forged connect`` to a running daemon; None when this path cannot serve it."""
+    options = _parse(argv)
+    if options is None:
+        return None
+    socket_path = Path(str(options.get("socket") or default_socket_path()))
+    try:
+        sock = open_daemon(socket_path)
+    except ConfigError as exc:
+        _say(str(exc))
+        return 1
+    if sock is None:
+        return None
+    cwd = Path(str(options.get("cwd") or os.getcwd())).expanduser().resolve()
+    if options.get("attach"):
+        opening: dict[str, object] = {"type": "attach", "id": CONNECT_ID,
+                                      "sessionId": options["attach"], "plain": True}
+    else:
+        session = options.get("session")
+        if isinstance(session, str) and ("/" in session or session.endswith(".jsonl")):
+            session = str((cwd / Path(session).expanduser()).resolve())  # not the daemon's
+        opening = {"type": "new_session", "id": CONNECT_ID, "cwd": str(cwd), "plain": True,
+                   **{key: options[key] for key in ("provider", "model", "sessionName",
+                                                    "continueRecent", "noSession")
+                      if key in options}}
+        if session:
+            opening["session"] = session
+    with sock:
+        return Bridge(sock, socket_path).run(_line(opening))
+
+
+class Bridge:
+    """stdin to the daemon, the daemon's whole lines to stdout; one thread, one selector."""
+
+    def __init__(self, sock: socket.socket, socket_path: Path) -> None:
+        self.sock = sock
+        self.socket_path = socket_path
+        self.pending = b""
+        """The start of a line not complete yet."""
+        self.opened = False
+        self.input_ended = False
+        self.stopping = False
+        self.failure: str | None = None
+
+    def run(self, opening: bytes) -> int:
+        self.sock.sendall(opening)
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        previous = signal.set_wakeup_fd(wake_write)
+        handlers = {number: signal.signal(number, lambda *_: None)
+                    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        selector = selectors.DefaultSelector()
+        selector.register(self.sock, selectors.EVENT_READ, "daemon")
+        selector.register(wake_read, selectors.EVENT_READ, "signal")
+        deadline: float | None = None
+        try:
+            while True:
+                timeout = None if deadline is None else max(0.0, deadline - _now())
+                ready = selector.select(timeout)
+                if not ready and deadline is not None:
+                    break  # the stop's grace is over
+                for key, _ in ready:
+                    if key.data == "daemon":
+                        if not self._from_daemon():
+                            return self._ended()
+                    elif key.data == "stdin":
+                        if not self._from_stdin():
+                            selector.unregister(0)
+                    elif key.data == "signal":
+                        os.read(wake_read, 512)
+                        if not self.stopping:
+                            self._stop(selector)
+                            deadline = _now() + STOP_GRACE_S
+                if self.opened and not self.input_ended and not self.stopping and (
+                        0 not in selector.get_map()):
+                    selector.register(0, selectors.EVENT_READ, "stdin")
+        finally:
+            selector.close()
+            signal.set_wakeup_fd(previous)
+            for number, handler in handlers.items():
+                signal.signal(number, handler)
+            os.close(wake_read)
+            os.close(wake_write)
+        return self._ended()
+
+    def _ended(self) -> int:
+        if self.failure is not None:
+            _say(self.failure)
+            return 1
+        return 0
+
+    def _from_stdin(self) -> bool:
+        data = os.read(0, 1 << 16)
+        if data:
+            self.sock.sendall(data)
+            return True
+        self.sock.shutdown(socket.SHUT_WR)
+        self.input_ended = True
+        return False
+
+    def _stop(self, selector: selectors.BaseSelector) -> None:
+        """SIGTERM, SIGINT or SIGHUP: what is queued is dropped and the run aborted, as
+        ``forged --mode rpc`` does; no more input goes to the daemon."""
+        self.stopping = True
+        if 0 in selector.get_map():
+            selector.unregister(0)
+        try:
+            if not self.input_ended:
+                self.sock.sendall(STOP_COMMANDS)
+                self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        self.input_ended = True
+
+    def _from_daemon(self) -> bool:
+        """Copy what the daemon wrote; False once it closed the connection."""
+        data = self.sock.recv(CHUNK)
+        if not data:
+            if self.pending or not self.input_ended:
+                self.failure = self.failure or _why_closed(self.socket_path,
+                                                           bool(self.pending))
+            return False
+        data = self.pending + data
+        cut = data.rfind(b"\n") + 1
+        whole, self.pending = data[:cut], data[cut:]
+        if not self.opened or self.stopping:
+            whole = self._filtered(whole)
+            if self.failure is not None:
+                return False
+        if whole:
+            try:
+                _write_all(1, whole)
+            except OSError as exc:  # the client closed its end
+                self.failure = f"cannot write to stdout: {exc.strerror}"
+                return False
+        return True
+
+    def _filtered(self, whole: bytes) -> bytes:
+        """Lines before the answer to the opening are not the client's (the answer says
+        whether the session opened); nor are the answers to the stop commands."""
+        kept = []
+        for line in whole.splitlines(keepends=True):
+            if not self.opened:
+                try:
+                    answer = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(answer, dict) and answer.get("id") == CONNECT_ID:
+                    if not answer.get("success"):
+                        self.failure = str(answer.get("error"))
+                        return b""
+                    self.opened = True
+                continue
+            if not line.startswith(STOP_ANSWER):
+                kept.append(line)
+        return b"".join(kept)
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _why_closed(socket_path: Path, mid_line: bool) -> str:
+    """Why the daemon closed our connection: it stopped (nothing answers on its socket any
+    more), or it cut us off."""
+    where = " in the middle of a line" if mid_line else ""
+    try:
+        again = open_daemon(socket_path)
+    except ConfigError:
+        again = None
+    if again is None:
+        return f"the daemon stopped{where} (its log says why)"
+    again.close()
+    return (f"the daemon closed the connection{where} (it cuts off a client that stops "
+            "reading; its log says why)")
+
+
+# --- status ------------------------------------------------------------------------------------
+
+def status(argv: list[str]) -> int | None:
+    """``forged status``: None for any option but ``--socket`` (the full path's)."""
+    if argv and not (len(argv) == 2 and argv[0] == "--socket") and not (
+            len(argv) == 1 and argv[0].startswith("--socket=")):
+        return None
+    socket_path = Path(argv[-1].removeprefix("--socket=")) if argv else default_socket_path()
+    try:
+        sock = open_daemon(socket_path)
+    except ConfigError as exc:
+        _say(str(exc))
+        return 1
+    if sock is None:
+        print(f"no forged daemon on {socket_path}")
+        return 1
+    with sock:
+        sock.sendall(_line({"type": "list_sessions", "id": "status"}))
+        buffered = b""
+        while True:
+            data = sock.recv(CHUNK)
+            if not data:
+                print(f"no forged daemon on {socket_path}")
+                return 1
+            buffered += data
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                answer = json.loads(line)
+                if answer.get("id") == "status":
+                    return _print_status(socket_path, answer)
+
+
+def _print_status(socket_path: Path, answer: dict[str, object]) -> int:
+    if not answer.get("success"):
+        _say(str(answer.get("error")))
+        return 1
+    data = answer.get("data")
+    sessions = data.get("sessions", []) if isinstance(data, dict) else []
+    print(f"forged daemon on {socket_path}: {len(sessions)} live session(s)")
+    for item in sessions:
+        name = f" {item['sessionName']!r}" if item.get("sessionName") else ""
+        print(f"  {item['sessionId']}{name}  {item['state']}  {item['clients']} client(s)  "
+              f"{item['cwd']}")
+    return 0
