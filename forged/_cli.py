@@ -466,10 +466,13 @@ def serve(args: argparse.Namespace) -> int:
     from ._daemon import run_daemon
 
     options = options_from(args)
+    from ._fronts.acp import serve_in_daemon
+
     serve_options = ServeOptions(
         socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
         ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
-        drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes)
+        drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes,
+        upgrade=serve_in_daemon)
     mark_process()
     os.close(reserve_stdout())  # the daemon writes no protocol to stdout: logs go to stderr
     return run_reporting(run_daemon, options, serve_options)

@@ -77,6 +77,9 @@ class ServeOptions:
     queue_limit_bytes: int | None = None
     max_live_sessions: int | None = None
     empty_unload_s: float | None = None
+    upgrade: Any = None
+    """Serves a socket connection that asks for ACP (`forged._transports.unix.Upgrade`);
+    None: the daemon speaks RPC only."""
 
 
 def daemon_setting(key: str, default: float) -> float:

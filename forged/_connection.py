@@ -256,6 +256,25 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
+class Prefixed(trio.abc.ReceiveStream):
+    """`stream`, after `prefix` (bytes already read from it)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._prefix:
+            size = len(self._prefix) if max_bytes is None else max_bytes
+            data, self._prefix = self._prefix[:size], self._prefix[size:]
+            await trio.lowlevel.checkpoint()
+            return data
+        return bytes(await self._stream.receive_some(max_bytes))
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 class StreamTransport:
     """JSON lines over a pair of trio streams (stdio's pipes, a Unix socket)."""
 

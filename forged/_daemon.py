@@ -175,7 +175,8 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
 
     for listener in unix_sockets:
         await listen_nursery.start(partial(serve_unix, hub, listener,
-                                           handler_nursery=peers_nursery))
+                                           handler_nursery=peers_nursery,
+                                           upgrade=serve.upgrade))
     for listener in unix_sockets:
         log(f"listening on {listener.getsockname()}")
     if serve.ws is None and not tcp_sockets:

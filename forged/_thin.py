@@ -35,11 +35,42 @@ the object. They are not the client's, so not copied."""
 STOP_GRACE_S = 3.0
 CHUNK = 1 << 20
 
-_VALUED = {"--socket": "socket", "--cwd": "cwd", "--provider": "provider",
-           "--model": "model", "--name": "sessionName", "-n": "sessionName",
-           "--session": "session", "--attach": "attach", "--mode": "mode"}
-_FLAGS = {"--no-start": "noStart", "--no-session": "noSession", "--continue": "continueRecent",
-          "-c": "continueRecent"}
+CONNECT_OPTIONS: tuple[tuple[tuple[str, ...], bool, str], ...] = (
+    (("--socket",), True, "socket"), (("--mode",), True, "mode"), (("--acp",), False, "acp"),
+    (("--no-start",), False, "no_start"), (("--attach",), True, "attach"),
+    (("--provider",), True, "provider"), (("--model",), True, "model"),
+    (("--name", "-n"), True, "session_name"), (("--no-session",), False, "no_session"),
+    (("--session-dir",), True, "session_dir"), (("--session",), True, "session"),
+    (("--continue", "-c"), False, "continue_"), (("--cwd",), True, "cwd"),
+    (("--models",), True, "models"), (("--skill",), True, "skill"),
+    (("--prompt-template",), True, "prompt_template"),
+    (("--system-prompt",), True, "system_prompt"),
+    (("--append-system-prompt",), True, "append_system_prompt"),
+    (("--no-skills", "-ns"), False, "no_skills"),
+    (("--no-prompt-templates", "-np"), False, "no_prompt_templates"),
+    (("--no-context-files", "-nc"), False, "no_context_files"),
+    (("--thinking",), True, "thinking"), (("--permission-mode",), True, "permission_mode"),
+    (("--api-key",), True, "api_key"), (("--tools", "-t"), True, "tools"),
+    (("--no-tools", "-nt"), False, "no_tools"),
+    (("--no-builtin-tools", "-nbt"), False, "no_builtin_tools"),
+    (("--exclude-tools", "-xt"), True, "exclude_tools"), (("--session-id",), True, "session_id"),
+    (("--fork",), True, "fork"), (("--resume", "-r"), False, "continue_"),
+    (("--approve", "-a"), False, "approve"), (("--no-approve", "-na"), False, "approve"),
+    (("--plugin",), True, "plugin"), (("--trust-project",), False, "approve"),
+    (("--mcp-config",), True, "mcp_config"), (("--no-mcp",), False, "no_mcp"),
+    (("--extension", "-e"), True, "extension"), (("--no-themes",), False, "ignored_no_themes"),
+    (("--theme",), True, "ignored_theme"), (("--use-theme",), True, "ignored_use_theme"),
+    (("--no-extensions", "-ne"), False, "ignored_no_extensions"),
+    (("--offline",), False, "ignored_offline"), (("--tui-mode",), True, "ignored_tui_mode"),
+    (("--verbose",), False, "ignored_verbose"), (("--script",), True, "script"))
+"""``forged connect``'s options as its parser has them (flags, takes a value, destination),
+in its order; `tests/test_daemon.py` checks they stay the same."""
+PER_SESSION = frozenset({"provider", "model", "session_name", "session", "continue_",
+                         "no_session", "cwd", "socket", "mode", "acp", "no_start", "attach"})
+"""Options that reach the session connect opens (or connect itself); the others shape only
+a daemon that connect starts (`forged._cli.CONNECT_PER_SESSION`)."""
+_BY_FLAG = {flag: (takes_value, dest) for flags, takes_value, dest in CONNECT_OPTIONS
+            for flag in flags}
 
 
 # --- the daemon's folder and socket ------------------------------------------------------------
@@ -112,33 +143,46 @@ def _line(data: dict[str, object]) -> bytes:
 
 # --- connect -----------------------------------------------------------------------------------
 
-def _parse(argv: list[str]) -> dict[str, str | bool] | None:
-    """connect's options this path takes, or None for any other (the full path's)."""
+def _parse(argv: list[str]) -> tuple[dict[str, str | bool], list[str]] | None:
+    """connect's options by destination, and the daemon-only ones given (their long flags,
+    in the parser's order); None for anything this path does not read (the full path's:
+    it says what is wrong)."""
     found: dict[str, str | bool] = {}
+    given: set[str] = set()
     arguments = iter(argv)
     for arg in arguments:
-        name, equals, value = arg.partition("=")
-        if name in _VALUED:
+        flag, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        known = _BY_FLAG.get(flag)
+        if known is None:
+            return None
+        takes_value, dest = known
+        if takes_value:
             if not equals:
                 taken = next(arguments, None)
-                if taken is None:
+                if taken is None or taken.startswith("-"):
                     return None
                 value = taken
-            found[_VALUED[name]] = value
-        elif arg in _FLAGS:
-            found[_FLAGS[arg]] = True
-        else:
+            found[dest] = value
+        elif equals:
             return None
-    if found.get("mode", "rpc") != "rpc":
+        else:
+            found[dest] = True
+        given.add(flag)
+    if found.get("mode") == "acp":
+        found["acp"] = True
+    elif found.get("mode", "rpc") != "rpc":
         return None
-    return found
+    unused = [next(f for f in flags if f.startswith("--")) for flags, _, dest in CONNECT_OPTIONS
+              if dest not in PER_SESSION and given & set(flags)]
+    return found, unused
 
 
 def connect(argv: list[str]) -> int | None:
     """``forged connect`` to a running daemon; None when this path cannot serve it."""
-    options = _parse(argv)
-    if options is None:
+    parsed = _parse(argv)
+    if parsed is None:
         return None
+    options, unused = parsed
     socket_path = Path(str(options.get("socket") or default_socket_path()))
     try:
         sock = open_daemon(socket_path)
@@ -147,18 +191,26 @@ def connect(argv: list[str]) -> int | None:
         return 1
     if sock is None:
         return None
+    if unused:
+        _say(f"{', '.join(unused)}: the daemon already runs and keeps its own options (they "
+             "apply to a daemon that connect starts, or to forged serve)")
     cwd = Path(str(options.get("cwd") or os.getcwd())).expanduser().resolve()
+    if options.get("acp"):  # the daemon runs the ACP front: bytes both ways
+        opening: dict[str, object] = {"type": "acp", "id": CONNECT_ID, "cwd": str(cwd), **{
+            key: options[key] for key in ("provider", "model") if key in options}}
+        with sock:
+            return Bridge(sock, socket_path, stop=b"").run(_line(opening))
     if options.get("attach"):
-        opening: dict[str, object] = {"type": "attach", "id": CONNECT_ID,
-                                      "sessionId": options["attach"], "plain": True}
+        opening = {"type": "attach", "id": CONNECT_ID, "sessionId": options["attach"],
+                   "plain": True}
     else:
         session = options.get("session")
         if isinstance(session, str) and ("/" in session or session.endswith(".jsonl")):
             session = str((cwd / Path(session).expanduser()).resolve())  # not the daemon's
+        names = {"provider": "provider", "model": "model", "session_name": "sessionName",
+                 "continue_": "continueRecent", "no_session": "noSession"}
         opening = {"type": "new_session", "id": CONNECT_ID, "cwd": str(cwd), "plain": True,
-                   **{key: options[key] for key in ("provider", "model", "sessionName",
-                                                    "continueRecent", "noSession")
-                      if key in options}}
+                   **{name: options[dest] for dest, name in names.items() if dest in options}}
         if session:
             opening["session"] = session
     with sock:
@@ -168,9 +220,12 @@ def connect(argv: list[str]) -> int | None:
 class Bridge:
     """stdin to the daemon, the daemon's whole lines to stdout; one thread, one selector."""
 
-    def __init__(self, sock: socket.socket, socket_path: Path) -> None:
+    def __init__(self, sock: socket.socket, socket_path: Path, *,
+                 stop: bytes = STOP_COMMANDS) -> None:
         self.sock = sock
         self.socket_path = socket_path
+        self.stop = stop
+        """What a signal sends before input ends: RPC's clear_queue and abort."""
         self.pending = b""
         """The start of a line not complete yet."""
         self.opened = False
@@ -242,7 +297,7 @@ class Bridge:
             selector.unregister(0)
         try:
             if not self.input_ended:
-                self.sock.sendall(STOP_COMMANDS)
+                self.sock.sendall(self.stop)
                 self.sock.shutdown(socket.SHUT_WR)
         except OSError:
             pass

@@ -785,3 +785,38 @@ def test_session_load_finds_only_an_exact_id_of_its_own_folder(tmp_path: Path, h
     refused = asyncio.run(asyncio.wait_for(drive(), 60))
     assert [code for code, _ in refused] == [-32602] * 7
     assert all(f" in {project}" in text and "No session" in text for _, text in refused), refused
+
+
+def test_connect_acp_to_a_running_daemon_is_a_thin_byte_copier(tmp_path: Path) -> None:
+    """Once a daemon runs, ``forged connect --acp`` loads only the standard library and the
+    daemon runs the ACP front: an editor's session there is one of the daemon's."""
+    import sys
+
+    command, env = forged_acp(tmp_path, "connect")
+    project = tmp_path / "project"
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                             "params": {"protocolVersion": 1}})
+    new = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                      "params": {"cwd": str(project), "mcpServers": []}})
+    try:
+        first = subprocess.run(command, input=f"{initialize}\n{new}\n".encode(),
+                               capture_output=True, env=env, cwd=project, timeout=60,
+                               check=False)  # its first session starts the daemon
+        assert first.returncode == 0, first.stderr
+        thin = subprocess.run([sys.executable, "-X", "importtime", "-m", "forged",
+                               *command[1:]], input=f"{initialize}\n{new}\n".encode(),
+                              capture_output=True, env=env, cwd=project, timeout=60,
+                              check=False)
+        status = subprocess.run([str(BIN / "forged"), "status"], capture_output=True,
+                                env=env, timeout=60, check=False)
+    finally:
+        stop_daemon(tmp_path / "run")
+    assert thin.returncode == 0, thin.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in thin.stderr.decode().splitlines()
+                if line.startswith("import time:")}
+    assert not {"trio", "attrs", "orjson", "forged._cli"} & imported
+    answers = [json.loads(line) for line in thin.stdout.splitlines()]
+    assert [answer.get("id") for answer in answers if "id" in answer] == [1, 2]
+    assert answers[0]["result"]["agentInfo"]["name"] == "forged"
+    session_id = next(a for a in answers if a.get("id") == 2)["result"]["sessionId"]
+    assert session_id.encode() in status.stdout  # a session of the daemon

@@ -793,3 +793,14 @@ async def test_connect_and_status_to_a_running_daemon_load_only_the_standard_lib
     assert not {"trio", "attrs", "orjson", "cattrs"} & imported
     assert (b'"id":"s"' in result.stdout if command[0] == "connect"
             else result.stdout.startswith(b"forged daemon on "))
+
+
+def test_the_thin_path_knows_connects_options_as_its_parser_does() -> None:
+    from forged._cli import CONNECT_PER_SESSION, build_connect_parser
+    from forged._thin import CONNECT_OPTIONS, PER_SESSION
+
+    parsed = tuple((tuple(action.option_strings), action.nargs != 0, action.dest)
+                   for action in build_connect_parser()._actions
+                   if action.option_strings and action.dest != "help")
+    assert parsed == CONNECT_OPTIONS
+    assert PER_SESSION == CONNECT_PER_SESSION

@@ -12,13 +12,16 @@ import contextlib
 import os
 import socket
 import stat
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import orjson
 import trio
 
 from .. import _wire as w
 from .._codec import encode
-from .._connection import StreamTransport, response
+from .._connection import Prefixed, StreamTransport, response
 from .._errors import ConfigError
 from .._hub import Hub
 from .._log import log
@@ -61,18 +64,53 @@ def listen_backlog() -> int:
         return socket.SOMAXCONN
 
 
-async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str) -> None:
+Upgrade = Callable[[Hub, dict[str, Any], trio.abc.HalfCloseableStream, bytes], Awaitable[None]]
+"""Serves a connection whose first line asks for another protocol (``{"type": "acp", ...}``):
+the request, the stream, and what was read after that line."""
+UPGRADE_PREFIX = b'{"type":"acp"'
+
+
+async def serve_stream_peer(hub: Hub, stream: trio.abc.HalfCloseableStream, name: str,
+                            prefix: bytes = b"") -> None:
     """One JSON-lines connection (`Hub.serve_connection`); on a socket, lines are written
-    straight to it while it takes them."""
-    await hub.serve_connection(name, StreamTransport(stream, stream, w.DAEMON_COMMAND_CLASSES))
+    straight to it while it takes them. `prefix`: what was read of it already."""
+    receive = Prefixed(stream, prefix) if prefix else stream
+    await hub.serve_connection(name, StreamTransport(receive, stream,
+                                                     w.DAEMON_COMMAND_CLASSES))
+
+
+async def _opening(stream: trio.abc.ReceiveStream) -> tuple[dict[str, Any] | None, bytes]:
+    """The request of a connection that asks for another protocol, and what came after it;
+    else None and what was read (at most until it cannot be such a request)."""
+    read = b""
+    while len(read) < len(UPGRADE_PREFIX) and UPGRADE_PREFIX.startswith(read):
+        data = await stream.receive_some(1 << 16)
+        if not data:
+            return None, read
+        read += data
+    if not read.startswith(UPGRADE_PREFIX):
+        return None, read
+    while b"\n" not in read:
+        data = await stream.receive_some(1 << 16)
+        if not data or len(read) > 1 << 16:
+            return None, read
+        read += data
+    line, _, rest = read.partition(b"\n")
+    try:
+        request = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None, read
+    return (request, rest) if isinstance(request, dict) else (None, read)
 
 
 async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
                      handler_nursery: trio.Nursery | None = None,
+                     upgrade: Upgrade | None = None,
                      task_status: trio.TaskStatus[list[trio.SocketListener]] = (
                          trio.TASK_STATUS_IGNORED)) -> None:
     """Accept connections on `listener_socket` until cancelled; connections run in
-    `handler_nursery` (so they can outlive the listening, while a daemon drains)."""
+    `handler_nursery` (so they can outlive the listening, while a daemon drains). One whose
+    first line asks for ACP is served by `upgrade`, when given."""
     uid = os.getuid()
 
     async def handle(stream: trio.SocketStream) -> None:
@@ -85,7 +123,16 @@ async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
                     f"user (uid {uid})")))
                 await stream.aclose()
             return
-        await serve_stream_peer(hub, stream, f"unix client (uid {peer})")
+        name = f"unix client (uid {peer})"
+        if upgrade is None:
+            await serve_stream_peer(hub, stream, name)
+            return
+        request, read = await _opening(stream)
+        if request is None:
+            await serve_stream_peer(hub, stream, name, read)
+        else:
+            log(f"{name} connected, speaking ACP")
+            await upgrade(hub, request, stream, read)
 
     listener = trio.SocketListener(listener_socket)
     await trio.serve_listeners(handle, [listener], handler_nursery=handler_nursery,

@@ -22,22 +22,26 @@ A ``session/prompt`` is answered when its own turn ends (`.turns`).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import trio
 
 from ... import _wire as w
+from ..._codec import encode
 from ..._config import Options, list_stored
-from ..._connection import SHUTDOWN_GRACE_S, Outbox, open_fd_stream
+from ..._connection import SHUTDOWN_GRACE_S, Outbox, Prefixed, open_fd_stream, response
 from ..._dispatch import Agent, failure_text
 from ..._errors import AcpError, ClientGone, CommandError
+from ..._hub import Hub
 from ..._log import log
 from ..._settings import DEFAULTS
 from ..._tools import ToolError
 from ..._tools.files import read_file, write_file
+from ..._transports.unix import serve_stream_peer
 from ..._ui import ALLOW_ONCE, ALLOW_SESSION, DENY
 from ..._version import __version__
-from .backends import InProcess, Link, Sessions, call, mcp_entries
+from .backends import InDaemon, InProcess, Link, Sessions, call, mcp_entries
 from .jsonrpc import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
@@ -561,6 +565,33 @@ async def serve_acp(sessions: Sessions, nursery: trio.Nursery, stdin: trio.abc.R
             await acp_session.turns.wait_answered()
     outbox.close()
     await outbox.flushed.wait()
+
+
+ACP_OPENED_ID = "forged-connect"
+
+
+async def serve_in_daemon(hub: Hub, request: dict[str, Any],
+                          stream: trio.abc.HalfCloseableStream, read: bytes) -> None:
+    """A socket connection of the daemon that asked for ACP (``{"type": "acp", "cwd"?,
+    "provider"?, "model"?, "id"?}``, answered as an RPC response to that id): the ACP front
+    runs here, beside the sessions, each ACP session one of the daemon's on a connection of
+    its own (a socket pair: the hub serves it as any client)."""
+    cwd = request.get("cwd")
+    folder = Path(cwd) if isinstance(cwd, str) and Path(cwd).is_absolute() else hub.default_cwd
+    provider, model = request.get("provider"), request.get("model")
+
+    async with stream, trio.open_nursery() as nursery:
+        async def connect() -> trio.abc.Stream:
+            ours, theirs = trio.socket.socketpair()
+            nursery.start_soon(serve_stream_peer, hub, trio.SocketStream(theirs),
+                               "an ACP session")
+            return trio.SocketStream(ours)
+
+        await stream.send_all(encode(response("acp", request.get("id") or ACP_OPENED_ID)))
+        await serve_acp(InDaemon(connect, provider=provider if isinstance(provider, str)
+                                 else None, model=model if isinstance(model, str) else None),
+                        nursery, Prefixed(stream, read), stream, default_cwd=folder)
+        nursery.cancel_scope.cancel()
 
 
 async def run_acp(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
