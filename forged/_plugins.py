@@ -24,13 +24,12 @@ plugin's prints go to stderr: fd 1 carries protocol lines only (docs/protocol.md
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import importlib.util
 import inspect
 import math
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol
@@ -130,6 +129,27 @@ def _plugin_files(folder: Path) -> list[Path]:
 _installed: tuple[tuple[tuple[str, int], ...], list[PluginSource]] | None = None
 
 
+def _declared(folders: Iterable[str]) -> bool:
+    """Whether a distribution in `folders` declares a ``forged.plugins`` entry point: its
+    ``entry_points.txt`` names the group (read as bytes, before any metadata parser)."""
+    marker = f"[{ENTRY_POINT_GROUP}]".encode()
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.endswith((".dist-info", ".egg-info")):
+                continue
+            try:
+                with open(os.path.join(entry.path, "entry_points.txt"), "rb") as file:
+                    if marker in file.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def _package_plugins() -> list[PluginSource]:
     """The plugins installed as packages (the ``forged.plugins`` entry points).
 
@@ -142,6 +162,11 @@ def _package_plugins() -> list[PluginSource]:
     if _installed is not None and _installed[0] == key:
         return _installed[1]
     found: list[PluginSource] = []
+    if not _declared(folder for folder, _ in key):
+        _installed = key, found  # (importlib.metadata, ~9 ms to import, is not needed)
+        return found
+    import importlib.metadata
+
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             register = _register_of(entry_point.name, entry_point.load())

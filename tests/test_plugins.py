@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -449,3 +450,14 @@ async def test_the_readme_plugin_example_works(tmp_path: Path) -> None:
     assert count["result"]["content"][0]["text"] == "2"
     assert lock["result"]["content"][0]["text"] == "Lock files are generated; do not write them"
     assert not (tmp_path / "project" / "x.lock").exists()
+
+
+def test_with_no_plugin_package_installed_no_metadata_is_parsed() -> None:
+    """Start-up reads no distribution's metadata when none declares a ``forged.plugins``
+    entry point (importlib.metadata costs ~9 ms to import): a byte search of the
+    ``entry_points.txt`` files says so first."""
+    code = ("import sys\nfrom forged._plugins import _package_plugins\n"
+            "print(_package_plugins(), 'importlib.metadata' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == ["[]", "False"]
