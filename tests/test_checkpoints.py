@@ -319,3 +319,26 @@ async def test_a_direct_bash_command_is_checkpointed_and_large_files_are_left_ou
         await request(client, "restore_checkpoint", entryId=listed[0]["entryId"])
     assert (project / "notes.md").read_text() == "alpha\nbeta\n"
     assert (project / "big.dat").read_bytes() == b"x" * 501 + b"grown\n"  # not captured
+
+
+def test_housekeeping_drops_old_captures_and_packs_once_a_day(tmp_path: Path) -> None:
+    from forged._checkpoints import due, housekeep
+
+    project = tmp_path / "project"
+    make_project(project)
+    agent = tmp_path / "agent"
+    shadow = Shadow(agent, project)
+    kept = shadow.capture("session").commit
+    (project / "notes.md").write_text("changed\n")
+    shadow.capture("session")
+    refs = shadow.git_dir / "refs" / "forged"
+    assert len(list(refs.iterdir())) == 2 and due(agent, project)
+    assert housekeep(agent, project, keep_days=30) == 0  # none is old: all kept, packed
+    assert (shadow.git_dir / "packed-refs").read_text().count("refs/forged/") == 2
+    assert list((shadow.git_dir / "objects" / "pack").glob("*.pack"))
+    assert not due(agent, project) and housekeep(agent, project, keep_days=-1) == 0
+    os.utime(shadow.git_dir / "housekept", (0, 0))  # a day later: everything is old now
+    assert housekeep(agent, project, keep_days=-1) == 2
+    listed = subprocess.run(["git", "--git-dir", str(shadow.git_dir), "for-each-ref"],
+                            capture_output=True, text=True, check=True).stdout
+    assert listed == "" and kept not in listed

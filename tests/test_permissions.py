@@ -337,3 +337,24 @@ async def test_a_sandboxed_mode_fails_closed_without_a_working_bubblewrap(
     assert ("install the bubblewrap package" in said if bwrap == "missing"
             else "cannot make the sandbox's namespaces" in said and "AppArmor" in said)
     assert not (where["project"] / "ran.txt").exists()
+
+
+@pytest.mark.parametrize(("mine", "project", "chosen"), [
+    (None, "auto", "auto"), ("full-access", "read-only", "read-only"),
+    ("auto", "read-only", "read-only"), ("auto", "full-access", "auto"),
+    ("ask", "auto", "ask"), ("read-only", "ask", "read-only"), ("auto", None, "auto"),
+    ("yolo", None, "full-access")])
+def test_a_trusted_project_may_lower_the_mode_never_raise_it(
+        tmp_path: Path, mine: str | None, project: str | None, chosen: str) -> None:
+    from forged._settings import Settings
+    from forged._tools.guard import starting_mode
+
+    agent, cwd = tmp_path / "agent", tmp_path / "project"
+    (cwd / ".agent-forge").mkdir(parents=True)
+    agent.mkdir()
+    (agent / "settings.json").write_text(json.dumps(
+        {"trustedProjects": [str(cwd)], **({"permissionMode": mine} if mine else {})}))
+    (cwd / ".agent-forge" / "settings.json").write_text(json.dumps(
+        {"permissionMode": project} if project else {}))
+    assert starting_mode(None, Settings(agent, cwd)) == chosen
+    assert starting_mode("read-only", Settings(agent, cwd)) == "read-only"
