@@ -89,6 +89,16 @@ def _changes(changes: list[Change]) -> list[dict[str, str]]:
     return [{"path": change.path, "status": change.status} for change in changes]
 
 
+def changed_files(changes: list[Change]) -> list[w.ChangedFile]:
+    return [w.ChangedFile(path=change.path, status=change.status) for change in changes]
+
+
+def _data_at(store: SessionFile, position: int) -> dict[str, Any] | None:
+    """The ``data`` of the checkpoint entry at `position`, or None (another entry; only a
+    ``custom`` one is read)."""
+    return checkpoint_data(store.entry(position)) if store.kind(position) == "custom" else None
+
+
 @attrs.frozen(kw_only=True)
 class RestorePlan:
     """A restore checked and ready: the capture of the files now, what it will change."""
@@ -118,7 +128,7 @@ class Checkpoints:
         self._lock = trio.Lock()
         """One capture at a time."""
         self.restoring = trio.Lock()
-        """One restore at a time, from its check to its end (`plan`, then `apply`)."""
+        """One restore at a time, from its check to its end (`plan_to`, then `apply`)."""
         self._captured_for: object = None
         """The prompt the current run captured for."""
         self._unsettled = False
@@ -137,21 +147,21 @@ class Checkpoints:
         last checkpoint entry, on any branch)."""
         store = self._store()
         for position in range(len(store) - 1, -1, -1):
-            if store.kind(position) == "custom":
-                data = checkpoint_data(store.entry(position))
-                if data is not None:
-                    return state_after(data)
+            data = _data_at(store, position)
+            if data is not None:
+                return state_after(data)
         return None
 
     # --- capturing -----------------------------------------------------------------------------
 
-    async def before_tool(self, tool: str, prompt: object, prompt_text: str) -> None:
-        """Before a call of `tool`, one that can change files: capture once per run
-        (`prompt` names the run). On disk before the tool starts."""
+    async def before_change(self, prompt: w.UserMessage | None) -> None:
+        """Before a tool call that can change files: capture once per run (`prompt`, the
+        message it works on, names it). On disk before the tool starts."""
         if not self.enabled or self._captured_for is prompt:
             return
         self._captured_for = prompt
-        await self.capture("before", prompt_text)
+        await self.capture("before", "" if prompt is None else "".join(
+            block.text for block in prompt.content if isinstance(block, w.TextContent)))
 
     async def settle(self) -> None:
         """As a spell ends: capture what its runs left, if they captured before."""
@@ -215,11 +225,9 @@ class Checkpoints:
         store = self._store()
         found: list[w.Checkpoint] = []
         for position in store.path_to_leaf():
-            if store.kind(position) != "custom":
-                continue
-            entry = store.entry(position)
-            data = checkpoint_data(entry)
+            data = _data_at(store, position)
             if data is not None:
+                entry = store.entry(position)
                 found.append(w.Checkpoint(
                     entry_id=str(entry["id"]), timestamp=str(entry.get("timestamp")),
                     kind=str(data.get("kind", "before")), prompt=data.get("prompt"),
@@ -246,15 +254,15 @@ class Checkpoints:
             newer = state_after(self._entry_data(to_entry_id))
         else:
             later = [item.entry_id for item in self.listing()]
-            if entry_id in later and later.index(entry_id) + 1 < len(later):
-                newer = state_after(self._entry_data(later[later.index(entry_id) + 1]))
+            following = later[later.index(entry_id) + 1:] if entry_id in later else []
+            if following:
+                newer = state_after(self._entry_data(following[0]))
         owner = self.owner()
 
         def read() -> w.CheckpointDiff:
             target = newer or self._shadow.capture(owner).commit
             changes = self._shadow.changes(older, target)
-            return w.CheckpointDiff(files=[w.ChangedFile(path=c.path, status=c.status)
-                                           for c in changes],
+            return w.CheckpointDiff(files=changed_files(changes),
                                     diff=self._shadow.diff(older, target))
 
         return await self._run(read)
@@ -270,24 +278,33 @@ class Checkpoints:
         if position == LEAF:
             position = len(store) - 1 if len(store) else None
         for at in reversed(store.path_to(position)):
-            data = checkpoint_data(store.entry(at)) if store.kind(at) == "custom" else None
+            data = _data_at(store, at)
             if data is not None:
                 return state_after(data), str(store.entry_id(at))
         branch = store.path_to_leaf()
         after = branch.index(position) + 1 if position in branch else 0
         for at in branch[after:]:
-            data = checkpoint_data(store.entry(at)) if store.kind(at) == "custom" else None
+            data = _data_at(store, at)
             if data is not None:
                 return str(data["commit"]), str(store.entry_id(at))
         return None
 
-    async def plan(self, entry_id: str, *, force: bool) -> RestorePlan:
-        """Check a restore to the checkpoint `entry_id`: the files now are captured, and
-        drift refuses it (`CommandError` naming the files) unless `force`."""
+    async def restore(self, entry_id: str, *, force: bool, dry_run: bool) -> w.RestoreResult:
+        """``restore_checkpoint``: the files back as they were at the checkpoint `entry_id`
+        (`plan_to`, then `apply`), one restore at a time; with `dry_run`, only what it
+        would do, and the drift."""
         target = str(self._entry_data(entry_id)["commit"])
-        return await self.plan_to(target, entry_id, force=force)
+        async with self.restoring:
+            plan = await self.plan_to(target, entry_id, force=force or dry_run)
+            if dry_run:
+                return w.RestoreResult(files=changed_files(plan.changes), dry_run=True,
+                                       drift=changed_files(plan.drift))
+            return await self.apply(plan)
 
     async def plan_to(self, target: str, entry_id: str, *, force: bool) -> RestorePlan:
+        """Check a restore to the capture `target` (the checkpoint `entry_id`'s): the files
+        now are captured, and drift refuses it (`CommandError` naming the files) unless
+        `force`."""
         if not self.enabled:
             raise CommandError("Checkpoints are off (checkpoints.enabled)")
         known, owner = self.known_state(), self.owner()
@@ -319,8 +336,7 @@ class Checkpoints:
                 raise CommandError("The restore was not done: its checkpoint could not be "
                                    "written to the session file")
             await self._run(lambda: self._shadow.restore(plan.target, plan.now))
-        return w.RestoreResult(files=[w.ChangedFile(path=c.path, status=c.status)
-                                      for c in plan.changes], entry_id=entry_id)
+        return w.RestoreResult(files=changed_files(plan.changes), entry_id=entry_id)
 
     async def _run(self, work: Callable[[], T]) -> T:
         try:

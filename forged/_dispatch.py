@@ -328,19 +328,8 @@ class Dispatcher:
             raise CommandError("Cannot restore files while a run or a bash command is "
                                "active; wait for agent_settled or abort it first")
 
-        async def restore() -> w.RestoreResult:
-            async with session.checkpoints.restoring:
-                plan = await session.checkpoints.plan(command.entry_id,
-                                                      force=command.force or command.dry_run)
-                if command.dry_run:
-                    return w.RestoreResult(
-                        files=[w.ChangedFile(path=c.path, status=c.status)
-                               for c in plan.changes], dry_run=True,
-                        drift=[w.ChangedFile(path=c.path, status=c.status)
-                               for c in plan.drift])
-                return await session.checkpoints.apply(plan)
-
-        self._in_task(reply, restore)
+        self._in_task(reply, lambda: session.checkpoints.restore(
+            command.entry_id, force=command.force, dry_run=command.dry_run))
 
     # --- prompting -----------------------------------------------------------------------------
 

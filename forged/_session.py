@@ -249,13 +249,9 @@ class Toolbox:
                                                             call.arguments)
 
     async def prepare(self, call: w.ToolCall) -> None:
-        session = self._session
-        if call.name in READING_TOOLS:
-            return
-        prompt = session.last_prompt()
-        text = "" if prompt is None else "".join(
-            block.text for block in prompt.content if isinstance(block, w.TextContent))
-        await session.checkpoints.before_tool(call.name, prompt, text)
+        if call.name not in READING_TOOLS:
+            session = self._session
+            await session.checkpoints.before_change(session.last_prompt())
 
     async def settle(self) -> None:
         if self._session.has_checkpoints:
