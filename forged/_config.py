@@ -82,11 +82,15 @@ class ServeOptions:
     None: the daemon speaks RPC only."""
 
 
-def daemon_setting(key: str, default: float) -> float:
-    """A number from the global settings' ``daemon`` section, else `default`."""
-    section = Settings(agent_dir()).get("daemon")
+def daemon_setting(key: str, default: float, section: object = None) -> float:
+    """A number (not negative) of a ``daemon`` settings section: `section`, else the global
+    settings'; else `default`."""
+    if section is None:
+        section = Settings(agent_dir()).get("daemon")
     value = section.get(key) if isinstance(section, dict) else None
-    return float(value) if isinstance(value, int | float) and value >= 0 else default
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return default
 
 
 @attrs.define(kw_only=True)

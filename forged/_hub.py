@@ -27,14 +27,14 @@ import trio
 
 from . import _codec
 from . import _wire as w
-from ._config import find_stored, list_stored
+from ._config import daemon_setting, find_stored, list_stored
 from ._connection import Connection, Transport
 from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError
 from ._jsonl import encode_line
 from ._log import log
 from ._session import Session, SessionConfig
-from ._settings import DEFAULTS, Settings
+from ._settings import DEFAULTS
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
@@ -47,6 +47,8 @@ dropped connection's fresh session is not worth keeping, and cheap to make again
 STALLED_S = 5.0
 BURST_FACTOR = 4
 MAX_LIVE_SESSIONS = int(DEFAULTS["daemon.maxSessions"])
+PERMISSION_WAIT_S = float(DEFAULTS["daemon.permissionWaitSeconds"])
+"""How long a permission request waits while no client is attached (`forged._ui`)."""
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
 
 
@@ -217,7 +219,9 @@ class LiveSession:
                 self.agent, self.session = agent, agent.session
                 agent.session.ui.announce_resolved = True
                 agent.session.ui.interactive = False
-                agent.session.ui.client_wait_s = permission_wait_s(agent.session.settings)
+                agent.session.ui.client_wait_s = daemon_setting(  # (its settings, read)
+                    "permissionWaitSeconds", PERMISSION_WAIT_S,
+                    agent.session.settings.get("daemon", {}))
                 task_status.started()
                 idle_s = await self._until_idle_for(idle_unload_s, empty_unload_s)
                 log(f"unloading session {self.id}: idle for {idle_s:g} s")
@@ -424,15 +428,6 @@ class Hub:
                 SessionRequest(cwd=cwd, session_path=path)))
         peer.opening = None
         return self._move(peer, live, since_seq)
-
-
-def permission_wait_s(settings: Settings) -> float:
-    """``daemon.permissionWaitSeconds``: how long a permission request waits for a client."""
-    section = settings.get("daemon")
-    value = section.get("permissionWaitSeconds") if isinstance(section, dict) else None
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    return float(DEFAULTS["daemon.permissionWaitSeconds"])
 
 
 def _folder(text: str, *, existing: bool = True) -> Path:

@@ -72,9 +72,7 @@ class Dialogs:
         when one can again, waiting permission requests are sent to it."""
         self.interactive = interactive
         if not interactive:
-            pending, self._pending = self._pending, {}
-            for dialog in pending.values():
-                dialog.done.set()
+            self._cancel_dialogs()
         for request in self._permissions.values():
             request.stir()
 
@@ -180,12 +178,15 @@ class Dialogs:
         pending.done.set()
         return True
 
-    def cancel_all(self) -> None:
-        """Resolve every open dialog as cancelled, and deny every permission request
-        (``abort``)."""
+    def _cancel_dialogs(self) -> None:
         pending, self._pending = self._pending, {}
         for dialog in pending.values():
             dialog.done.set()
+
+    def cancel_all(self) -> None:
+        """Resolve every open dialog as cancelled, and deny every permission request
+        (``abort``)."""
+        self._cancel_dialogs()
         for request in self._permissions.values():
             request.aborted = True
             request.stir()
