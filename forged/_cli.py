@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from . import _tls
+from . import _thin, _tls
 from ._errors import ConfigError, ForgedError
 from ._log import log, reserve_stdout
 from ._version import __version__
@@ -455,7 +455,8 @@ def run_subcommand(command: str, argv: list[str]) -> int:
             parser = build_connect_parser()
             args = parser.parse_args(argv)
             return _bridge.connect(args, argv, daemon_only(parser, args))
-        return trio.run(_bridge.status, build_status_parser().parse_args(argv).socket)
+        socket_path = build_status_parser().parse_args(argv).socket
+        return _thin.status(["--socket", str(socket_path)] if socket_path else []) or 0
     except ConfigError as exc:
         log(str(exc))
         return 2

@@ -308,7 +308,7 @@ class Bridge:
         data = self.sock.recv(CHUNK)
         if not data:
             if self.pending or not self.input_ended:
-                self.failure = self.failure or _why_closed(self.socket_path,
+                self.failure = self.failure or why_closed(self.socket_path,
                                                            bool(self.pending))
             return False
         data = self.pending + data
@@ -357,7 +357,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _why_closed(socket_path: Path, mid_line: bool) -> str:
+def why_closed(socket_path: Path, mid_line: bool) -> str:
     """Why the daemon closed our connection: it stopped (nothing answers on its socket any
     more), or it cut us off."""
     where = " in the middle of a line" if mid_line else ""

@@ -1,5 +1,5 @@
-"""``forged serve``, ``forged connect`` and ``forged status``: the daemon, the stdio bridge to
-it, and a look at it.
+"""``forged connect`` the full way: the stdio bridge to the daemon, when the thin path
+(`forged._thin`) cannot serve it.
 
 ``forged connect`` stands in for ``forged --mode rpc`` (``forged connect --acp`` for
 ``forged --mode acp``, each ACP session a session of the daemon): it opens a session in the
@@ -27,39 +27,9 @@ import trio
 
 from .._errors import ConfigError
 from .._log import log, reserve_stdout
+from .._thin import CONNECT_ID, STOP_ANSWER, STOP_COMMANDS, why_closed
 
-CONNECT_ID = "forged-connect"
-STOP_ID = "forged-connect-stop"
-STOP_COMMANDS = b"".join(orjson.dumps({"type": kind, "id": STOP_ID}) + b"\n"
-                         for kind in ("clear_queue", "abort"))
-STOP_ANSWER = orjson.dumps({"id": STOP_ID})[:-1] + b","
-"""How the answers to connect's own stop commands start: a response's id comes first in
-the object (`forged._codec`). They are not the client's, so not copied."""
 START_TIMEOUT_S = 15.0
-
-
-# --- status ------------------------------------------------------------------------------------
-
-async def status(socket_path: Path | None) -> int:
-    from .._paths import default_socket_path
-    from ..client import Client
-
-    path = socket_path or default_socket_path()
-    try:
-        async with Client.open_unix(path) as client:
-            listed = await client.list_sessions()
-    except OSError:
-        print(f"no forged daemon on {path}")
-        return 1
-    except ConfigError as exc:
-        log(str(exc))
-        return 1
-    sessions = listed.sessions
-    print(f"forged daemon on {path}: {len(sessions)} live session(s)")
-    for item in sessions:
-        name = f" {item.session_name!r}" if item.session_name else ""
-        print(f"  {item.session_id}{name}  {item.state}  {item.clients} client(s)  {item.cwd}")
-    return 0
 
 
 # --- connect -----------------------------------------------------------------------------------
@@ -165,21 +135,6 @@ def _start_daemon(argv: list[str], path: Path) -> Path:
     return log_path
 
 
-async def _why_closed(path: Path, mid_line: bool) -> str:
-    """Why the daemon closed our connection: it stopped (nothing answers on its socket any
-    more), or it cut us off."""
-    from .._paths import open_daemon_socket
-
-    where = " in the middle of a line" if mid_line else ""
-    try:
-        stream = await open_daemon_socket(path)
-    except (OSError, ConfigError):
-        return f"the daemon stopped{where} (its log says why)"
-    await stream.aclose()
-    return (f"the daemon closed the connection{where} (it cuts off a client that stops "
-            "reading; its log says why)")
-
-
 async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                   unused: list[str], stdout_fd: int) -> int:
     from .._connection import open_fd_stream
@@ -210,7 +165,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
             data = await stream.receive_some(1 << 20)
             if not data and (splitter.holding or not input_ended.is_set()):
                 # Cut off (a client that does not keep up) or gone: never half a line.
-                failure.append(await _why_closed(path, splitter.holding))
+                failure.append(why_closed(path, splitter.holding))
                 return
             lines = list(splitter.feed(bytes(data))) if data else []
             out = bytearray()
