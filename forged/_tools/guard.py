@@ -105,14 +105,16 @@ class SandboxSettings:
 
 
 _probed: dict[str, str | None] = {}
+"""Each bubblewrap's problem (`sandbox_problem`), by its path ("": none)."""
 
 
-async def sandbox_problem() -> str | None:
-    """Why the sandbox cannot work here (`forged._sandbox.problem`), asked once a process."""
-    bwrap = shutil.which("bwrap") or ""
-    if bwrap not in _probed:
-        _probed[bwrap] = await trio.to_thread.run_sync(_sandbox.problem, bwrap or None)
-    return _probed[bwrap]
+async def sandbox_problem(bwrap: str | None) -> str | None:
+    """Why the sandbox cannot work here with the bubblewrap at `bwrap` (None: none on
+    ``PATH``), from `forged._sandbox.problem`, asked once a process for each."""
+    key = bwrap or ""
+    if key not in _probed:
+        _probed[key] = await trio.to_thread.run_sync(_sandbox.problem, bwrap)
+    return _probed[key]
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -153,11 +155,11 @@ class Guard:
     async def confine(self, argv: Sequence[str], *, network: bool | None = None,
                       cwd: Path | None = None, doing: str = "commands") -> list[str]:
         """`argv` under the sandbox's policy; `ToolError` saying why when it cannot be."""
-        problem = await sandbox_problem()
+        bwrap = shutil.which("bwrap")
+        problem = await sandbox_problem(bwrap)
         if problem is not None:
             raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
                             f"sandbox, and {problem}. Nothing ran unconfined.")
-        bwrap = shutil.which("bwrap")
         assert bwrap is not None
         # A few stats of the workspace: cheaper on the loop than a hop to a thread.
         return self.policy(network=network, cwd=cwd).wrap(bwrap, argv)
