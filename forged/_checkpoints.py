@@ -51,6 +51,12 @@ class Change:
     path: str
 
 
+def _without_git_variables() -> dict[str, str]:
+    """forged's environment without ``GIT_*``: the user's own (a ``GIT_DIR`` set in the
+    shell, say) must not steer the shadow repository's git."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+
+
 def repository_for(agent_dir: Path, workspace: Path) -> Path:
     """The shadow repository of `workspace`, keyed by its real path."""
     key = hashlib.sha256(os.path.realpath(workspace).encode()).hexdigest()[:24]
@@ -70,8 +76,7 @@ class Shadow:
     # --- git ---------------------------------------------------------------------------------
 
     def _env(self, index: Path | None = None) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items()
-               if not key.startswith("GIT_")}
+        env = _without_git_variables()
         env |= {"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.workspace),
                 "GIT_AUTHOR_NAME": "forged", "GIT_AUTHOR_EMAIL": "forged@localhost",
                 "GIT_COMMITTER_NAME": "forged", "GIT_COMMITTER_EMAIL": "forged@localhost",
@@ -103,9 +108,8 @@ class Shadow:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if (self.git_dir / "ready").exists():
                 return
-            plain = {key: value for key, value in os.environ.items()
-                     if not key.startswith("GIT_")}
-            self._git("init", "--quiet", "--bare", str(self.git_dir), env=plain)
+            self._git("init", "--quiet", "--bare", str(self.git_dir),
+                      env=_without_git_variables())
             for key, value in (("core.autocrlf", "false"), ("core.symlinks", "true"),
                                ("core.fileMode", "true"), ("gc.auto", "0"),
                                ("core.bare", "false"), ("core.untrackedCache", "true"),
