@@ -226,19 +226,13 @@ class AcpSession:
         force = False
         if dry.drift:
             names = ", ".join(item.path for item in dry.drift[:20])
-            result = await self._front.peer.request("session/request_permission", {
-                "sessionId": self.session_id,
-                "toolCall": {"toolCallId": f"undo-{target}", "title": "Undo the last run",
-                             "content": [{"type": "content", "content": {
-                                 "type": "text", "text": (
-                                     f"These files changed since the last checkpoint, not "
-                                     f"by forged: {names}. Undoing the last run overwrites "
-                                     "them. Undo anyway?")}}]},
-                "options": [{"optionId": "undo", "name": "Undo anyway", "kind": "allow_once"},
-                            {"optionId": "keep", "name": "Keep the files",
-                             "kind": "reject_once"}]})
-            outcome = result.get("outcome") if isinstance(result, dict) else None
-            if not (isinstance(outcome, dict) and outcome.get("optionId") == "undo"):
+            chosen = await self._permission(
+                {"toolCallId": f"undo-{target}", "title": "Undo the last run"},
+                f"These files changed since the last checkpoint, not by forged: {names}. "
+                "Undoing the last run overwrites them. Undo anyway?",
+                [{"optionId": "undo", "name": "Undo anyway", "kind": "allow_once"},
+                 {"optionId": "keep", "name": "Keep the files", "kind": "reject_once"}])
+            if chosen != "undo":
                 return "Not undone: the files stay as they are."
             force = True
         done = await call(self.link, w.RestoreCheckpoint(entry_id=target, force=force),
@@ -257,6 +251,21 @@ class AcpSession:
         elif event.method == "notify":
             log(f"[{self.session_id}] {event.notify_type or 'info'}: {event.message}")
 
+    async def _permission(self, tool_call: JSONObject, text: str,
+                          options: list[JSONObject]) -> object:
+        """``session/request_permission`` about `tool_call`, saying `text`: the id of the
+        option the user selected, or None (cancelled, or an answer without one). `AcpError`
+        or `ClientGone` when there is no answer."""
+        result = await self._front.peer.request("session/request_permission", {
+            "sessionId": self.session_id,
+            "toolCall": {**tool_call, "content": [
+                {"type": "content", "content": {"type": "text", "text": text}}]},
+            "options": options})
+        outcome = result.get("outcome") if isinstance(result, dict) else None
+        if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
+            return outcome.get("optionId")
+        return None
+
     async def _ask(self, event: w.ExtensionUiRequest, tool: tuple[str, str] | None) -> None:
         """Ask the client with ``session/request_permission``; no answer, a cancellation or
         a closed client means no."""
@@ -273,24 +282,18 @@ class AcpSession:
                  "reject_once" if choice.lower().startswith(_REFUSALS) else "allow_once")}
             for index, choice in enumerate(choices)]
         question = f"{title}\n\n{message}" if message else title
-        tool_call: JSONObject = {"toolCallId": tool[0] if tool else f"dialog-{event.id}",
-                                 "content": [{"type": "content",
-                                              "content": {"type": "text", "text": question}}]}
+        tool_call: JSONObject = {"toolCallId": tool[0] if tool else f"dialog-{event.id}"}
         if tool is None:
             tool_call["title"] = title
-        outcome: JSONObject = {}
+        chosen: object = None
         with trio.CancelScope() as scope:
             self._asking[event.id] = scope
             try:
-                result = await self._front.peer.request("session/request_permission", {
-                    "sessionId": self.session_id, "toolCall": tool_call, "options": options})
-                found = result.get("outcome") if isinstance(result, dict) else None
-                outcome = found if isinstance(found, dict) else {}
+                chosen = await self._permission(tool_call, question, options)
             except (AcpError, ClientGone) as exc:
                 log(f"a permission request was not answered ({exc}); taken as no")
             finally:
                 self._asking.pop(event.id, None)
-        chosen = outcome.get("optionId") if outcome.get("outcome") == "selected" else None
         response = w.ExtensionUiResponse()
         if chosen is None:
             response.cancelled = True
