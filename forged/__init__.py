@@ -28,7 +28,7 @@ against the import graph). A package named here stands for all its modules::
                                          dialogs
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
-    _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version
+    _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup
                                          the ground floor
     _thin _errors                        connect and status on the standard library alone;
                                          the exception tree

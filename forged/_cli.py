@@ -17,6 +17,7 @@ import trio
 from . import _thin, _tls
 from ._errors import ConfigError, ForgedError
 from ._log import log, reserve_stdout
+from ._startup import collector_paused
 from ._version import __version__
 
 if TYPE_CHECKING:
@@ -499,8 +500,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_subcommand(argv[0], argv[1:])
     args = parse_command_line(argv)
     _tls.start()  # before the session's modules are imported: it builds while they load
-    from ._fronts.print import run_prompts
-    from ._fronts.stdio import run_stdio
+    with collector_paused():
+        from ._fronts.print import run_prompts
+        from ._fronts.stdio import run_stdio
 
     try:
         options = options_from(args)
@@ -538,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
             "on stdin)")
         return 2
     if mode == "acp":
-        from ._fronts.acp import run_acp
+        with collector_paused():
+            from ._fronts.acp import run_acp
 
         mark_process()
         return run_reporting(run_acp, options, 0, reserve_stdout())

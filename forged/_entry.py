@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
         done = (_thin.connect if argv[0] == "connect" else _thin.status)(argv[1:])
         if done is not None:
             return done
-    from ._cli import main as full
+    from ._startup import collector_paused
 
+    with collector_paused():
+        from ._cli import main as full
     return full(argv)

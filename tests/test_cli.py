@@ -186,3 +186,31 @@ def test_a_scripted_daemon_says_it_plays_one_script_for_all(tmp_path: Path) -> N
         daemon.wait(timeout=30)
     assert (f"forged: --script {script}: one playback for the whole daemon; its sessions "
             "take the replies in turn, whichever asks\n") in said
+
+
+
+COLLECTOR_PLUGIN = """
+import gc
+
+def register(api):
+    def report(args, ctx):
+        raise RuntimeError(f"on={gc.isenabled()} frozen={gc.get_freeze_count() > 10_000}")
+
+    api.register_command("collector", report)
+"""
+
+
+async def test_the_collector_runs_once_started_with_start_ups_objects_frozen(
+        tmp_path: Path) -> None:
+    """Start-up pauses the cyclic collector while forged's modules load (`forged._startup`);
+    a running process has it on again, and what start-up made out of its view."""
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "collector.py").write_text(COLLECTOR_PLUGIN)
+    with trio.fail_after(30):
+        done = await trio.run_process(
+            [str(BIN / "forged"), "--mode", "rpc", "--plugin", str(tmp_path / "collector.py")],
+            stdin=b'{"id": "1", "type": "prompt", "message": "/collector"}\n',
+            capture_stdout=True, capture_stderr=True, env=child_env(tmp_path / "agent"),
+            cwd=tmp_path)
+    answer = json.loads(done.stdout.splitlines()[0])
+    assert answer["error"] == "Command /collector failed: on=True frozen=True"
