@@ -582,4 +582,5 @@ def register_scripted(registry: ModelRegistry, base_url: str) -> None:
         ProviderConfig(name=SCRIPTED_PROVIDER, base_url=base_url, api_key=SCRIPTED_KEY),
         [scripted("anthropic-messages", base_url),
          scripted("openai-completions", f"{base_url}/v1"),
-         scripted("openai-responses", f"{base_url}/v1")])
+         scripted("openai-responses", f"{base_url}/v1"),
+         scripted("google-generative-ai", f"{base_url}/v1beta")])

@@ -72,6 +72,8 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+    thought_signature: str | None = None
+    """Gemini's signature of the reasoning behind the call, sent back with it."""
 
 
 UserContent = TextContent | ImageContent

@@ -9,14 +9,19 @@ drops or changes nothing, so no field is unknown to the SDK; its headers carry t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from google.genai import types as genai
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic.alias_generators import to_camel
 
 from forged._providers.scripted import RecordedRequest
 
@@ -27,9 +32,36 @@ PARAMS: dict[str, Any] = {
 }
 
 
+GEMINI_METHOD = ":streamGenerateContent"
+
+
+class GeminiRequest(BaseModel):
+    """The REST body of Gemini's ``generateContent`` (the Gemini API's and Vertex AI's),
+    made of the SDK's own types, which forbid unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    contents: list[genai.Content]
+    system_instruction: genai.Content | None = None
+    tools: list[genai.Tool] | None = None
+    tool_config: genai.ToolConfig | None = None
+    generation_config: genai.GenerationConfig | None = None
+    safety_settings: list[genai.SafetySetting] | None = None
+    cached_content: str | None = None
+
+
 @functools.cache
 def adapter(path: str) -> TypeAdapter[Any]:
     return TypeAdapter(PARAMS[path])
+
+
+def same_bytes(sent: Any, validated: Any) -> bool:
+    """Whether two strings are one base64 value (the SDK writes bytes back URL-safe)."""
+    if not (isinstance(sent, str) and isinstance(validated, str)):
+        return False
+    try:
+        return base64.b64decode(sent, validate=True) == base64.urlsafe_b64decode(validated)
+    except (binascii.Error, ValueError):
+        return False
 
 
 def materialized(value: Any) -> Any:
@@ -58,11 +90,24 @@ def differences(sent: Any, validated: Any, path: str = "body") -> Iterable[str]:
     elif isinstance(sent, list) and isinstance(validated, list) and len(sent) == len(validated):
         for index, (a, b) in enumerate(zip(sent, validated, strict=True)):
             yield from differences(a, b, f"{path}[{index}]")
-    elif sent != validated or type(sent) is not type(validated):
+    elif (sent != validated or type(sent) is not type(validated)) and not same_bytes(
+            sent, validated):
         yield f"{path}: sent {sent!r}, validated as {validated!r}"
 
 
+def check_gemini_request(request: RecordedRequest) -> None:
+    assert request.headers.get("x-goog-api-key") or request.headers.get("authorization")
+    validated = GeminiRequest.model_validate_json(orjson.dumps(request.body))
+    found = list(differences(request.body, materialized(validated)))
+    assert not found, f"{request.path}: {found}"
+
+
 def check_request(request: RecordedRequest) -> None:
+    if request.path.endswith(GEMINI_METHOD):
+        assert request.method == "POST"
+        assert request.headers["content-type"] == "application/json"
+        check_gemini_request(request)
+        return
     params = PARAMS.get(request.path)
     assert params is not None, f"no wire API at {request.path}"
     assert request.method == "POST"

@@ -87,7 +87,7 @@ def test_the_generator_keeps_what_forged_can_reach(tmp_path: Path) -> None:
         "openai-completions": {"chat:llama": {**chat, "id": "llama"},
                                "classifier:guard": {**chat, "id": "guard",
                                                     "type": "classifier"}},
-        "google-generative-ai": {"chat:gemini": {**chat, "id": "gemini"}}}))
+        "pi-messages": {"chat:other": {**chat, "id": "other"}}}))
     (data / "github-copilot.json").write_text(json.dumps({"openai-completions": {
         "chat:x": {**chat, "id": "x"}}}))
     out = tmp_path / "catalogue"
@@ -191,3 +191,27 @@ def test_claude_through_openrouter_gets_anthropic_cache_markers() -> None:
     assert body["messages"][-1]["content"][-1]["cache_control"] == marker
     assert "cache_control" not in body["tools"][0] and body["tools"][-1]["cache_control"] == (
         marker)
+
+
+async def test_a_gemini_model_of_the_catalogue_is_reached_with_gemini_api_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
+        base = client.server.base_url
+        (tmp_path / "agent" / "models.json").write_text(json.dumps(
+            {"providers": {"google": {"baseUrl": f"{base}/v1beta"}}}))
+        registry = client.config.registry
+        registry.load_models_json(tmp_path / "agent" / "models.json")
+        assert {m.provider for m in registry.available()} >= {"google"}
+        chosen = await client.request({"type": "set_model", "provider": "google",
+                                       "modelId": "gemini-4-hydrogen"})
+        assert chosen["data"]["thinkingLevels"] == ["low", "medium", "high", "xhigh"]
+        await client.request({"type": "set_thinking_level", "level": "xhigh"})
+        await client.prompt_and_settle("hello")
+    (request,) = client.server.requests
+    assert request.path == "/v1beta/models/gemini-4-hydrogen:streamGenerateContent"
+    assert request.headers["x-goog-api-key"] == "gemini-test"
+    assert request.body["generationConfig"]["thinkingConfig"] == {
+        "includeThoughts": True, "thinkingLevel": "XHIGH"}
+    assert client.events("message_end")[-1]["message"]["content"] == [
+        {"type": "text", "text": "hi"}]

@@ -17,7 +17,7 @@ from forged._providers.scripted import (
 
 from .harness import Client, Event, open_client
 
-APIS = ["anthropic-messages", "openai-completions", "openai-responses"]
+APIS = ["anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai"]
 APP = "def value():\n    return 1\n\nprint(value())\n"
 
 
@@ -82,6 +82,11 @@ def tool_results_sent(api: str, body: dict[str, Any]) -> list[tuple[str, str]]:
     elif api == "openai-completions":
         found += [(m["tool_call_id"], m["content"]) for m in body["messages"]
                   if m["role"] == "tool"]
+    elif api.startswith("google"):
+        found += [(part["functionResponse"]["name"],
+                   part["functionResponse"]["response"]["output"])
+                  for content in body["contents"] for part in content["parts"]
+                  if "functionResponse" in part]
     else:
         found += [(item["call_id"], item["output"]) for item in body["input"]
                   if item.get("type") == "function_call_output"]
@@ -135,11 +140,15 @@ async def test_coding_scenario(tmp_path: Path, api: str) -> None:
     if api.startswith("anthropic"):
         assert headers["x-api-key"] == "scripted-key" and "authorization" not in headers
         assert headers["anthropic-version"] == "2023-06-01"
+    elif api.startswith("google"):
+        assert headers["x-goog-api-key"] == "scripted-key" and "authorization" not in headers
     else:
         assert headers["authorization"] == "Bearer scripted-key"
-    assert requests[0].path == {"anthropic-messages": "/v1/messages",
-                                "openai-completions": "/v1/chat/completions",
-                                "openai-responses": "/v1/responses"}[api]
+    assert requests[0].path == {
+        "anthropic-messages": "/v1/messages", "openai-completions": "/v1/chat/completions",
+        "openai-responses": "/v1/responses",
+        "google-generative-ai": "/v1beta/models/google-generative-ai:streamGenerateContent",
+    }[api]
     final_body = requests[3].body
     assert [text for _, text in tool_results_sent(api, final_body)] == [
         APP, "Successfully replaced text in app.py.", "2\n"]
@@ -158,6 +167,16 @@ def assert_thinking_sent_back(api: str, body: dict[str, Any]) -> None:
         assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
         assert body["thinking"] == {"type": "enabled", "budget_tokens": 8192}
         assert len(body["tools"]) == 4  # read, bash, edit, write: the default set
+    elif api.startswith("google"):
+        assert body["contents"][1] == {"role": "model", "parts": [
+            {"thought": True, "text": "Look at the file first.",
+             "thoughtSignature": "c2lnLXJlYWQ="},  # sig-read, as the stream sent it
+            {"functionCall": {"name": "read", "args": {"path": "app.py"}}}]}
+        assert body["systemInstruction"]["parts"][0]["text"].startswith("You are")
+        assert body["generationConfig"] == {
+            "maxOutputTokens": 16384,
+            "thinkingConfig": {"includeThoughts": True, "thinkingBudget": -1}}
+        assert len(body["tools"][0]["functionDeclarations"]) == 4
     elif api == "openai-completions":
         assert body["messages"][0]["role"] == "system"
         assert body["messages"][2]["tool_calls"][0]["id"] == "call_read"

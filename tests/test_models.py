@@ -175,7 +175,8 @@ async def test_model_and_thinking_commands(tmp_path: Path,
         state_final = await client.request({"type": "get_state"})
         await client.prompt_and_settle("hi")
     ids = [m["id"] for m in models["data"]["models"]]
-    assert ids == ["anthropic-messages", "openai-completions", "openai-responses"]
+    assert ids == ["anthropic-messages", "openai-completions", "openai-responses",
+                   "google-generative-ai"]
     for model in models["data"]["models"]:
         assert set(model) == {"id", "name", "api", "provider", "baseUrl", "reasoning", "input",
                               "contextWindow", "maxTokens", "cost", "thinkingLevels"}
@@ -185,7 +186,7 @@ async def test_model_and_thinking_commands(tmp_path: Path,
     assert missing["error"] == "Model not found: scripted/nope"
     assert keyless["error"] == (
         "No API key for anthropic: set ANTHROPIC_API_KEY, or apiKey in models.json")
-    assert cycled["data"]["model"]["id"] == "anthropic-messages"
+    assert cycled["data"]["model"]["id"] == "google-generative-ai"
     assert cycled["data"]["isScoped"] is False
     assert levels["data"] == {"levels": ["off", "minimal", "low", "medium", "high"]}
     assert high == {"id": high["id"], "type": "response", "command": "set_thinking_level",

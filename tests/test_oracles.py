@@ -16,6 +16,8 @@ import openai
 import orjson
 import pytest
 import trio
+from google import genai
+from google.genai import types as genai_types
 
 from forged import _wire as w
 from forged._models import ProviderConfig
@@ -39,15 +41,20 @@ PIXEL = base64.b64decode(
 LEVELS = ["off", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
+BASE_PATHS = {"anthropic-messages": "", "google-generative-ai": "/v1beta"}
+
+
 def oracle_model(api: str, model_id: str, base_url: str) -> w.Model:
     return w.Model(id=model_id, name=model_id, api=api, provider="oracle",
-                   base_url=base_url if api == "anthropic-messages" else f"{base_url}/v1",
+                   base_url=base_url + BASE_PATHS.get(api, "/v1"),
                    reasoning=True, input=["text", "image"], context_window=200_000,
-                   max_tokens=64_000, cost=w.ModelCost(), thinking_levels=LEVELS)
+                   max_tokens=64_000, cost=w.ModelCost(),
+                   thinking_levels=LEVELS[:5] if api.startswith("google") else LEVELS)
 
 
 MODELS = {"anthropic-messages": ["claude-opus-4-6", "claude-sonnet-4-5"],
-          "openai-completions": ["gpt-5.6"], "openai-responses": ["gpt-5.6"]}
+          "openai-completions": ["gpt-5.6"], "openai-responses": ["gpt-5.6"],
+          "google-generative-ai": ["gemini-3-pro-preview", "gemini-2.5-flash"]}
 
 
 def turn(level: str) -> list[Reply]:
@@ -85,6 +92,7 @@ async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: s
     assert len(bodies) == 2 * len(LEVELS) * len(model_ids)
     assert all(request.headers.get("authorization") == "Bearer oracle-key"
                or request.headers.get("x-api-key") == "oracle-key"
+               or request.headers.get("x-goog-api-key") == "oracle-key"
                for request in client.server.requests)
     last = bodies[-1]
     text = repr(last)
@@ -97,6 +105,17 @@ async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: s
                             {"effort": "high"}, {"effort": "max"}, {"effort": "max"}]
         budgets = [body.get("thinking") for body in bodies[2 * len(LEVELS)::2]]
         assert budgets[0] is None and budgets[1] == {"type": "enabled", "budget_tokens": 1024}
+    elif api == "google-generative-ai":
+        assert "'functionResponse'" in text and "'thought': True" in text
+        assert "'thoughtSignature': 'c2lnLWhpZ2g='" in text  # sig-high, sent back
+        configs = [body["generationConfig"]["thinkingConfig"] for body in bodies[::2]]
+        on = {"includeThoughts": True}
+        assert configs[:len(LEVELS)] == [{"thinkingBudget": 0}, *(
+            {**on, "thinkingLevel": level} for level in
+            ("MINIMAL", "LOW", "MEDIUM", "HIGH", "HIGH", "HIGH"))]
+        assert configs[len(LEVELS):] == [{"thinkingBudget": 0}, *(
+            {**on, "thinkingBudget": budget} for budget in
+            (128, 2048, 8192, 24576, 24576, 24576))]
     elif api == "openai-completions":
         assert "'role': 'tool'" in text
         efforts = [body.get("reasoning_effort") for body in bodies[::2]]
@@ -112,7 +131,9 @@ def reply_for(api: str) -> Reply:
         ScriptThinking(thinking="Let me look at both files.", chunks=3, signature="sig-1"),
         ScriptText(text="Reading them now.", chunks=4),
         ScriptToolCall(name="read", arguments={"path": "a.py"}, id="call_a", chunks=3),
-        ScriptToolCall(name="grep", arguments={"pattern": "x", "path": "."}, chunks=2)]
+        ScriptToolCall(name="grep", arguments={"pattern": "x", "path": "."}, chunks=2,
+                       # Gemini's calls carry no id before Gemini 3: forged makes one up
+                       id="call_b" if api.startswith("google") else None)]
     if api == "anthropic-messages":
         content.insert(1, ScriptRedactedThinking(data="opaque"))
     return Reply(content=content, usage=ScriptUsage(
@@ -158,6 +179,8 @@ async def read_with_sdk(api: str, base_url: str) -> dict[str, Any]:
         return {"content": blocks, "stopReason": stop,
                 "usage": (usage.input_tokens, usage.output_tokens,
                           usage.cache_read_input_tokens, usage.cache_creation_input_tokens)}
+    if api == "google-generative-ai":
+        return await read_with_genai(base_url)
     async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="k", max_retries=0) as o:
         if api == "openai-completions":
             async with o.chat.completions.stream(model="m", messages=[
@@ -197,6 +220,39 @@ async def read_with_sdk(api: str, base_url: str) -> dict[str, Any]:
     return {"content": blocks, "stopReason": "toolUse" if has_calls else "stop",
             "usage": (response.usage.input_tokens - cached, response.usage.output_tokens,
                       cached, 0)}
+
+
+async def read_with_genai(base_url: str) -> dict[str, Any]:
+    """google-genai's reading of a Gemini stream (its async client is asyncio's: the sync one
+    runs in a thread), as forged reads one: a block per run of parts of one kind, a tool call
+    per function call."""
+    return await trio.to_thread.run_sync(read_with_genai_sync, base_url)
+
+
+def read_with_genai_sync(base_url: str) -> dict[str, Any]:
+    sdk = genai.Client(api_key="k", http_options=genai_types.HttpOptions(
+        base_url=base_url, api_version="v1beta"))
+    blocks: list[Any] = []
+    usage = None
+    for chunk in sdk.models.generate_content_stream(model="m", contents="hi"):
+        candidate = (chunk.candidates or [genai_types.Candidate()])[0]
+        for part in (candidate.content.parts if candidate.content else None) or []:
+            if part.function_call is not None:
+                call = part.function_call
+                blocks.append(("toolCall", call.id, call.name, call.args))
+            elif part.text is not None:
+                kind = "thinking" if part.thought else "text"
+                if blocks and blocks[-1][0] == kind:
+                    blocks[-1] = (kind, blocks[-1][1] + part.text)
+                else:
+                    blocks.append((kind, part.text))
+        usage = chunk.usage_metadata or usage
+    assert usage is not None
+    cached = usage.cached_content_token_count or 0
+    has_calls = any(block[0] == "toolCall" for block in blocks)
+    return {"content": blocks, "stopReason": "toolUse" if has_calls else "stop",
+            "usage": ((usage.prompt_token_count or 0) - cached,
+                      usage.candidates_token_count, cached, 0)}
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -164,3 +164,24 @@ async def test_no_retry_when_disabled_or_not_transient(
     saved = json.loads((tmp_path / "agent" / "settings.json").read_text())
     assert saved["retry"] == {"enabled": False}
     assert client.count("compaction_start") == 0
+
+
+@pytest.mark.parametrize("api", ["google-generative-ai"])
+async def test_each_apis_error_status_is_retried_with_the_services_message(
+        tmp_path: Path, mock_clock: trio.testing.MockClock, api: str) -> None:
+    """An error status of the newer wire APIs: its message is the service's own (from the
+    API's error body), it is retried, and the reply that follows has its usage and cost."""
+    unavailable = Reply(status=503, error_type="unavailable",
+                        error_message="The model is overloaded. Please try again later.")
+    async with open_client(tmp_path, [unavailable, OK], api=api) as client:
+        await client.request({"type": "prompt", "message": "hello"})
+        started = await jump_when_waiting(client, mock_clock, 2.0)
+        await client.settled()
+    assert started["errorMessage"] == "503 The model is overloaded. Please try again later."
+    final = client.events("message_end")[-1]["message"]
+    assert final["stopReason"] == "stop" and final["content"] == [
+        {"type": "text", "text": "fine now"}]
+    usage = final["usage"]
+    assert (usage["input"], usage["output"], usage["totalTokens"]) == (10, 5, 15)
+    assert usage["cost"]["total"] == pytest.approx((10 * 3 + 5 * 15) / 1e6)
+    assert len(client.server.requests) == 2

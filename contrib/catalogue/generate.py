@@ -8,7 +8,8 @@ It writes ``providers.json`` (each provider's key variable; read at start-up) an
 ``<provider>.json`` of models per provider (read when the provider is first needed).
 
 Kept: the chat models of the providers forged can reach with a key from the environment, over
-an API it speaks (``anthropic-messages``, ``openai-completions``, ``openai-responses``). Left
+an API it speaks (``anthropic-messages``, ``openai-completions``, ``openai-responses``,
+``google-generative-ai``). Left
 out: ``anthropic`` and ``openai`` (forged's own definitions of them stay), providers whose
 address needs an account's ids or that sign in with OAuth (Cloudflare, Azure, GitHub Copilot,
 Radius, Codex), and what forged does not use of a model (input limits, cache lifetimes, price
@@ -22,12 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-APIS = ("anthropic-messages", "openai-completions", "openai-responses")
+APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai")
 
 KEYS: dict[str, str] = {
     "ant-ling": "ANT_LING_API_KEY", "baseten": "BASETEN_API_KEY",
     "cerebras": "CEREBRAS_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
-    "fireworks": "FIREWORKS_API_KEY", "groq": "GROQ_API_KEY", "huggingface": "HF_TOKEN",
+    "fireworks": "FIREWORKS_API_KEY", "google": "GEMINI_API_KEY", "groq": "GROQ_API_KEY",
+    "huggingface": "HF_TOKEN",
     "kimi-coding": "KIMI_API_KEY", "meta": "META_API_KEY", "minimax": "MINIMAX_API_KEY",
     "minimax-cn": "MINIMAX_CN_API_KEY", "moonshotai": "MOONSHOT_API_KEY",
     "moonshotai-cn": "MOONSHOT_API_KEY", "nvidia": "NVIDIA_API_KEY",

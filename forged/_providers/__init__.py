@@ -18,7 +18,7 @@ from .base import Provider as Provider
 from .base import ProviderRequest as ProviderRequest
 from .base import ToolSpec as ToolSpec
 
-APIS = ("anthropic-messages", "openai-completions", "openai-responses")
+APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai")
 
 _loaded: dict[str, Provider] = {}
 """Each api's stream function, once loaded: filled in one assignment, never in part."""
@@ -30,12 +30,13 @@ def _load() -> None:
     with _load_lock:
         if _loaded:
             return
-        from . import anthropic, http, openai
+        from . import anthropic, google, http, openai
 
         http.prepare()
         _loaded = {"anthropic-messages": anthropic.stream,
                    "openai-completions": openai.stream_chat,
-                   "openai-responses": openai.stream_responses}
+                   "openai-responses": openai.stream_responses,
+                   "google-generative-ai": google.stream}
 
 
 async def load_providers() -> None:

@@ -152,6 +152,13 @@ class AssistantBuilder:
         block.parts.append(delta)
         self._update(w.ThinkingDelta(content_index=block.index, delta=delta))
 
+    def set_text_signature(self, key: object, signature: str) -> None:
+        block = self._open.get(key)
+        if block is not None and block.kind == "text":
+            content = self.message.content[block.index]
+            assert isinstance(content, w.TextContent)
+            content.text_signature = signature
+
     def set_thinking_signature(self, key: object, signature: str, *, append: bool = False) -> None:
         block = self._open.get(key)
         if block is None or block.kind != "thinking":
@@ -170,8 +177,10 @@ class AssistantBuilder:
         self.end(key)
 
     # tool calls
-    def start_tool_call(self, key: object, call_id: str, name: str) -> None:
-        index = self._start(key, "toolCall", w.ToolCall(id=call_id, name=name, arguments={}))
+    def start_tool_call(self, key: object, call_id: str, name: str,
+                        thought_signature: str | None = None) -> None:
+        index = self._start(key, "toolCall", w.ToolCall(id=call_id, name=name, arguments={},
+                                                        thought_signature=thought_signature))
         self._update(w.ToolcallStart(content_index=index, id=call_id, tool_name=name))
 
     def tool_call_delta(self, key: object, delta: str) -> None:

@@ -1,8 +1,9 @@
 """The scripted provider: a real local HTTP server that plays model replies from a script.
 
 It speaks the Anthropic Messages (``POST /v1/messages``), OpenAI Chat Completions
-(``POST /v1/chat/completions``) and OpenAI Responses (``POST /v1/responses``) streaming formats,
-so one script drives any of the three wire APIs (the tests check with the official SDKs that it
+(``POST /v1/chat/completions``), OpenAI Responses (``POST /v1/responses``) and Gemini
+(``POST .../models/{id}:streamGenerateContent``) streaming formats, so one script drives any
+of the wire APIs (the tests check with the official SDKs that it
 streams as the real services do). Each request takes the next reply of the script and is
 recorded (method, path, headers, JSON body).
 
@@ -27,6 +28,7 @@ that is cut short. A hanging or silent reply holds its connection until the clie
 
 from __future__ import annotations
 
+import base64
 import itertools
 import time
 from collections import deque
@@ -338,17 +340,73 @@ def render_responses(reply: Reply, model: str, ids: _Ids) -> Iterator[Frame]:
         "total_tokens": usage.input + usage.cache_read + usage.output})), 0
 
 
+def render_gemini(reply: Reply, model: str, ids: _Ids) -> Iterator[Frame]:
+    """Gemini's ``streamGenerateContent?alt=sse``: each event a whole response, thinking as
+    parts marked ``thought``, a signature (base64) on a thinking block's last part, each
+    function call whole in one part; the last event has the finish reason and the usage (a
+    cut reply sends its parts and no finish)."""
+    response_id = ids.next("gemini")
+    parts: list[tuple[dict[str, Any], float]] = []
+    for block in reply.content:
+        if isinstance(block, ScriptText | ScriptThinking):
+            text = block.text if isinstance(block, ScriptText) else block.thinking
+            pieces = _split(text, block.chunks)
+            for index, piece in enumerate(pieces):
+                part: dict[str, Any] = {"text": piece}
+                if isinstance(block, ScriptThinking):
+                    part["thought"] = True
+                    if index == len(pieces) - 1:
+                        part["thoughtSignature"] = base64.b64encode(
+                            block.signature.encode()).decode()
+                parts.append((part, block.delay_ms / 1000))
+        elif isinstance(block, ScriptToolCall):
+            call: dict[str, Any] = {"name": block.name, "args": block.arguments}
+            if block.id is not None:
+                call["id"] = block.id
+            parts.append(({"functionCall": call}, block.delay_ms / 1000))
+    if not parts:
+        parts.append(({"text": ""}, 0))
+    usage = reply.usage
+    prompt = usage.input + usage.cache_read
+    metadata: dict[str, Any] = {"promptTokenCount": prompt,
+                                "candidatesTokenCount": usage.output,
+                                "totalTokenCount": prompt + usage.output}
+    if usage.cache_read:
+        metadata["cachedContentTokenCount"] = usage.cache_read
+    for index, (part, delay_s) in enumerate(parts):
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [part]}, "index": 0}
+        response: dict[str, Any] = {"candidates": [candidate]}
+        if index == len(parts) - 1 and not reply.cut:
+            candidate["finishReason"] = ("MAX_TOKENS" if _stop_reason(reply) == "length"
+                                         else "STOP")
+            response["usageMetadata"] = metadata
+        response |= {"modelVersion": model, "responseId": response_id}
+        yield _sse(None, response), reply.delay_ms / 1000 if index == 0 else delay_s
+
+
 _RENDERERS = {
     "/v1/messages": render_anthropic,
     "/v1/chat/completions": render_chat,
     "/v1/responses": render_responses,
 }
+GEMINI_METHOD = ":streamGenerateContent"
+
+
+def renderer_for(path: str) -> Any:
+    """The format a request's path asks for: Gemini's method on any model path (the Gemini
+    API's and Vertex AI's), else the three paths of `_RENDERERS`; None for an unknown path."""
+    if path.endswith(GEMINI_METHOD):
+        return render_gemini
+    return _RENDERERS.get(path)
 
 
 def _error_body(path: str, reply: Reply) -> bytes:
     if path == "/v1/messages":
         return orjson.dumps({"type": "error", "error": {"type": reply.error_type,
                                                         "message": reply.error_message}})
+    if path.endswith(GEMINI_METHOD):
+        return orjson.dumps({"error": {"code": reply.status, "message": reply.error_message,
+                                       "status": reply.error_type.upper()}})
     return orjson.dumps({"error": {"message": reply.error_message, "type": reply.error_type,
                                    "code": None, "param": None}})
 
@@ -440,8 +498,8 @@ class ScriptedServer:
             if data:
                 await stream.send_all(data)
 
-        renderer = _RENDERERS.get(path, render_anthropic)
-        if path not in _RENDERERS:
+        renderer = renderer_for(path)
+        if renderer is None:
             reply = Reply(status=404, error_message="no such endpoint")
         elif not self.replies:
             # A client error, so nobody retries it: a script that ran out is a mistake to see.
@@ -472,6 +530,8 @@ class ScriptedServer:
                 pass
             return False
         model = parsed.get("model", "scripted") if isinstance(parsed, dict) else "scripted"
+        if path.endswith(GEMINI_METHOD):
+            model = path.rsplit("/", 1)[-1].removesuffix(GEMINI_METHOD)
         pending: list[bytes] = []
         pending_bytes = 0
 
