@@ -23,9 +23,9 @@ against the import graph). A package named here stands for all its modules::
                                          the session's checkpoints
     _models _resources _context _stats _retry
                                          models, prompts and skills, what the model sees
-    _providers _tools _store _settings _ui
+    _providers _tools _store _settings _ui _auth
                                          the model APIs, tools, session files, settings,
-                                         dialogs
+                                         dialogs, saved credentials (auth.json)
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
     _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup

@@ -16,6 +16,7 @@ import orjson
 
 from . import _codec
 from . import _wire as w
+from ._auth import AuthFile, expired
 from ._errors import ConfigError, WireError
 from ._log import log
 from ._paths import agent_dir
@@ -220,7 +221,9 @@ def levels_of(reasoning: bool, level_map: dict[str, str | None] | None,
 class ModelRegistry:
     """Every known model and how to reach its provider."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth: AuthFile | None = None) -> None:
+        self.auth = auth or AuthFile(agent_dir() / "auth.json")
+        """The credentials a user saved (pi's ``/login``, ``forged login``)."""
         self.providers: dict[str, ProviderConfig] = {
             name: attrs.evolve(config) for name, config in BUILTIN_PROVIDERS.items()}
         self.models: list[w.Model] = builtin_models()
@@ -339,13 +342,20 @@ class ModelRegistry:
                                                 literal_key=True)
 
     def api_key(self, provider: str) -> str | None:
-        """`provider`'s key; None when it has none (a built-in provider's variable unset, a
-        ``!command`` that failed or has not run yet: see `resolve`)."""
+        """`provider`'s key, as the ancestor looks for it: ``--api-key``, then auth.json (a
+        saved key, or a subscription's access token), then the provider's variable or
+        models.json's ``apiKey``. None when it has none (a variable unset, a ``!command``
+        that failed or has not run yet: see `resolve`)."""
         config = self.providers.get(provider)
+        if config is not None and config.literal_key:
+            return config.api_key
+        saved = self.auth.get(provider)
+        if saved is not None:
+            if saved["type"] == "oauth":
+                return str(saved["access"])
+            return value_now(saved.get("key"), saved.get("env"))
         if config is None:
             return None
-        if config.literal_key:
-            return config.api_key
         if config.key_from_env:
             return os.environ.get(config.api_key or "") or None
         return value_now(config.api_key)
@@ -356,6 +366,11 @@ class ModelRegistry:
         config = self.providers.get(provider)
         if config is None:
             return f"No API key for {provider}: it is not a known provider"
+        saved = self.auth.get(provider)
+        if saved is not None and saved["type"] == "api_key":
+            if self.api_key(provider) is not None or not_run_yet(saved.get("key")):
+                return None
+            return f"No API key for {provider}: its key in {self.auth.path} resolves to nothing"
         value = config.api_key
         if config.literal_key or self.api_key(provider) is not None or not_run_yet(value):
             return None
@@ -367,14 +382,24 @@ class ModelRegistry:
 
     def _values(self, model: w.Model) -> list[str | None]:
         config = self.providers.get(model.provider)
+        saved = self.auth.get(model.provider) or {}
         return [config.api_key if config and not config.literal_key else None,
+                saved.get("key") if saved.get("type") == "api_key" else None,
                 *(config.headers.values() if config else ()),
                 *self._headers.get((model.provider, model.id), {}).values()]
 
     async def resolve(self, model: w.Model) -> None:
         """Run the ``!command`` values `model`'s key and headers use, if not run yet, off the
-        loop (`resolve_commands`)."""
+        loop (`resolve_commands`); refresh the provider's subscription token in auth.json if
+        it expired (`refresh_oauth`)."""
         await resolve_commands(self._values(model))
+        saved = self.auth.get(model.provider)
+        config = self.providers.get(model.provider)
+        if (saved is not None and saved["type"] == "oauth" and expired(saved)
+                and not (config is not None and config.literal_key)):
+            from ._providers.oauth import refresh_oauth
+
+            await refresh_oauth(self.auth, model.provider)
 
     def request_headers(self, model: w.Model) -> dict[str, str]:
         """The provider's and the model's configured headers, values resolved (a
@@ -390,6 +415,8 @@ class ModelRegistry:
         return resolved
 
     def has_auth(self, provider: str) -> bool:
+        if self.auth.get(provider) is not None:
+            return True
         config = self.providers.get(provider)
         if config is None or not config.api_key:
             return False

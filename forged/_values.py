@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 
 import trio
@@ -39,14 +39,15 @@ def not_run_yet(value: str | None) -> bool:
     return value is not None and value.startswith("!") and value not in _command_values
 
 
-def value_now(value: str | None) -> str | None:
-    """`resolve_value` without running a command: a ``!command`` not run yet is None."""
+def value_now(value: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """`resolve_value` without running a command: a ``!command`` not run yet is None. `env`
+    adds variables (before the process's) for ``$NAME`` references."""
     if not value:
         return None
     if value.startswith("!"):
         return _command_values.get(value)
     if "$" in value:
-        return _interpolate(value)
+        return _interpolate(value, env or {})
     return os.environ.get(value, value)
 
 
@@ -91,14 +92,15 @@ def _run_command(command: str) -> str | None:
 _REFERENCE = re.compile(r"\$(?:([$!])|\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 
-def _interpolate(value: str) -> str | None:
+def _interpolate(value: str, env: Mapping[str, str]) -> str | None:
     missing = False
 
     def replace(match: re.Match[str]) -> str:
         nonlocal missing
         if match.group(1):
             return match.group(1)
-        found = os.environ.get(match.group(2) or match.group(3))
+        name = match.group(2) or match.group(3)
+        found = env.get(name) or os.environ.get(name)
         missing = missing or not found
         return found or ""
 

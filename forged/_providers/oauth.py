@@ -1,0 +1,135 @@
+"""Subscriptions' OAuth tokens: refreshing an expired access token saved in auth.json, as the
+ancestor does for each provider it signs in to.
+
+A refresh happens under auth.json's lock (`forged._auth.AuthFile.modify`): the entry is read
+again there, and if another process (a forged, a pi) refreshed it meanwhile its token is used
+as it is; otherwise the provider's token endpoint is asked and the new tokens replace the old
+ones, the entry's other fields kept. Without that, two processes refreshing at once would each
+spend the same refresh token, and the provider would revoke the second.
+
+``FORGED_OAUTH_ORIGINS`` (a JSON object) sends a provider's sign-in requests to another origin,
+``{"https://auth.openai.com": "http://127.0.0.1:8080"}``: a test double, or a gateway.
+
+Error handling: a refused or failed refresh is a `ProviderError` that says which provider and
+what its endpoint answered; the turn ends with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from .._auth import AuthFile, Entry, expired
+from .._errors import ProviderError
+from .http import client_for, provider_errors, status_error
+
+ANTHROPIC_CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
+ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
+CODEX_CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"
+CODEX_TOKEN_URL = "https://auth.openai.com/oauth/token"
+CODEX_CLAIM = "https://api.openai.com/auth"
+EARLY_MS = 5 * 60 * 1000
+"""Anthropic's tokens count as expired this long before they do, as the ancestor saves them."""
+TIMEOUT_S = 30.0
+
+
+def endpoint(url: str) -> str:
+    """`url`, its origin replaced as ``FORGED_OAUTH_ORIGINS`` says."""
+    raw = os.environ.get("FORGED_OAUTH_ORIGINS")
+    if raw:
+        try:
+            origins = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ProviderError(f"FORGED_OAUTH_ORIGINS is not JSON: {exc}") from exc
+        for origin, replacement in origins.items() if isinstance(origins, dict) else ():
+            if url.startswith(origin.rstrip("/") + "/"):
+                return str(replacement).rstrip("/") + url[len(origin.rstrip("/")):]
+    return url
+
+
+async def post_token(url: str, provider: str, *, json: dict[str, Any] | None = None,
+                     form: dict[str, str] | None = None) -> dict[str, Any]:
+    """POST to a token endpoint; its JSON answer, or a `ProviderError` saying what failed."""
+    target = endpoint(url)
+    client = client_for(target, "")
+    with provider_errors():
+        response = await client.post(
+            target, json=json, data=form, timeout=TIMEOUT_S,
+            headers={"accept": "application/json"})
+        if response.is_error:
+            error = await status_error(response, None)
+            raise ProviderError(f"Refreshing the {provider} sign-in failed: {error}")
+        try:
+            answer = orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise ProviderError(f"Refreshing the {provider} sign-in failed: the answer is not "
+                                f"JSON ({exc})") from exc
+    if not isinstance(answer, dict) or not answer.get("access_token"):
+        raise ProviderError(f"Refreshing the {provider} sign-in failed: no access_token in "
+                            "the answer")
+    return answer
+
+
+async def refresh_anthropic(entry: Entry) -> Entry:
+    answer = await post_token(ANTHROPIC_TOKEN_URL, "anthropic", json={
+        "grant_type": "refresh_token", "client_id": ANTHROPIC_CLIENT_ID,
+        "refresh_token": entry["refresh"]})
+    return {"access": answer["access_token"],
+            "refresh": answer.get("refresh_token") or entry["refresh"],
+            "expires": _expires(answer, EARLY_MS)}
+
+
+def codex_account(access: str) -> str | None:
+    """The ChatGPT account id in a Codex access token (a JWT), which requests carry."""
+    try:
+        payload = access.split(".")[1]
+        claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        account = claims[CODEX_CLAIM]["chatgpt_account_id"]
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
+    return account if isinstance(account, str) and account else None
+
+
+async def refresh_codex(entry: Entry) -> Entry:
+    answer = await post_token(CODEX_TOKEN_URL, "openai-codex", form={
+        "grant_type": "refresh_token", "refresh_token": entry["refresh"],
+        "client_id": CODEX_CLIENT_ID})
+    account = codex_account(answer["access_token"])
+    if account is None:
+        raise ProviderError("Refreshing the openai-codex sign-in failed: the new token names "
+                            "no ChatGPT account")
+    return {"access": answer["access_token"],
+            "refresh": answer.get("refresh_token") or entry["refresh"],
+            "expires": _expires(answer, 0), "accountId": account}
+
+
+def _expires(answer: dict[str, Any], early_ms: int) -> int:
+    seconds = answer.get("expires_in")
+    if not isinstance(seconds, int | float):
+        raise ProviderError("a token answer without expires_in")
+    return int(time.time() * 1000 + seconds * 1000 - early_ms)
+
+
+REFRESHERS: dict[str, Callable[[Entry], Awaitable[Entry]]] = {
+    "anthropic": refresh_anthropic, "openai-codex": refresh_codex}
+"""The subscriptions whose tokens forged refreshes, by auth.json provider id."""
+
+
+async def refresh_oauth(auth: AuthFile, provider: str) -> None:
+    """Refresh `provider`'s expired token in `auth`, unless another process just did."""
+    refresher = REFRESHERS.get(provider)
+    if refresher is None:
+        raise ProviderError(f"The {provider} sign-in in {auth.path} has expired, and forged "
+                            f"cannot refresh it: sign in again with pi")
+
+    async def change(current: Entry | None) -> Entry | None:
+        if current is None or current.get("type") != "oauth" or not expired(current):
+            return None  # removed, replaced or refreshed by another process: as it is
+        return {**current, **await refresher(current)}
+
+    await auth.modify(provider, change)
