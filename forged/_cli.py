@@ -358,7 +358,7 @@ def options_from(args: argparse.Namespace) -> Options:
                          exclude=args.exclude_tools or []))
 
 
-SUBCOMMANDS = ("serve", "connect", "status")
+SUBCOMMANDS = ("serve", "connect", "status", "login", "logout")
 
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
@@ -445,7 +445,12 @@ def build_status_parser() -> argparse.ArgumentParser:
 
 
 def run_subcommand(command: str, argv: list[str]) -> int:
-    """``forged serve``, ``forged connect`` or ``forged status``."""
+    """``forged serve``, ``connect``, ``status``, ``login`` or ``logout``."""
+    if command in ("login", "logout"):
+        _tls.start()
+        from ._login import main as login
+
+        return login(command, argv)
     try:
         if command == "serve":
             _tls.start()

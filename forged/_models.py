@@ -24,6 +24,11 @@ from ._providers import APIS
 from ._values import not_run_yet, resolve_commands, value_now
 
 LEVELS: list[str] = list(w.THINKING_LEVELS)
+AUTHENTICATED = "<authenticated>"
+"""The key of a provider signed in by the machine's credentials (`ModelRegistry.ambient`)."""
+AMBIENT_HINTS = {"google-vertex": (
+    ", or use application default credentials (GOOGLE_APPLICATION_CREDENTIALS or gcloud's) "
+    "with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION")}
 _BASIC = ["off", "minimal", "low", "medium", "high"]
 _XHIGH = [*_BASIC, "xhigh"]
 _MAX = [*_XHIGH, "max"]
@@ -341,6 +346,18 @@ class ModelRegistry:
         self.providers[provider] = attrs.evolve(self.providers[provider], api_key=key,
                                                 literal_key=True)
 
+    def ambient(self, provider: str) -> bool:
+        """Whether `provider` signs in without a key, by credentials of the machine: Vertex
+        AI's application default credentials with a project and a location, as the ancestor
+        sees them."""
+        if provider == "google-vertex":
+            adc = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or os.path.expanduser(
+                "~/.config/gcloud/application_default_credentials.json")
+            return (os.path.exists(adc) and bool(os.environ.get("GOOGLE_CLOUD_LOCATION"))
+                    and bool(os.environ.get("GOOGLE_CLOUD_PROJECT")
+                             or os.environ.get("GCLOUD_PROJECT")))
+        return False
+
     def api_key(self, provider: str) -> str | None:
         """`provider`'s key, as the ancestor looks for it: ``--api-key``, then auth.json (a
         saved key, or a subscription's access token), then the provider's variable or
@@ -357,8 +374,10 @@ class ModelRegistry:
         if config is None:
             return None
         if config.key_from_env:
-            return os.environ.get(config.api_key or "") or None
-        return value_now(config.api_key)
+            key = os.environ.get(config.api_key or "") or None
+        else:
+            key = value_now(config.api_key)
+        return key if key is not None or not self.ambient(provider) else AUTHENTICATED
 
     def key_problem(self, provider: str) -> str | None:
         """Why `provider` has no key, and how to give it one; None when it has one, or may
@@ -376,8 +395,12 @@ class ModelRegistry:
             return None
         if value and value.startswith("!"):
             return f"No API key for {provider}: the command in its apiKey gave no value"
+        if config.key_from_env and not value:
+            return (f"No sign-in for {provider}: sign in with `forged login {provider}` (or "
+                    "pi's /login)")
         if config.key_from_env:
-            return f"No API key for {provider}: set {value}, or apiKey in models.json"
+            return (f"No API key for {provider}: set {value}, or apiKey in models.json"
+                    + AMBIENT_HINTS.get(provider, ""))
         return f"No API key for {provider}: its apiKey in models.json resolves to nothing"
 
     def _values(self, model: w.Model) -> list[str | None]:
@@ -415,7 +438,7 @@ class ModelRegistry:
         return resolved
 
     def has_auth(self, provider: str) -> bool:
-        if self.auth.get(provider) is not None:
+        if self.auth.get(provider) is not None or self.ambient(provider):
             return True
         config = self.providers.get(provider)
         if config is None or not config.api_key:
@@ -610,4 +633,7 @@ def register_scripted(registry: ModelRegistry, base_url: str) -> None:
         [scripted("anthropic-messages", base_url),
          scripted("openai-completions", f"{base_url}/v1"),
          scripted("openai-responses", f"{base_url}/v1"),
-         scripted("google-generative-ai", f"{base_url}/v1beta")])
+         scripted("google-generative-ai", f"{base_url}/v1beta"),
+         scripted("azure-openai-responses", f"{base_url}/openai/v1"),
+         scripted("google-vertex", base_url),
+         scripted("mistral-conversations", f"{base_url}/mistral")])

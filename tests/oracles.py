@@ -18,21 +18,21 @@ from typing import Any
 import orjson
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from google.genai import types as genai
+from mistralai.client.models import ChatCompletionStreamRequest as MistralRequest
 from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
 from openai.types.responses.response_create_params import ResponseCreateParamsStreaming
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic.alias_generators import to_camel
 
-from forged._providers.scripted import RecordedRequest
+from forged._providers.scripted import RecordedRequest, format_of
 
 PARAMS: dict[str, Any] = {
-    "/v1/messages": MessageCreateParamsStreaming,
-    "/v1/chat/completions": CompletionCreateParamsStreaming,
-    "/v1/responses": ResponseCreateParamsStreaming,
+    "anthropic": MessageCreateParamsStreaming,
+    "chat": CompletionCreateParamsStreaming,
+    "responses": ResponseCreateParamsStreaming,
+    "mistral": MistralRequest,
 }
-
-
-GEMINI_METHOD = ":streamGenerateContent"
+"""Each streaming format's parameter type (`forged._providers.scripted.format_of`)."""
 
 
 class GeminiRequest(BaseModel):
@@ -103,21 +103,21 @@ def check_gemini_request(request: RecordedRequest) -> None:
 
 
 def check_request(request: RecordedRequest) -> None:
-    if request.path.endswith(GEMINI_METHOD):
-        assert request.method == "POST"
-        assert request.headers["content-type"] == "application/json"
-        check_gemini_request(request)
-        return
-    params = PARAMS.get(request.path)
-    assert params is not None, f"no wire API at {request.path}"
+    kind = format_of(request.path)
+    assert kind is not None, f"no wire API at {request.path}"
     assert request.method == "POST"
     assert request.headers["content-type"] == "application/json"
-    if request.path == "/v1/messages":
+    if kind == "gemini":
+        check_gemini_request(request)
+        return
+    if kind == "anthropic":
         assert request.headers["anthropic-version"] == "2023-06-01"
         assert request.headers.get("x-api-key") or request.headers.get("authorization")
+    elif request.path.startswith("/openai/"):  # Azure's
+        assert request.headers["api-key"] and "authorization" not in request.headers
     else:
         assert request.headers["authorization"].startswith("Bearer ")
-    validated = materialized(adapter(request.path).validate_python(request.body))
+    validated = materialized(adapter(kind).validate_python(request.body))
     found = list(differences(request.body, validated))
     assert not found, f"{request.path}: {found}"
 

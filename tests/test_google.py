@@ -17,7 +17,8 @@ from forged._providers.scripted import Reply, ScriptToolCall
 
 from .harness import open_client
 
-PIXEL = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
+         "AAAABJRU5ErkJggg==")
 
 
 def gemini(model_id: str, level_map: dict[str, str | None] | None = None,

@@ -176,7 +176,8 @@ async def test_model_and_thinking_commands(tmp_path: Path,
         await client.prompt_and_settle("hi")
     ids = [m["id"] for m in models["data"]["models"]]
     assert ids == ["anthropic-messages", "openai-completions", "openai-responses",
-                   "google-generative-ai"]
+                   "google-generative-ai", "azure-openai-responses", "google-vertex",
+                   "mistral-conversations"]
     for model in models["data"]["models"]:
         assert set(model) == {"id", "name", "api", "provider", "baseUrl", "reasoning", "input",
                               "contextWindow", "maxTokens", "cost", "thinkingLevels"}

@@ -18,6 +18,7 @@ import pytest
 import trio
 from google import genai
 from google.genai import types as genai_types
+from mistralai.client import Mistral
 
 from forged import _wire as w
 from forged._models import ProviderConfig
@@ -41,7 +42,9 @@ PIXEL = base64.b64decode(
 LEVELS = ["off", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
-BASE_PATHS = {"anthropic-messages": "", "google-generative-ai": "/v1beta"}
+BASE_PATHS = {"anthropic-messages": "", "google-generative-ai": "/v1beta",
+              "azure-openai-responses": "/openai/v1", "google-vertex": "",
+              "mistral-conversations": "/mistral"}
 
 
 def oracle_model(api: str, model_id: str, base_url: str) -> w.Model:
@@ -54,7 +57,10 @@ def oracle_model(api: str, model_id: str, base_url: str) -> w.Model:
 
 MODELS = {"anthropic-messages": ["claude-opus-4-6", "claude-sonnet-4-5"],
           "openai-completions": ["gpt-5.6"], "openai-responses": ["gpt-5.6"],
-          "google-generative-ai": ["gemini-3-pro-preview", "gemini-2.5-flash"]}
+          "google-generative-ai": ["gemini-3-pro-preview", "gemini-2.5-flash"],
+          "azure-openai-responses": ["gpt-5.6"],
+          "google-vertex": ["gemini-3-pro-preview", "gemini-2.5-flash"],
+          "mistral-conversations": ["magistral-medium-latest"]}
 
 
 def turn(level: str) -> list[Reply]:
@@ -93,6 +99,7 @@ async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: s
     assert all(request.headers.get("authorization") == "Bearer oracle-key"
                or request.headers.get("x-api-key") == "oracle-key"
                or request.headers.get("x-goog-api-key") == "oracle-key"
+               or request.headers.get("api-key") == "oracle-key"
                for request in client.server.requests)
     last = bodies[-1]
     text = repr(last)
@@ -105,7 +112,7 @@ async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: s
                             {"effort": "high"}, {"effort": "max"}, {"effort": "max"}]
         budgets = [body.get("thinking") for body in bodies[2 * len(LEVELS)::2]]
         assert budgets[0] is None and budgets[1] == {"type": "enabled", "budget_tokens": 1024}
-    elif api == "google-generative-ai":
+    elif api.startswith("google"):
         assert "'functionResponse'" in text and "'thought': True" in text
         assert "'thoughtSignature': 'c2lnLWhpZ2g='" in text  # sig-high, sent back
         configs = [body["generationConfig"]["thinkingConfig"] for body in bodies[::2]]
@@ -116,6 +123,11 @@ async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: s
         assert configs[len(LEVELS):] == [{"thinkingBudget": 0}, *(
             {**on, "thinkingBudget": budget} for budget in
             (128, 2048, 8192, 24576, 24576, 24576))]
+    elif api == "mistral-conversations":
+        assert "'role': 'tool'" in text and "'type': 'thinking'" in text
+        assert [body.get("prompt_mode") for body in bodies[::2]] == [None, *["reasoning"] * 6]
+        assert all(len(call["id"]) == 9 and call["id"].isalnum() for body in bodies
+                   for message in body["messages"] for call in message.get("tool_calls", []))
     elif api == "openai-completions":
         assert "'role': 'tool'" in text
         efforts = [body.get("reasoning_effort") for body in bodies[::2]]
@@ -179,9 +191,15 @@ async def read_with_sdk(api: str, base_url: str) -> dict[str, Any]:
         return {"content": blocks, "stopReason": stop,
                 "usage": (usage.input_tokens, usage.output_tokens,
                           usage.cache_read_input_tokens, usage.cache_creation_input_tokens)}
-    if api == "google-generative-ai":
-        return await read_with_genai(base_url)
-    async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="k", max_retries=0) as o:
+    if api.startswith("google"):
+        return await read_with_genai(base_url, vertex=api == "google-vertex")
+    if api == "mistral-conversations":
+        return await trio.to_thread.run_sync(read_with_mistral, f"{base_url}/mistral")
+    sdk = (openai.AsyncAzureOpenAI(base_url=f"{base_url}/openai/v1", api_key="k",
+                                   api_version="v1", max_retries=0)
+           if api == "azure-openai-responses"
+           else openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="k", max_retries=0))
+    async with sdk as o:
         if api == "openai-completions":
             async with o.chat.completions.stream(model="m", messages=[
                     {"role": "user", "content": "hi"}]) as chat:
@@ -222,16 +240,16 @@ async def read_with_sdk(api: str, base_url: str) -> dict[str, Any]:
                       cached, 0)}
 
 
-async def read_with_genai(base_url: str) -> dict[str, Any]:
+async def read_with_genai(base_url: str, *, vertex: bool) -> dict[str, Any]:
     """google-genai's reading of a Gemini stream (its async client is asyncio's: the sync one
     runs in a thread), as forged reads one: a block per run of parts of one kind, a tool call
     per function call."""
-    return await trio.to_thread.run_sync(read_with_genai_sync, base_url)
+    return await trio.to_thread.run_sync(read_with_genai_sync, base_url, vertex)
 
 
-def read_with_genai_sync(base_url: str) -> dict[str, Any]:
-    sdk = genai.Client(api_key="k", http_options=genai_types.HttpOptions(
-        base_url=base_url, api_version="v1beta"))
+def read_with_genai_sync(base_url: str, vertex: bool) -> dict[str, Any]:
+    sdk = genai.Client(api_key="k", vertexai=vertex or None, http_options=genai_types.HttpOptions(
+        base_url=base_url, api_version="v1" if vertex else "v1beta"))
     blocks: list[Any] = []
     usage = None
     for chunk in sdk.models.generate_content_stream(model="m", contents="hi"):
@@ -253,6 +271,42 @@ def read_with_genai_sync(base_url: str) -> dict[str, Any]:
     return {"content": blocks, "stopReason": "toolUse" if has_calls else "stop",
             "usage": ((usage.prompt_token_count or 0) - cached,
                       usage.candidates_token_count, cached, 0)}
+
+
+def read_with_mistral(base_url: str) -> dict[str, Any]:
+    """mistralai's reading of a Mistral stream (in a thread: its client is sync or
+    asyncio's), as forged reads one."""
+    blocks: list[Any] = []
+    usage = None
+    finish = None
+
+    def add(kind: str, text: str) -> None:
+        if blocks and blocks[-1][0] == kind:
+            blocks[-1] = (kind, blocks[-1][1] + text)
+        elif text:
+            blocks.append((kind, text))
+
+    with Mistral(api_key="k", server_url=base_url) as sdk:
+        for event in sdk.chat.stream(model="m", messages=[{"role": "user", "content": "hi"}]):
+            chunk = event.data
+            usage = chunk.usage or usage
+            choice = chunk.choices[0]
+            finish = choice.finish_reason or finish
+            content = choice.delta.content
+            for item in [content] if isinstance(content, str) else content or []:
+                if isinstance(item, str):
+                    add("text", item)
+                elif item.type == "thinking":
+                    add("thinking", "".join(part.text for part in item.thinking))
+            for call in choice.delta.tool_calls or []:
+                blocks.append(("toolCall", call.id, call.function.name,
+                               orjson.loads(call.function.arguments)))
+    assert usage is not None and usage.prompt_tokens is not None
+    cached = (usage.prompt_tokens_details or {}).get("cached_tokens", 0)
+    calls = [block for block in blocks if block[0] == "toolCall"]
+    return {"content": [block for block in blocks if block[0] != "toolCall"] + calls,
+            "stopReason": {"tool_calls": "toolUse", "stop": "stop"}[str(finish)],
+            "usage": (usage.prompt_tokens - cached, usage.completion_tokens, cached, 0)}
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -194,19 +194,20 @@ async def test_last_assistant_text_is_null_before_any_reply(tmp_path: Path) -> N
 def test_startup_imports_only_what_it_needs() -> None:
     """No provider SDK ever, the MCP SDK only for a session with an MCP server; markdown-it
     only to export, the scripted server only for its provider, httpx (and h11 under it) only
-    in the providers' worker thread."""
+    in the providers' worker thread; google-auth only to reach Vertex AI."""
     code = ("import sys, forged._cli, forged._fronts.stdio, forged._fronts.print\n"
             "import forged._daemon, forged._session, forged._fronts.acp, forged._mcp\n"
             "print(' '.join(sorted(m for m in ('anthropic', 'openai', 'markdown_it', 'h11',\n"
             "    'httpx', 'forged._providers.scripted', 'forged._providers.http', 'mcp',\n"
-            "    'anyio', 'httpx2')\n"
+            "    'anyio', 'httpx2', 'google', 'google.auth', 'mistralai', 'botocore',\n"
+            "    'cryptography', 'forged._providers.oauth')\n"
             "    if m in sys.modules)))\n")
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.split()
     assert loaded == []
     sources = Path(forged.__file__).parent.rglob("*.py")
-    assert not [path for path in sources
-                if re.search(r"^\s*(import|from) (anthropic|openai)\b", path.read_text(), re.M)]
+    assert not [path for path in sources if re.search(
+        r"^\s*(import|from) (anthropic|openai|google\.genai|mistralai)\b", path.read_text(), re.M)]
 
 
 def test_public_api() -> None:
@@ -294,3 +295,37 @@ def test_the_client_loads_no_server_module() -> None:
     assert loaded == ["forged", "forged._codec", "forged._errors", "forged._jsonl",
                       "forged._paths", "forged._thin", "forged._version", "forged._wire",
                       "forged.client"]  # the protocol's classes, its vocabulary
+
+
+MODULES_PLUGIN = """
+import sys
+
+WATCH = ("anthropic", "openai", "google", "google.auth", "google.genai", "mistralai",
+         "botocore", "cryptography", "forged._providers.oauth", "forged._providers.anthropic")
+
+
+def register(api):
+    def report(args, ctx):
+        raise RuntimeError("loaded: " + " ".join(m for m in WATCH if m in sys.modules))
+
+    api.register_command("modules", report)
+"""
+
+
+async def test_a_session_with_an_anthropic_model_loads_none_of_the_cloud_libraries(
+        tmp_path: Path) -> None:
+    """After a whole turn with an Anthropic model, neither google-auth, botocore, nor any
+    SDK is in the process: only forged's own modules for the APIs."""
+    from .test_process import BIN, child_env
+
+    (tmp_path / "modules.py").write_text(MODULES_PLUGIN)
+    (tmp_path / "script.json").write_text(json.dumps(
+        {"api": "anthropic-messages", "replies": [{"content": [{"type": "text",
+                                                                "text": "hi"}]}]}))
+    with trio.fail_after(30):
+        done = await trio.run_process(
+            [str(BIN / "forged"), "-p", "--provider", "scripted", "--script",
+             str(tmp_path / "script.json"), "--plugin", str(tmp_path / "modules.py"), "hello",
+             "/modules"], capture_stdout=True, capture_stderr=True, check=False,
+            env=child_env(tmp_path / "agent"), cwd=tmp_path)
+    assert b"Command /modules failed: loaded: forged._providers.anthropic\n" in done.stderr

@@ -166,7 +166,8 @@ async def test_no_retry_when_disabled_or_not_transient(
     assert client.count("compaction_start") == 0
 
 
-@pytest.mark.parametrize("api", ["google-generative-ai"])
+@pytest.mark.parametrize("api", ["google-generative-ai", "azure-openai-responses",
+                                 "google-vertex", "mistral-conversations"])
 async def test_each_apis_error_status_is_retried_with_the_services_message(
         tmp_path: Path, mock_clock: trio.testing.MockClock, api: str) -> None:
     """An error status of the newer wire APIs: its message is the service's own (from the
@@ -179,8 +180,9 @@ async def test_each_apis_error_status_is_retried_with_the_services_message(
         await client.settled()
     assert started["errorMessage"] == "503 The model is overloaded. Please try again later."
     final = client.events("message_end")[-1]["message"]
-    assert final["stopReason"] == "stop" and final["content"] == [
-        {"type": "text", "text": "fine now"}]
+    assert final["stopReason"] == "stop"
+    assert [(block["type"], block["text"]) for block in final["content"]] == [
+        ("text", "fine now")]
     usage = final["usage"]
     assert (usage["input"], usage["output"], usage["totalTokens"]) == (10, 5, 15)
     assert usage["cost"]["total"] == pytest.approx((10 * 3 + 5 * 15) / 1e6)

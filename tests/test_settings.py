@@ -142,7 +142,8 @@ async def test_cycle_model_goes_through_enabled_models_with_their_levels(
         tmp_path: Path) -> None:
     (tmp_path / "agent").mkdir()
     (tmp_path / "agent" / "settings.json").write_text(json.dumps(
-        {"enabledModels": ["scripted/anthropic-messages", "*responses:low", "missing/model"]}))
+        {"enabledModels": ["scripted/anthropic-messages", "scripted/openai-resp*:low",
+                           "missing/model"]}))
     async with open_client(tmp_path) as client:
         first = (await client.request({"type": "cycle_model"}))["data"]
         assert (first["model"]["id"], first["thinkingLevel"], first["isScoped"]) == (

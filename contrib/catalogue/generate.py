@@ -9,11 +9,13 @@ It writes ``providers.json`` (each provider's key variable; read at start-up) an
 
 Kept: the chat models of the providers forged can reach with a key from the environment, over
 an API it speaks (``anthropic-messages``, ``openai-completions``, ``openai-responses``,
-``google-generative-ai``). Left
-out: ``anthropic`` and ``openai`` (forged's own definitions of them stay), providers whose
-address needs an account's ids or that sign in with OAuth (Cloudflare, Azure, GitHub Copilot,
-Radius, Codex), and what forged does not use of a model (input limits, cache lifetimes, price
-tiers).
+``google-generative-ai``, ``google-vertex``, ``azure-openai-responses``,
+``mistral-conversations``, ``openai-codex-responses``: Azure's models have no address of their
+own, the resource's comes from the environment; Codex's sign in with ChatGPT only, its key
+variable is empty). Left out: ``anthropic`` and ``openai``
+(forged's own definitions of them stay), providers whose address needs an account's ids or
+that sign in with OAuth (Cloudflare, GitHub Copilot, Radius), and what forged does not
+use of a model (input limits, cache lifetimes, price tiers).
 """
 
 from __future__ import annotations
@@ -23,17 +25,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai")
+APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai",
+        "google-vertex", "azure-openai-responses", "mistral-conversations",
+        "openai-codex-responses")
+NO_ADDRESS = ("azure-openai-responses",)
+"""APIs whose models are kept without a ``baseUrl``: forged finds it in the environment."""
 
 KEYS: dict[str, str] = {
-    "ant-ling": "ANT_LING_API_KEY", "baseten": "BASETEN_API_KEY",
+    "ant-ling": "ANT_LING_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
+    "baseten": "BASETEN_API_KEY",
     "cerebras": "CEREBRAS_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
-    "fireworks": "FIREWORKS_API_KEY", "google": "GEMINI_API_KEY", "groq": "GROQ_API_KEY",
+    "fireworks": "FIREWORKS_API_KEY", "google": "GEMINI_API_KEY",
+    "google-vertex": "GOOGLE_CLOUD_API_KEY", "groq": "GROQ_API_KEY",
     "huggingface": "HF_TOKEN",
     "kimi-coding": "KIMI_API_KEY", "meta": "META_API_KEY", "minimax": "MINIMAX_API_KEY",
-    "minimax-cn": "MINIMAX_CN_API_KEY", "moonshotai": "MOONSHOT_API_KEY",
+    "minimax-cn": "MINIMAX_CN_API_KEY", "mistral": "MISTRAL_API_KEY",
+    "moonshotai": "MOONSHOT_API_KEY",
     "moonshotai-cn": "MOONSHOT_API_KEY", "nvidia": "NVIDIA_API_KEY",
-    "opencode": "OPENCODE_API_KEY", "opencode-go": "OPENCODE_API_KEY",
+    "openai-codex": "", "opencode": "OPENCODE_API_KEY", "opencode-go": "OPENCODE_API_KEY",
     "openrouter": "OPENROUTER_API_KEY", "qwen-token-plan": "QWEN_TOKEN_PLAN_API_KEY",
     "qwen-token-plan-cn": "QWEN_TOKEN_PLAN_CN_API_KEY",
     "qwen-token-plan-individual": "QWEN_TOKEN_PLAN_INDIVIDUAL_API_KEY",
@@ -45,7 +54,8 @@ KEYS: dict[str, str] = {
     "xiaomi-token-plan-sgp": "XIAOMI_TOKEN_PLAN_SGP_API_KEY",
     "zai": "ZAI_API_KEY", "zai-coding-cn": "ZAI_CODING_CN_API_KEY",
 }
-"""Each kept provider's key variable, as the ancestor reads it (``env-api-keys``)."""
+"""Each kept provider's key variable, as the ancestor reads it (``env-api-keys``); empty for
+one that only signs in (auth.json)."""
 
 FIELDS = ("id", "name", "api", "baseUrl", "reasoning", "input", "contextWindow", "maxTokens",
           "thinkingLevelMap", "compat", "headers")
@@ -70,7 +80,8 @@ def write_catalogue(data: Path, out: Path) -> None:
             continue
         by_api = json.loads(source.read_text())
         models = [model(raw) for api in APIS for raw in by_api.get(api, {}).values()
-                  if raw.get("type", "chat") == "chat" and raw.get("baseUrl")]
+                  if raw.get("type", "chat") == "chat"
+                  and (raw.get("baseUrl") or api in NO_ADDRESS)]
         if models:
             models.sort(key=lambda m: m["id"])
             providers[name] = key

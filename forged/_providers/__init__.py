@@ -18,7 +18,9 @@ from .base import Provider as Provider
 from .base import ProviderRequest as ProviderRequest
 from .base import ToolSpec as ToolSpec
 
-APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai")
+APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai",
+        "azure-openai-responses", "google-vertex", "mistral-conversations",
+        "openai-codex-responses")
 
 _loaded: dict[str, Provider] = {}
 """Each api's stream function, once loaded: filled in one assignment, never in part."""
@@ -30,13 +32,17 @@ def _load() -> None:
     with _load_lock:
         if _loaded:
             return
-        from . import anthropic, google, http, openai
+        from . import anthropic, azure, codex, google, http, mistral, openai, vertex
 
         http.prepare()
         _loaded = {"anthropic-messages": anthropic.stream,
                    "openai-completions": openai.stream_chat,
                    "openai-responses": openai.stream_responses,
-                   "google-generative-ai": google.stream}
+                   "google-generative-ai": google.stream,
+                   "azure-openai-responses": azure.stream,
+                   "google-vertex": vertex.stream,
+                   "mistral-conversations": mistral.stream,
+                   "openai-codex-responses": codex.stream}
 
 
 async def load_providers() -> None:

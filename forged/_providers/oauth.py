@@ -26,7 +26,7 @@ import orjson
 
 from .._auth import AuthFile, Entry, expired
 from .._errors import ProviderError
-from .http import client_for, provider_errors, status_error
+from .http import client_for, provider_errors
 
 ANTHROPIC_CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
@@ -52,26 +52,41 @@ def endpoint(url: str) -> str:
     return url
 
 
-async def post_token(url: str, provider: str, *, json: dict[str, Any] | None = None,
-                     form: dict[str, str] | None = None) -> dict[str, Any]:
-    """POST to a token endpoint; its JSON answer, or a `ProviderError` saying what failed."""
+async def post_raw(url: str, *, json: dict[str, Any] | None = None,
+                   form: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """POST to a sign-in endpoint (`endpoint` of `url`): the status and the JSON answer ({}
+    when it is not a JSON object)."""
     target = endpoint(url)
-    client = client_for(target, "")
     with provider_errors():
-        response = await client.post(
+        response = await client_for(target, "").post(
             target, json=json, data=form, timeout=TIMEOUT_S,
             headers={"accept": "application/json"})
-        if response.is_error:
-            error = await status_error(response, None)
-            raise ProviderError(f"Refreshing the {provider} sign-in failed: {error}")
-        try:
-            answer = orjson.loads(response.content)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderError(f"Refreshing the {provider} sign-in failed: the answer is not "
-                                f"JSON ({exc})") from exc
-    if not isinstance(answer, dict) or not answer.get("access_token"):
-        raise ProviderError(f"Refreshing the {provider} sign-in failed: no access_token in "
-                            "the answer")
+    try:
+        answer = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        answer = {"body": response.text[:2000]}
+    return response.status_code, answer if isinstance(answer, dict) else {}
+
+
+async def post_json(url: str, body: dict[str, Any], doing: str) -> dict[str, Any]:
+    """POST `body`; the JSON answer, or a `ProviderError` saying what failed."""
+    status, answer = await post_raw(url, json=body)
+    if status >= 400:
+        raise ProviderError(f"Could not {doing} ({status}): {answer}")
+    return answer
+
+
+async def post_token(url: str, provider: str, *, json: dict[str, Any] | None = None,
+                     form: dict[str, str] | None = None, doing: str | None = None
+                     ) -> dict[str, Any]:
+    """POST to a token endpoint; its JSON answer (with an ``access_token``), or a
+    `ProviderError` saying what failed."""
+    doing = doing or f"refresh the {provider} sign-in"
+    status, answer = await post_raw(url, json=json, form=form)
+    if status >= 400:
+        raise ProviderError(f"Could not {doing} ({status}): {answer}")
+    if not answer.get("access_token"):
+        raise ProviderError(f"Could not {doing}: no access_token in the answer")
     return answer
 
 
@@ -101,7 +116,7 @@ async def refresh_codex(entry: Entry) -> Entry:
         "client_id": CODEX_CLIENT_ID})
     account = codex_account(answer["access_token"])
     if account is None:
-        raise ProviderError("Refreshing the openai-codex sign-in failed: the new token names "
+        raise ProviderError("Could not refresh the openai-codex sign-in: the new token names "
                             "no ChatGPT account")
     return {"access": answer["access_token"],
             "refresh": answer.get("refresh_token") or entry["refresh"],

@@ -72,7 +72,7 @@ def build_headers(request: ProviderRequest) -> dict[str, str]:
     return merge_headers(headers, request.headers)
 
 
-def _error_text(body: Any) -> str | None:
+def error_text(body: Any) -> str | None:
     """``error.message`` of an OpenAI error body."""
     error = body.get("error") if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
@@ -84,7 +84,7 @@ async def _open(request: ProviderRequest, path: str, body: dict[str, Any],
                 out: AssistantBuilder) -> AsyncIterator[Events]:
     url = f"{request.model.base_url.rstrip('/')}{path}"
     async with open_events(request, url, build_headers(request), body, out,
-                           error_text=_error_text) as events:
+                           error_text=error_text) as events:
         yield events
 
 

@@ -1,11 +1,12 @@
 """The scripted provider: a real local HTTP server that plays model replies from a script.
 
 It speaks the Anthropic Messages (``POST /v1/messages``), OpenAI Chat Completions
-(``POST /v1/chat/completions``), OpenAI Responses (``POST /v1/responses``) and Gemini
-(``POST .../models/{id}:streamGenerateContent``) streaming formats, so one script drives any
-of the wire APIs (the tests check with the official SDKs that it
-streams as the real services do). Each request takes the next reply of the script and is
-recorded (method, path, headers, JSON body).
+(``POST .../chat/completions``), OpenAI Responses (``POST .../responses``: OpenAI's, Azure's),
+Gemini (``POST .../models/{id}:streamGenerateContent``: the Gemini API's, Vertex AI's) and
+Mistral (``POST /mistral/v1/chat/completions``) streaming formats, so one script drives any of
+the wire APIs (the tests check with the official SDKs that it streams as the real services
+do). Each request takes the next reply of the script and is recorded (method, path, headers,
+JSON body).
 
 A script file::
 
@@ -384,29 +385,74 @@ def render_gemini(reply: Reply, model: str, ids: _Ids) -> Iterator[Frame]:
         yield _sse(None, response), reply.delay_ms / 1000 if index == 0 else delay_s
 
 
-_RENDERERS = {
-    "/v1/messages": render_anthropic,
-    "/v1/chat/completions": render_chat,
-    "/v1/responses": render_responses,
-}
+def render_mistral(reply: Reply, model: str, ids: _Ids) -> Iterator[Frame]:
+    """Mistral's chat completions: text as strings, thinking as a chunk list, each tool call
+    whole (a nine-character id), the finish reason and usage in the last chunk, then
+    ``[DONE]``."""
+    chunk_id = ids.next("cmpl")
+
+    def chunk(delta: dict[str, Any], finish: str | None = None,
+              usage: dict[str, Any] | None = None) -> bytes:
+        body: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk",
+                                "created": 0, "model": model, "choices": [
+                                    {"index": 0, "delta": delta, "finish_reason": finish}]}
+        if usage is not None:
+            body["usage"] = usage
+        return _sse(None, body)
+
+    yield chunk({"role": "assistant", "content": ""}), reply.delay_ms / 1000
+    for index, block in enumerate(reply.content):
+        if isinstance(block, ScriptText):
+            for piece in _split(block.text, block.chunks):
+                yield chunk({"content": piece}), block.delay_ms / 1000
+        elif isinstance(block, ScriptThinking):
+            for piece in _split(block.thinking, block.chunks):
+                yield chunk({"content": [{"type": "thinking", "thinking": [
+                    {"type": "text", "text": piece}]}]}), block.delay_ms / 1000
+        elif isinstance(block, ScriptToolCall):
+            call_id = block.id or ids.next("c").replace("_", "")[-9:].rjust(9, "0")
+            yield chunk({"tool_calls": [{"id": call_id, "index": index, "function": {
+                "name": block.name, "arguments": orjson.dumps(block.arguments).decode()}}]}), \
+                block.delay_ms / 1000
+    if reply.cut:
+        return
+    finish = {"stop": "stop", "length": "length", "toolUse": "tool_calls"}[_stop_reason(reply)]
+    usage = reply.usage
+    prompt = usage.input + usage.cache_read
+    yield chunk({"content": ""}, finish, {
+        "prompt_tokens": prompt, "completion_tokens": usage.output,
+        "total_tokens": prompt + usage.output,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read}}), 0
+    yield b"data: [DONE]\n\n", 0
+
+
 GEMINI_METHOD = ":streamGenerateContent"
+MISTRAL_PATH = "/mistral/v1/chat/completions"
+"""Mistral's path shares OpenAI's: its scripted models live under ``/mistral``."""
+_FORMATS = (("/v1/messages", "anthropic"), (MISTRAL_PATH, "mistral"), ("/chat/completions", "chat"),
+            ("/responses", "responses"), (GEMINI_METHOD, "gemini"))
+_RENDERERS = {"anthropic": render_anthropic, "chat": render_chat,
+              "responses": render_responses, "gemini": render_gemini,
+              "mistral": render_mistral}
 
 
-def renderer_for(path: str) -> Any:
-    """The format a request's path asks for: Gemini's method on any model path (the Gemini
-    API's and Vertex AI's), else the three paths of `_RENDERERS`; None for an unknown path."""
-    if path.endswith(GEMINI_METHOD):
-        return render_gemini
-    return _RENDERERS.get(path)
+def format_of(path: str) -> str | None:
+    """The streaming format a request's path asks for, by how it ends (an API's path under
+    any base: Azure's ``/openai/v1/responses``, Vertex AI's model paths); None if unknown."""
+    return next((name for suffix, name in _FORMATS if path.endswith(suffix)), None)
 
 
 def _error_body(path: str, reply: Reply) -> bytes:
-    if path == "/v1/messages":
+    kind = format_of(path)
+    if kind == "anthropic":
         return orjson.dumps({"type": "error", "error": {"type": reply.error_type,
                                                         "message": reply.error_message}})
-    if path.endswith(GEMINI_METHOD):
+    if kind == "gemini":
         return orjson.dumps({"error": {"code": reply.status, "message": reply.error_message,
                                        "status": reply.error_type.upper()}})
+    if kind == "mistral":
+        return orjson.dumps({"object": "error", "message": reply.error_message,
+                             "type": reply.error_type, "param": None, "code": None})
     return orjson.dumps({"error": {"message": reply.error_message, "type": reply.error_type,
                                    "code": None, "param": None}})
 
@@ -498,8 +544,9 @@ class ScriptedServer:
             if data:
                 await stream.send_all(data)
 
-        renderer = renderer_for(path)
-        if renderer is None:
+        kind = format_of(path)
+        renderer = _RENDERERS[kind] if kind is not None else render_anthropic
+        if kind is None:
             reply = Reply(status=404, error_message="no such endpoint")
         elif not self.replies:
             # A client error, so nobody retries it: a script that ran out is a mistake to see.
@@ -530,7 +577,7 @@ class ScriptedServer:
                 pass
             return False
         model = parsed.get("model", "scripted") if isinstance(parsed, dict) else "scripted"
-        if path.endswith(GEMINI_METHOD):
+        if kind == "gemini":
             model = path.rsplit("/", 1)[-1].removesuffix(GEMINI_METHOD)
         pending: list[bytes] = []
         pending_bytes = 0

@@ -1,0 +1,263 @@
+"""``forged login PROVIDER`` and ``forged logout PROVIDER``: sign-ins saved in auth.json, the
+file pi's ``/login`` writes, headless (a terminal over SSH is enough).
+
+- ``openai-codex`` (ChatGPT Plus/Pro): the device code flow. forged prints a code and the page
+  to enter it on, and asks OpenAI until the sign-in is done (15 minutes at most).
+- ``anthropic`` (Claude Pro/Max): the browser flow with PKCE. forged prints the address to open
+  and waits for the browser's redirect on a loopback port (53692, else any free one); a
+  browser on another machine cannot reach it, so the redirect address (or ``code#state``) can
+  be pasted on stdin instead.
+- any other provider: an API key, read from stdin (not echoed on a terminal).
+
+Each saves its entry under auth.json's lock (`forged._auth`), the others untouched.
+``logout`` removes the provider's entry.
+"""
+
+from __future__ import annotations
+
+import base64
+import getpass
+import hashlib
+import secrets
+import sys
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import trio
+
+from ._auth import AuthFile, Entry
+from ._errors import ConfigError, ProviderError
+from ._log import log
+from ._paths import agent_dir
+
+ANTHROPIC_AUTHORIZE_URL = "https://claude.ai/oauth/authorize"
+ANTHROPIC_PORT = 53692
+ANTHROPIC_SCOPES = ("org:create_api_key user:profile user:inference user:sessions:claude_code "
+                    "user:mcp_servers user:file_upload")
+CODEX_USER_CODE_URL = "https://auth.openai.com/api/accounts/deviceauth/usercode"
+CODEX_DEVICE_TOKEN_URL = "https://auth.openai.com/api/accounts/deviceauth/token"
+CODEX_VERIFICATION_URL = "https://auth.openai.com/codex/device"
+CODEX_DEVICE_REDIRECT = "https://auth.openai.com/deviceauth/callback"
+DEVICE_TIMEOUT_S = 15 * 60
+SUBSCRIPTIONS = {"anthropic": "Claude Pro/Max", "openai-codex": "ChatGPT Plus/Pro"}
+
+
+def main(command: str, argv: list[str]) -> int:
+    """``forged login`` / ``forged logout``: the exit code."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        log(f"usage: forged {command} PROVIDER (anthropic, openai-codex, or a provider whose "
+            "API key to save)")
+        return 2
+    provider = argv[0]
+    auth = AuthFile(agent_dir() / "auth.json")
+    try:
+        if command == "logout":
+            removed = trio.run(auth.delete, provider)
+            print(f"Signed out of {provider}" if removed else f"No sign-in for {provider}")
+            return 0
+        entry = trio.run(sign_in, provider)
+        trio.run(auth.modify, provider, _replace_with(entry))
+    except (ConfigError, ProviderError) as exc:
+        log(str(exc))
+        return 1
+    except KeyboardInterrupt:
+        log("login cancelled")
+        return 130
+    print(f"Signed in to {provider}; saved in {auth.path}")
+    return 0
+
+
+def _replace_with(entry: Entry) -> Any:
+    async def change(_: Entry | None) -> Entry:
+        return entry
+
+    return change
+
+
+async def sign_in(provider: str) -> Entry:
+    if provider == "openai-codex":
+        return await codex_device_flow()
+    if provider == "anthropic":
+        return await anthropic_browser_flow()
+    key = await trio.to_thread.run_sync(_read_key, provider)
+    if not key:
+        raise ConfigError("no key given: nothing saved")
+    return {"type": "api_key", "key": key}
+
+
+def _read_key(provider: str) -> str:
+    prompt = f"API key for {provider}: "
+    if sys.stdin.isatty():
+        return getpass.getpass(prompt).strip()
+    print(prompt, file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip()
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- ChatGPT: the device code flow ---------------------------------------------------------------
+
+async def codex_device_flow() -> Entry:
+    from ._providers.oauth import CODEX_CLIENT_ID, CODEX_TOKEN_URL, codex_account, post_json
+
+    device = await post_json(CODEX_USER_CODE_URL, {"client_id": CODEX_CLIENT_ID},
+                             "start the ChatGPT sign-in")
+    if not device.get("device_auth_id") or not device.get("user_code"):
+        raise ProviderError(f"OpenAI answered no device code: {device}")
+    say(f"To sign in to ChatGPT, open {CODEX_VERIFICATION_URL} and enter the code "
+        f"{device['user_code']}")
+    interval = float(device.get("interval") or 5)
+    deadline = trio.current_time() + DEVICE_TIMEOUT_S
+    while True:
+        if trio.current_time() >= deadline:
+            raise ProviderError("The ChatGPT sign-in was not completed in 15 minutes")
+        status, answer = await post_json_status(CODEX_DEVICE_TOKEN_URL, {
+            "device_auth_id": device["device_auth_id"], "user_code": device["user_code"]})
+        if status == 200 and answer.get("authorization_code") and answer.get("code_verifier"):
+            break
+        code = answer.get("error")
+        code = code.get("code") if isinstance(code, dict) else code
+        if status == 200 or (status not in (403, 404) and code not in (
+                "deviceauth_authorization_pending", "slow_down")):
+            raise ProviderError(f"The ChatGPT sign-in failed ({status}): {answer}")
+        if code == "slow_down":
+            interval += 5
+        await trio.sleep(max(interval, 0.2))
+    from ._providers.oauth import post_token
+
+    tokens = await post_token(CODEX_TOKEN_URL, "openai-codex", form={
+        "grant_type": "authorization_code", "client_id": CODEX_CLIENT_ID,
+        "code": answer["authorization_code"], "code_verifier": answer["code_verifier"],
+        "redirect_uri": CODEX_DEVICE_REDIRECT}, doing="sign in to ChatGPT")
+    account = codex_account(tokens["access_token"])
+    if account is None:
+        raise ProviderError("The ChatGPT sign-in's token names no ChatGPT account")
+    return {"type": "oauth", "access": tokens["access_token"],
+            "refresh": tokens["refresh_token"],
+            "expires": int(time.time() * 1000 + float(tokens["expires_in"]) * 1000),
+            "accountId": account}
+
+
+async def post_json_status(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    from ._providers.oauth import post_raw
+
+    return await post_raw(url, json=body)
+
+
+# --- Claude: the browser flow with PKCE ----------------------------------------------------------
+
+def pkce() -> tuple[str, str]:
+    verifier = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode().rstrip("=")
+    challenge = base64.urlsafe_b64encode(
+        hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+    return verifier, challenge
+
+
+def pasted_code(text: str) -> tuple[str | None, str | None]:
+    """The code (and state) in what a user pasted: the redirect address, ``code#state``, a
+    query, or the code alone."""
+    text = text.strip()
+    if not text:
+        return None, None
+    parts = urlsplit(text)
+    if parts.scheme and parts.netloc:
+        query = parse_qs(parts.query)
+        return query.get("code", [None])[0], query.get("state", [None])[0]
+    if "#" in text:
+        code, state = text.split("#", 1)
+        return code, state
+    if "code=" in text:
+        query = parse_qs(text)
+        return query.get("code", [None])[0], query.get("state", [None])[0]
+    return text, None
+
+
+async def anthropic_browser_flow() -> Entry:
+    from ._providers.oauth import ANTHROPIC_CLIENT_ID, ANTHROPIC_TOKEN_URL, EARLY_MS, post_token
+
+    verifier, challenge = pkce()
+    found: dict[str, str] = {}
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(_callback_server, verifier, found, done)
+        redirect = f"http://localhost:{port}/callback"
+        query = urlencode({"code": "true", "client_id": ANTHROPIC_CLIENT_ID,
+                           "response_type": "code", "redirect_uri": redirect,
+                           "scope": ANTHROPIC_SCOPES, "code_challenge": challenge,
+                           "code_challenge_method": "S256", "state": verifier})
+        say(f"To sign in to Claude, open this address in a browser:\n\n"
+            f"  {ANTHROPIC_AUTHORIZE_URL}?{query}\n\nforged waits for the browser's redirect to "
+            f"{redirect}; if the browser is on another machine, paste the address it ends "
+            "on here.")
+        nursery.start_soon(_read_pasted, found, done)
+        await done.wait()
+        nursery.cancel_scope.cancel()
+    if "error" in found:
+        raise ProviderError(found["error"])
+    if found.get("state", verifier) != verifier:
+        raise ProviderError("The sign-in's state does not match: start again")
+    tokens = await post_token(ANTHROPIC_TOKEN_URL, "anthropic", json={
+        "grant_type": "authorization_code", "client_id": ANTHROPIC_CLIENT_ID,
+        "code": found["code"], "state": found.get("state", verifier),
+        "redirect_uri": redirect, "code_verifier": verifier}, doing="sign in to Claude")
+    return {"type": "oauth", "access": tokens["access_token"],
+            "refresh": tokens["refresh_token"],
+            "expires": int(time.time() * 1000 + float(tokens["expires_in"]) * 1000 - EARLY_MS)}
+
+
+async def _read_pasted(found: dict[str, str], done: trio.Event) -> None:
+    while not done.is_set():
+        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            return  # no input: the browser's redirect is the only way
+        code, state = pasted_code(line)
+        if code:
+            found.update(code=code, **({"state": state} if state else {}))
+            done.set()
+
+
+async def _callback_server(state: str, found: dict[str, str], done: trio.Event, *,
+                           task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """The loopback page the browser is sent back to, with the code."""
+    try:
+        listeners = await trio.open_tcp_listeners(ANTHROPIC_PORT, host="127.0.0.1")
+    except OSError:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def answer(stream: trio.SocketStream) -> None:
+        async with stream:
+            request = b""
+            while b"\r\n\r\n" not in request and len(request) < 65536:
+                data = await stream.receive_some(4096)
+                if not data:
+                    return
+                request += data
+            target = request.split(b" ", 2)[1].decode(errors="replace")
+            query = parse_qs(urlsplit(target).query)
+            if urlsplit(target).path != "/callback" or query.get("state", [""])[0] != state:
+                await _page(stream, 400, "This is not the sign-in forged is waiting for.")
+                return
+            if query.get("error"):
+                found["error"] = ("Claude sign-in failed: "
+                                  + query.get("error_description", query["error"])[0])
+            elif query.get("code"):
+                found.update(code=query["code"][0], state=state)
+            else:
+                await _page(stream, 400, "No code in the address.")
+                return
+            await _page(stream, 200, "Signed in: you may close this page.")
+            done.set()
+
+    await trio.serve_listeners(answer, listeners)
+
+
+async def _page(stream: trio.SocketStream, status: int, text: str) -> None:
+    body = f"<!doctype html><title>forged</title><p>{text}</p>".encode()
+    head = (f"HTTP/1.1 {status} {'OK' if status == 200 else 'Bad Request'}\r\n"
+            "content-type: text/html; charset=utf-8\r\ncache-control: no-store\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    await stream.send_all(head.encode() + body)

@@ -1,0 +1,106 @@
+"""ChatGPT's Codex backend: reached with a ChatGPT sign-in saved in auth.json, its account in
+a header, the system prompt as a developer item; an expired sign-in refreshed first."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from forged._models import catalogue_providers
+from forged._providers.scripted import Reply, ScriptText, ScriptThinking, ScriptToolCall
+
+from .harness import Client, open_client
+from .test_auth import TokenEndpoint, jwt, write_auth
+
+TOKEN = jwt({"https://api.openai.com/auth": {"chatgpt_account_id": "account-7"}})
+
+
+@pytest.fixture(autouse=True)
+def no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in {"OPENAI_API_KEY", *catalogue_providers().values()} - {""}:
+        monkeypatch.delenv(key, raising=False)
+
+
+def signed_in(tmp_path: Path, expires_ms: int) -> Path:
+    return write_auth(tmp_path / "agent", {"openai-codex": {
+        "type": "oauth", "access": TOKEN, "refresh": "refresh-0", "expires": expires_ms,
+        "accountId": "account-7"}})
+
+
+async def use_codex(client: Client, tmp_path: Path, level: str = "medium") -> None:
+    (tmp_path / "agent" / "models.json").write_text(json.dumps({"providers": {
+        "openai-codex": {"baseUrl": f"{client.server.base_url}/backend-api"}}}))
+    client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
+    chosen = await client.request({"type": "set_model", "provider": "openai-codex",
+                                   "modelId": "gpt-5.6-luna"})
+    assert chosen["success"], chosen
+    await client.request({"type": "set_thinking_level", "level": level})
+
+
+def test_without_a_sign_in_codex_says_how_to_sign_in(tmp_path: Path) -> None:
+    from forged._models import ModelRegistry
+
+    registry = ModelRegistry()
+    assert not registry.has_auth("openai-codex")
+    assert registry.key_problem("openai-codex") == (
+        "No sign-in for openai-codex: sign in with `forged login openai-codex` (or pi's /login)")
+
+
+async def test_a_chatgpt_sign_in_reaches_codex(tmp_path: Path) -> None:
+    signed_in(tmp_path, int(time.time() * 1000) + 3_600_000)
+    replies = [Reply(content=[ScriptThinking(thinking="Look first.", signature="enc-1"),
+                              ScriptToolCall(name="bash", arguments={"command": "echo hi"})]),
+               Reply(content=[ScriptText(text="done")])]
+    async with open_client(tmp_path, replies) as client:
+        await use_codex(client, tmp_path)
+        await client.prompt_and_settle("hello")
+        session = (await client.request({"type": "get_state"}))["data"]["sessionId"]
+    first, second = client.server.requests  # each body checked against the OpenAI SDK's type
+    assert first.path == "/backend-api/codex/responses"
+    headers = first.headers
+    assert (headers["authorization"], headers["chatgpt-account-id"]) == (
+        f"Bearer {TOKEN}", "account-7")
+    assert headers["openai-beta"] == "responses=experimental"
+    assert headers["session-id"] == session and headers["originator"] == "pi"
+    body: dict[str, Any] = first.body
+    assert body["input"][0]["role"] == "developer" and "instructions" not in body
+    assert body["input"][0]["content"].startswith("You are")
+    assert (body["reasoning"], body["text"], body["store"]) == (
+        {"effort": "medium", "summary": "auto"}, {"verbosity": "low"}, False)
+    assert body["prompt_cache_key"] == session and body["parallel_tool_calls"] is True
+    assert any(item.get("type") == "reasoning" and item["encrypted_content"] == "enc-1"
+               for item in second.body["input"])
+    assert client.events("message_end")[-1]["message"]["content"][0]["text"] == "done"
+
+
+async def test_thinking_off_is_effort_none(tmp_path: Path) -> None:
+    signed_in(tmp_path, int(time.time() * 1000) + 3_600_000)
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="ok")])]) as client:
+        await use_codex(client, tmp_path, level="off")
+        await client.prompt_and_settle("hello")
+    assert client.server.requests[0].body["reasoning"] == {"effort": "none"}
+
+
+async def test_an_expired_sign_in_is_refreshed_and_a_usage_limit_said_plainly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = signed_in(tmp_path, int(time.time() * 1000) - 1000)
+    limit = Reply(status=400, error_type="usage_limit_reached", error_message="limit")
+    with TokenEndpoint().running() as tokens:
+        monkeypatch.setenv("FORGED_OAUTH_ORIGINS", json.dumps(
+            {"https://auth.openai.com": tokens.origin}))
+        async with open_client(tmp_path, [limit]) as client:
+            await use_codex(client, tmp_path)
+            await client.prompt_and_settle("hello")
+    ((where, kind, body),) = tokens.calls
+    assert (where, kind) == ("/oauth/token", "application/x-www-form-urlencoded")
+    assert body.decode() == ("grant_type=refresh_token&refresh_token=refresh-0"
+                             "&client_id=app_EMoamEEZ73f0CkXaXp7hrann")
+    saved = json.loads(path.read_text())["openai-codex"]
+    assert saved["refresh"] == "refresh-1" and saved["accountId"] == "account-1"
+    assert client.server.requests[0].headers["chatgpt-account-id"] == "account-1"
+    message = client.events("message_end")[-1]["message"]
+    assert message["errorMessage"] == "400 You have hit your ChatGPT usage limit."
