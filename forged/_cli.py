@@ -56,7 +56,11 @@ other commands:
   forged status [--socket PATH]
                       whether a daemon runs, its sessions and clients
   forged mcp list | add NAME (--url URL | -- COMMAND ARGS...) | remove NAME
-                      the MCP servers sessions connect (mcp.json)"""
+                      the MCP servers sessions connect (mcp.json)
+  forged login PROVIDER | forged logout PROVIDER
+                      save or remove a sign-in (anthropic, openai-codex, github-copilot)
+                      or an API key
+                      in auth.json, shared with pi"""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,6 +7,8 @@ file pi's ``/login`` writes, headless (a terminal over SSH is enough).
   and waits for the browser's redirect on a loopback port (53692, else any free one); a
   browser on another machine cannot reach it, so the redirect address (or ``code#state``) can
   be pasted on stdin instead.
+- ``github-copilot``: GitHub's device code flow, then the GitHub token is traded for a Copilot
+  token (`forged._providers.copilot`).
 - any other provider: an API key, read from stdin (not echoed on a terminal).
 
 Each saves its entry under auth.json's lock (`forged._auth`), the others untouched.
@@ -40,7 +42,8 @@ CODEX_DEVICE_TOKEN_URL = "https://auth.openai.com/api/accounts/deviceauth/token"
 CODEX_VERIFICATION_URL = "https://auth.openai.com/codex/device"
 CODEX_DEVICE_REDIRECT = "https://auth.openai.com/deviceauth/callback"
 DEVICE_TIMEOUT_S = 15 * 60
-SUBSCRIPTIONS = {"anthropic": "Claude Pro/Max", "openai-codex": "ChatGPT Plus/Pro"}
+SUBSCRIPTIONS = {"anthropic": "Claude Pro/Max", "openai-codex": "ChatGPT Plus/Pro",
+                 "github-copilot": "GitHub Copilot"}
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -80,6 +83,8 @@ async def sign_in(provider: str) -> Entry:
         return await codex_device_flow()
     if provider == "anthropic":
         return await anthropic_browser_flow()
+    if provider == "github-copilot":
+        return await copilot_device_flow()
     key = await trio.to_thread.run_sync(_read_key, provider)
     if not key:
         raise ConfigError("no key given: nothing saved")
@@ -145,6 +150,38 @@ async def post_json_status(url: str, body: dict[str, Any]) -> tuple[int, dict[st
     from ._providers.oauth import post_raw
 
     return await post_raw(url, json=body)
+
+
+# --- GitHub Copilot: GitHub's device code flow ---------------------------------------------------
+
+async def copilot_device_flow() -> Entry:
+    from ._providers import copilot
+    from ._providers.oauth import post_raw
+
+    links = copilot.urls()
+    status, device = await post_raw(links["device"], form={"client_id": copilot.CLIENT_ID,
+                                                           "scope": "read:user"})
+    if status >= 400 or not device.get("device_code") or not device.get("user_code"):
+        raise ProviderError(f"GitHub answered no device code ({status}): {device}")
+    say(f"To sign in to GitHub Copilot, open {device.get('verification_uri')} and enter the "
+        f"code {device['user_code']}")
+    interval = float(device.get("interval") or 5)
+    deadline = trio.current_time() + float(device.get("expires_in") or DEVICE_TIMEOUT_S)
+    while True:
+        await trio.sleep(max(interval, 0.2))
+        if trio.current_time() >= deadline:
+            raise ProviderError("The GitHub sign-in was not completed in time")
+        status, answer = await post_raw(links["access"], form={
+            "client_id": copilot.CLIENT_ID, "device_code": device["device_code"],
+            "grant_type": "urn:ietf:params:oauth:grant-type:device_code"})
+        if isinstance(answer.get("access_token"), str):
+            break
+        error = answer.get("error")
+        if error == "slow_down":
+            interval = float(answer.get("interval") or interval + 5)
+        elif error != "authorization_pending":
+            raise ProviderError(f"The GitHub sign-in failed ({status}): {answer}")
+    return {"type": "oauth", **await copilot.copilot_token(answer["access_token"])}
 
 
 # --- Claude: the browser flow with PKCE ----------------------------------------------------------

@@ -26,9 +26,17 @@ from ._values import not_run_yet, resolve_commands, value_now
 LEVELS: list[str] = list(w.THINKING_LEVELS)
 AUTHENTICATED = "<authenticated>"
 """The key of a provider signed in by the machine's credentials (`ModelRegistry.ambient`)."""
+BEARER_SIGN_INS = frozenset({"github-copilot"})
+"""Providers whose sign-in token goes as ``Authorization: Bearer`` whatever the API."""
 AMBIENT_HINTS = {"google-vertex": (
     ", or use application default credentials (GOOGLE_APPLICATION_CREDENTIALS or gcloud's) "
     "with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION")}
+"""What a provider without its key variable could sign in with instead."""
+NO_KEY = {"amazon-bedrock": (
+    "No AWS credentials for amazon-bedrock: set AWS_PROFILE, AWS_ACCESS_KEY_ID and "
+    "AWS_SECRET_ACCESS_KEY, or AWS_BEARER_TOKEN_BEDROCK")}
+"""Why a provider that has no key variable cannot be reached, when not for want of a
+sign-in."""
 _BASIC = ["off", "minimal", "low", "medium", "high"]
 _XHIGH = [*_BASIC, "xhigh"]
 _MAX = [*_XHIGH, "max"]
@@ -238,7 +246,8 @@ class ModelRegistry:
         """Catalogue providers whose models are not read yet."""
         for name, key in catalogue_providers().items():
             self.providers[name] = ProviderConfig(name=name, base_url="", api_key=key,
-                                                  key_from_env=True)
+                                                  key_from_env=True,
+                                                  auth_header=name in BEARER_SIGN_INS)
             self._unread.add(name)
 
     def _read(self, provider: str | None = None) -> None:
@@ -347,9 +356,15 @@ class ModelRegistry:
                                                 literal_key=True)
 
     def ambient(self, provider: str) -> bool:
-        """Whether `provider` signs in without a key, by credentials of the machine: Vertex
-        AI's application default credentials with a project and a location, as the ancestor
-        sees them."""
+        """Whether `provider` signs in without a key, by credentials of the machine, as the
+        ancestor sees them: AWS's (a profile, keys, a Bedrock key, a container or web identity
+        role) for Bedrock, application default credentials with a project and a location for
+        Vertex AI."""
+        if provider == "amazon-bedrock":
+            return any(os.environ.get(name) for name in (
+                "AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE")) or bool(
+                os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"))
         if provider == "google-vertex":
             adc = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") or os.path.expanduser(
                 "~/.config/gcloud/application_default_credentials.json")
@@ -396,8 +411,9 @@ class ModelRegistry:
         if value and value.startswith("!"):
             return f"No API key for {provider}: the command in its apiKey gave no value"
         if config.key_from_env and not value:
-            return (f"No sign-in for {provider}: sign in with `forged login {provider}` (or "
-                    "pi's /login)")
+            return NO_KEY.get(provider) or (
+                f"No sign-in for {provider}: sign in with `forged login {provider}` (or "
+                "pi's /login)")
         if config.key_from_env:
             return (f"No API key for {provider}: set {value}, or apiKey in models.json"
                     + AMBIENT_HINTS.get(provider, ""))
@@ -636,4 +652,5 @@ def register_scripted(registry: ModelRegistry, base_url: str) -> None:
          scripted("google-generative-ai", f"{base_url}/v1beta"),
          scripted("azure-openai-responses", f"{base_url}/openai/v1"),
          scripted("google-vertex", base_url),
-         scripted("mistral-conversations", f"{base_url}/mistral")])
+         scripted("mistral-conversations", f"{base_url}/mistral"),
+         scripted("bedrock-converse-stream", base_url)])

@@ -14,7 +14,10 @@ import binascii
 import functools
 from collections.abc import Iterable, Iterator
 from typing import Any
+from urllib.parse import unquote
 
+import botocore.session
+import botocore.validate
 import orjson
 from anthropic.types.message_create_params import MessageCreateParamsStreaming
 from google.genai import types as genai
@@ -24,7 +27,8 @@ from openai.types.responses.response_create_params import ResponseCreateParamsSt
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic.alias_generators import to_camel
 
-from forged._providers.scripted import RecordedRequest, format_of
+from forged._providers.formats import format_of
+from forged._providers.scripted import RecordedRequest
 
 PARAMS: dict[str, Any] = {
     "anthropic": MessageCreateParamsStreaming,
@@ -102,6 +106,23 @@ def check_gemini_request(request: RecordedRequest) -> None:
     assert not found, f"{request.path}: {found}"
 
 
+@functools.cache
+def converse_stream() -> Any:
+    """botocore's service model of Bedrock's ConverseStream: its input shape."""
+    return botocore.session.get_session().get_service_model(
+        "bedrock-runtime").operation_model("ConverseStream").input_shape
+
+
+def check_bedrock_request(request: RecordedRequest) -> None:
+    """The body, with the model id from the path, is what botocore's own validator accepts
+    for ConverseStream (it refuses unknown fields); the request is signed or carries a key."""
+    authorization = request.headers["authorization"]
+    assert authorization.startswith(("Bearer ", "AWS4-HMAC-SHA256 "))
+    model = unquote(request.path.removesuffix("/converse-stream").rsplit("/", 1)[-1])
+    botocore.validate.validate_parameters({**request.body, "modelId": model},
+                                          converse_stream())
+
+
 def check_request(request: RecordedRequest) -> None:
     kind = format_of(request.path)
     assert kind is not None, f"no wire API at {request.path}"
@@ -109,6 +130,9 @@ def check_request(request: RecordedRequest) -> None:
     assert request.headers["content-type"] == "application/json"
     if kind == "gemini":
         check_gemini_request(request)
+        return
+    if kind == "bedrock":
+        check_bedrock_request(request)
         return
     if kind == "anthropic":
         assert request.headers["anthropic-version"] == "2023-06-01"

@@ -5,17 +5,13 @@ pi's own code wrote is read."""
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +22,7 @@ from forged._models import ModelRegistry, catalogue_providers
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import Client, open_client
+from .sign_in_servers import JsonServer
 from .test_pi_clients import CACHE, PI_PACKAGE
 from .test_process import child_env
 
@@ -79,48 +76,29 @@ def jwt(claims: dict[str, Any]) -> str:
     return f"{part({'alg': 'none'})}.{part(claims)}.signature"
 
 
-class TokenEndpoint:
+class TokenEndpoint(JsonServer):
     """A local OAuth token endpoint: it answers each refresh with new tokens, counting them;
     `delay_s` holds each answer (two refreshing processes then overlap)."""
 
     def __init__(self, delay_s: float = 0.0) -> None:
-        self.calls: list[tuple[str, str, bytes]] = []
+        super().__init__()
         self.delay_s = delay_s
-        endpoint = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                endpoint.calls.append((self.path, self.headers["content-type"], body))
-                time.sleep(endpoint.delay_s)
-                count = len(endpoint.calls)
-                answer = {"access_token": f"sk-ant-oat-new-{count}",
-                          "refresh_token": f"refresh-{count}", "expires_in": 3600}
-                if self.path == "/oauth/token":  # OpenAI's: the account is in the token
-                    answer["access_token"] = jwt({"https://api.openai.com/auth": {
-                        "chatgpt_account_id": "account-1"}, "n": count})
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes
+               ) -> tuple[int, dict[str, Any]]:
+        time.sleep(self.delay_s)
+        count = len(self.calls)
+        answer = {"access_token": f"sk-ant-oat-new-{count}", "refresh_token": f"refresh-{count}",
+                  "expires_in": 3600}
+        if path == "/oauth/token":  # OpenAI's: the account is in the token
+            answer["access_token"] = jwt({"https://api.openai.com/auth": {
+                "chatgpt_account_id": "account-1"}, "n": count})
+        return 200, answer
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    @contextmanager
-    def running(self) -> Iterator[TokenEndpoint]:
-        thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield self
-        finally:
-            self.server.shutdown()
-            self.server.server_close()
+    @property
+    def posts(self) -> list[tuple[str, str, bytes]]:
+        """(path, content type, body) of each request."""
+        return [(path, headers["content-type"], body) for _, path, headers, body in self.calls]
 
 
 def expired_anthropic() -> dict[str, Any]:
@@ -143,7 +121,7 @@ async def test_an_expired_subscription_token_is_refreshed_and_written_back(
             await client.request({"type": "set_model", "provider": "anthropic",
                                   "modelId": "claude-sonnet-4-6"})
             await client.prompt_and_settle("hello")
-    ((where, kind, body),) = tokens.calls
+    ((where, kind, body),) = tokens.posts
     assert where == "/v1/oauth/token" and kind == "application/json"
     assert json.loads(body) == {"grant_type": "refresh_token", "refresh_token": "refresh-0",
                                 "client_id": "9d1c250a-e61b-44d9-88ed-5944d1962f5e"}

@@ -88,7 +88,7 @@ def test_the_generator_keeps_what_forged_can_reach(tmp_path: Path) -> None:
                                "classifier:guard": {**chat, "id": "guard",
                                                     "type": "classifier"}},
         "pi-messages": {"chat:other": {**chat, "id": "other"}}}))
-    (data / "github-copilot.json").write_text(json.dumps({"openai-completions": {
+    (data / "cloudflare-ai-gateway.json").write_text(json.dumps({"openai-completions": {
         "chat:x": {**chat, "id": "x"}}}))
     out = tmp_path / "catalogue"
     subprocess.run([sys.executable, str(GENERATE), str(data), str(out)], check=True)

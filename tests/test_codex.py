@@ -9,13 +9,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from forged._models import catalogue_providers
-from forged._providers.scripted import Reply, ScriptText, ScriptThinking, ScriptToolCall
+from forged._providers.scripted import (
+    Reply,
+    ScriptText,
+    ScriptThinking,
+    ScriptToolCall,
+    ScriptUsage,
+)
 
 from .harness import Client, open_client
 from .test_auth import TokenEndpoint, jwt, write_auth
 
+PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
+         "AAAABJRU5ErkJggg==")
 TOKEN = jwt({"https://api.openai.com/auth": {"chatgpt_account_id": "account-7"}})
 
 
@@ -95,7 +105,7 @@ async def test_an_expired_sign_in_is_refreshed_and_a_usage_limit_said_plainly(
         async with open_client(tmp_path, [limit]) as client:
             await use_codex(client, tmp_path)
             await client.prompt_and_settle("hello")
-    ((where, kind, body),) = tokens.calls
+    ((where, kind, body),) = tokens.posts
     assert (where, kind) == ("/oauth/token", "application/x-www-form-urlencoded")
     assert body.decode() == ("grant_type=refresh_token&refresh_token=refresh-0"
                              "&client_id=app_EMoamEEZ73f0CkXaXp7hrann")
@@ -104,3 +114,26 @@ async def test_an_expired_sign_in_is_refreshed_and_a_usage_limit_said_plainly(
     assert client.server.requests[0].headers["chatgpt-account-id"] == "account-1"
     message = client.events("message_end")[-1]["message"]
     assert message["errorMessage"] == "400 You have hit your ChatGPT usage limit."
+
+
+async def test_an_image_goes_as_input_and_an_error_status_is_retried_with_usage_after(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    signed_in(tmp_path, int(time.time() * 1000) + 3_600_000)
+    busy = Reply(status=503, error_type="server_error", error_message="Try again later")
+    replies = [busy, Reply(content=[ScriptText(text="a red pixel")],
+                           usage=ScriptUsage(input=200, output=10, cache_read=50))]
+    async with open_client(tmp_path, replies) as client:
+        await use_codex(client, tmp_path)
+        await client.send({"type": "prompt", "message": "what is it?", "images": [
+            {"type": "image", "data": PIXEL, "mimeType": "image/png"}]})
+        started = await client.wait_for(lambda e: e.get("type") == "auto_retry_start")
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(started["delayMs"] / 1000)
+        await client.settled()
+    assert started["errorMessage"] == "503 Try again later"
+    content = client.server.requests[1].body["input"][1]["content"]
+    assert {"type": "input_image", "detail": "auto",
+            "image_url": f"data:image/png;base64,{PIXEL}"} in content
+    usage = client.events("message_end")[-1]["message"]["usage"]
+    assert (usage["input"], usage["output"], usage["cacheRead"]) == (200, 10, 50)
+    assert usage["cost"]["total"] == pytest.approx((200 * 0.2 + 10 * 1.2 + 50 * 0.02) / 1e6)

@@ -18,7 +18,8 @@ from forged._providers.scripted import (
 from .harness import Client, Event, open_client
 
 APIS = ["anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai",
-        "azure-openai-responses", "google-vertex", "mistral-conversations"]
+        "azure-openai-responses", "google-vertex", "mistral-conversations",
+        "bedrock-converse-stream"]
 APP = "def value():\n    return 1\n\nprint(value())\n"
 
 
@@ -86,6 +87,10 @@ def tool_results_sent(api: str, body: dict[str, Any]) -> list[tuple[str, str]]:
     elif api == "mistral-conversations":
         found += [(m["tool_call_id"], m["content"][0]["text"]) for m in body["messages"]
                   if m["role"] == "tool"]
+    elif api == "bedrock-converse-stream":
+        found += [(part["toolResult"]["toolUseId"], part["toolResult"]["content"][0]["text"])
+                  for message in body["messages"] for part in message["content"]
+                  if "toolResult" in part]
     elif api.startswith("google"):
         found += [(part["functionResponse"]["name"],
                    part["functionResponse"]["response"]["output"])
@@ -157,6 +162,7 @@ async def test_coding_scenario(tmp_path: Path, api: str) -> None:
         "azure-openai-responses": "/openai/v1/responses",
         "google-vertex": "/v1/publishers/google/models/google-vertex:streamGenerateContent",
         "mistral-conversations": "/mistral/v1/chat/completions",
+        "bedrock-converse-stream": "/model/bedrock-converse-stream/converse-stream",
     }[api]
     final_body = requests[3].body
     results = [APP, "Successfully replaced text in app.py.", "2\n"]
@@ -178,6 +184,13 @@ def assert_thinking_sent_back(api: str, body: dict[str, Any]) -> None:
         assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
         assert body["thinking"] == {"type": "enabled", "budget_tokens": 8192}
         assert len(body["tools"]) == 4  # read, bash, edit, write: the default set
+    elif api == "bedrock-converse-stream":
+        assert body["messages"][1] == {"role": "assistant", "content": [
+            {"reasoningContent": {"reasoningText": {"text": "Look at the file first."}}},
+            {"toolUse": {"toolUseId": "call_read", "name": "read",
+                         "input": {"path": "app.py"}}}]}  # not Claude: no signature
+        assert body["system"] == [{"text": body["system"][0]["text"]}]
+        assert len(body["toolConfig"]["tools"]) == 4
     elif api == "mistral-conversations":
         call_id = body["messages"][2]["tool_calls"][0]["id"]  # call_read, as Mistral takes ids
         assert len(call_id) == 9 and call_id.isalnum()

@@ -177,7 +177,7 @@ async def test_model_and_thinking_commands(tmp_path: Path,
     ids = [m["id"] for m in models["data"]["models"]]
     assert ids == ["anthropic-messages", "openai-completions", "openai-responses",
                    "google-generative-ai", "azure-openai-responses", "google-vertex",
-                   "mistral-conversations"]
+                   "mistral-conversations", "bedrock-converse-stream"]
     for model in models["data"]["models"]:
         assert set(model) == {"id", "name", "api", "provider", "baseUrl", "reasoning", "input",
                               "contextWindow", "maxTokens", "cost", "thinkingLevels"}
@@ -218,8 +218,8 @@ def test_errors_say_what_is_unknown() -> None:
         registry.resolve_pattern("claude-opus-4-6:ultra")
     with pytest.raises(ConfigError, match=r"^Model not found: nosuch:high$"):
         registry.resolve_pattern("nosuch:high")
-    with pytest.raises(ConfigError, match=r"^Unknown provider 'nosuch' \(known: ant-ling, "
-                       r"anthropic, .*openai, .*openrouter, .*zai-coding-cn\)$"):
+    with pytest.raises(ConfigError, match=r"^Unknown provider 'nosuch' \(known: amazon-bedrock, "
+                       r"ant-ling, anthropic, .*openai, .*openrouter, .*zai-coding-cn\)$"):
         registry.check_provider("nosuch")
 
 

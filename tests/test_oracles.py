@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import botocore.session
 import openai
 import orjson
 import pytest
@@ -44,7 +45,7 @@ LEVELS = ["off", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 BASE_PATHS = {"anthropic-messages": "", "google-generative-ai": "/v1beta",
               "azure-openai-responses": "/openai/v1", "google-vertex": "",
-              "mistral-conversations": "/mistral"}
+              "mistral-conversations": "/mistral", "bedrock-converse-stream": ""}
 
 
 def oracle_model(api: str, model_id: str, base_url: str) -> w.Model:
@@ -60,7 +61,9 @@ MODELS = {"anthropic-messages": ["claude-opus-4-6", "claude-sonnet-4-5"],
           "google-generative-ai": ["gemini-3-pro-preview", "gemini-2.5-flash"],
           "azure-openai-responses": ["gpt-5.6"],
           "google-vertex": ["gemini-3-pro-preview", "gemini-2.5-flash"],
-          "mistral-conversations": ["magistral-medium-latest"]}
+          "mistral-conversations": ["magistral-medium-latest"],
+          "bedrock-converse-stream": ["us.anthropic.claude-opus-4-6-v1",
+                                      "anthropic.claude-sonnet-4-5-20250929-v1:0"]}
 
 
 def turn(level: str) -> list[Reply]:
@@ -72,7 +75,12 @@ def turn(level: str) -> list[Reply]:
     return [Reply(content=look), Reply(content=[ScriptText(text=f"Seen at {level}.")])]
 
 
-@pytest.mark.parametrize("api", APIS)
+# ChatGPT's Codex backend takes only a sign-in's token: tests/test_codex.py covers it (the
+# harness checks its requests with the same oracle as OpenAI's Responses).
+SIGNED_IN_ONLY = ("openai-codex-responses",)
+
+
+@pytest.mark.parametrize("api", [api for api in APIS if api not in SIGNED_IN_ONLY])
 async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: str) -> None:
     """Images in the prompt and in tool results, tool calls and their results, thinking sent
     back (signatures, reasoning items), cache control, and every thinking level of an
@@ -123,6 +131,16 @@ async def test_every_request_shape_is_one_the_sdk_accepts(tmp_path: Path, api: s
         assert configs[len(LEVELS):] == [{"thinkingBudget": 0}, *(
             {**on, "thinkingBudget": budget} for budget in
             (128, 2048, 8192, 24576, 24576, 24576))]
+    elif api == "bedrock-converse-stream":
+        assert "'toolResult'" in text and "'cachePoint'" in text
+        assert "'signature': 'sig-max'" in text or "'signature': 'sig-high'" in text
+        fields = [body.get("additionalModelRequestFields") for body in bodies[::2]]
+        assert fields[0] is None and fields[1] == {
+            "thinking": {"type": "adaptive", "display": "summarized"},
+            "output_config": {"effort": "low"}}
+        assert fields[len(LEVELS) + 3] == {
+            "thinking": {"type": "enabled", "budget_tokens": 8192, "display": "summarized"},
+            "anthropic_beta": ["interleaved-thinking-2025-05-14"]}
     elif api == "mistral-conversations":
         assert "'role': 'tool'" in text and "'type': 'thinking'" in text
         assert [body.get("prompt_mode") for body in bodies[::2]] == [None, *["reasoning"] * 6]
@@ -146,11 +164,11 @@ def reply_for(api: str) -> Reply:
         ScriptToolCall(name="grep", arguments={"pattern": "x", "path": "."}, chunks=2,
                        # Gemini's calls carry no id before Gemini 3: forged makes one up
                        id="call_b" if api.startswith("google") else None)]
-    if api == "anthropic-messages":
+    if api in ("anthropic-messages", "bedrock-converse-stream"):
         content.insert(1, ScriptRedactedThinking(data="opaque"))
     return Reply(content=content, usage=ScriptUsage(
         input=100, output=20, cache_read=30,
-        cache_write=5 if api == "anthropic-messages" else 0))
+        cache_write=5 if api in ("anthropic-messages", "bedrock-converse-stream") else 0))
 
 
 def neutral_forged(message: dict[str, Any]) -> dict[str, Any]:
@@ -195,6 +213,8 @@ async def read_with_sdk(api: str, base_url: str) -> dict[str, Any]:
         return await read_with_genai(base_url, vertex=api == "google-vertex")
     if api == "mistral-conversations":
         return await trio.to_thread.run_sync(read_with_mistral, f"{base_url}/mistral")
+    if api == "bedrock-converse-stream":
+        return await trio.to_thread.run_sync(read_with_botocore, base_url)
     sdk = (openai.AsyncAzureOpenAI(base_url=f"{base_url}/openai/v1", api_key="k",
                                    api_version="v1", max_retries=0)
            if api == "azure-openai-responses"
@@ -273,6 +293,43 @@ def read_with_genai_sync(base_url: str, vertex: bool) -> dict[str, Any]:
                       usage.candidates_token_count, cached, 0)}
 
 
+def read_with_botocore(base_url: str) -> dict[str, Any]:
+    """botocore's reading of a ConverseStream answer (its client is sync: in a thread)."""
+    client = botocore.session.get_session().create_client(
+        "bedrock-runtime", region_name="us-east-1", endpoint_url=base_url,
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
+    answer = client.converse_stream(modelId="m", messages=[
+        {"role": "user", "content": [{"text": "hi"}]}])
+    blocks: dict[int, list[Any]] = {}
+    stop, usage = None, {}
+    for event in answer["stream"]:
+        if "contentBlockStart" in event:
+            start = event["contentBlockStart"]
+            use = start["start"]["toolUse"]
+            blocks[start["contentBlockIndex"]] = ["toolCall", use["toolUseId"], use["name"], ""]
+        elif "contentBlockDelta" in event:
+            index, delta = (event["contentBlockDelta"]["contentBlockIndex"],
+                            event["contentBlockDelta"]["delta"])
+            if "text" in delta:
+                blocks.setdefault(index, ["text", ""])[1] += delta["text"]
+            elif "toolUse" in delta:
+                blocks[index][3] += delta["toolUse"]["input"]
+            elif "redactedContent" in delta["reasoningContent"]:
+                blocks[index] = ["redacted", base64.b64encode(
+                    delta["reasoningContent"]["redactedContent"]).decode()]
+            elif "text" in delta["reasoningContent"]:
+                blocks.setdefault(index, ["thinking", ""])[1] += delta["reasoningContent"]["text"]
+        elif "messageStop" in event:
+            stop = event["messageStop"]["stopReason"]
+        elif "metadata" in event:
+            usage = event["metadata"]["usage"]
+    content = [(*block[:3], orjson.loads(block[3])) if block[0] == "toolCall"
+               else tuple(block) for _, block in sorted(blocks.items())]
+    return {"content": content, "stopReason": {"tool_use": "toolUse", "end_turn": "stop"}[
+        str(stop)], "usage": (usage["inputTokens"], usage["outputTokens"],
+                              usage["cacheReadInputTokens"], usage["cacheWriteInputTokens"])}
+
+
 def read_with_mistral(base_url: str) -> dict[str, Any]:
     """mistralai's reading of a Mistral stream (in a thread: its client is sync or
     asyncio's), as forged reads one."""
@@ -309,7 +366,7 @@ def read_with_mistral(base_url: str) -> dict[str, Any]:
             "usage": (usage.prompt_tokens - cached, usage.completion_tokens, cached, 0)}
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", [api for api in APIS if api not in SIGNED_IN_ONLY])
 async def test_the_sdk_reads_the_scripted_stream_as_forged_does(tmp_path: Path,
                                                                 api: str) -> None:
     async with open_client(tmp_path, [reply_for(api), Reply(content=[ScriptText(text="ok")])],

@@ -301,7 +301,7 @@ MODULES_PLUGIN = """
 import sys
 
 WATCH = ("anthropic", "openai", "google", "google.auth", "google.genai", "mistralai",
-         "botocore", "cryptography", "forged._providers.oauth", "forged._providers.anthropic")
+         "botocore", "cryptography", "forged._providers.anthropic")
 
 
 def register(api):

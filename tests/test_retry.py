@@ -167,7 +167,8 @@ async def test_no_retry_when_disabled_or_not_transient(
 
 
 @pytest.mark.parametrize("api", ["google-generative-ai", "azure-openai-responses",
-                                 "google-vertex", "mistral-conversations"])
+                                 "google-vertex", "mistral-conversations",
+                                 "bedrock-converse-stream"])
 async def test_each_apis_error_status_is_retried_with_the_services_message(
         tmp_path: Path, mock_clock: trio.testing.MockClock, api: str) -> None:
     """An error status of the newer wire APIs: its message is the service's own (from the

@@ -80,7 +80,7 @@ async def test_application_default_credentials_sign_the_request(
     assert first.headers["authorization"] == second.headers["authorization"] == (
         "Bearer sk-ant-oat-new-1")  # one token for both: google-auth keeps it until it expires
     assert "x-goog-api-key" not in first.headers
-    ((where, kind, body),) = tokens.calls
+    ((where, kind, body),) = tokens.posts
     form = parse_qs(body.decode())
     assert where == "/token" and kind == "application/x-www-form-urlencoded"
     assert form["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]

@@ -10,12 +10,12 @@ It writes ``providers.json`` (each provider's key variable; read at start-up) an
 Kept: the chat models of the providers forged can reach with a key from the environment, over
 an API it speaks (``anthropic-messages``, ``openai-completions``, ``openai-responses``,
 ``google-generative-ai``, ``google-vertex``, ``azure-openai-responses``,
-``mistral-conversations``, ``openai-codex-responses``: Azure's models have no address of their
-own, the resource's comes from the environment; Codex's sign in with ChatGPT only, its key
-variable is empty). Left out: ``anthropic`` and ``openai``
-(forged's own definitions of them stay), providers whose address needs an account's ids or
-that sign in with OAuth (Cloudflare, GitHub Copilot, Radius), and what forged does not
-use of a model (input limits, cache lifetimes, price tiers).
+``mistral-conversations``, ``openai-codex-responses``, ``bedrock-converse-stream``). Azure's
+models have no address of their own (the resource's comes from the environment); Codex's and
+GitHub Copilot's sign in only, Bedrock's with AWS's credentials (their key variable is empty).
+Left out: ``anthropic`` and ``openai`` (forged's own definitions of them stay), providers whose
+address needs an account's ids or that sign in with flows forged lacks (Cloudflare, Radius),
+and what forged does not use of a model (input limits, cache lifetimes, price tiers).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from typing import Any
 
 APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai",
         "google-vertex", "azure-openai-responses", "mistral-conversations",
-        "openai-codex-responses")
+        "openai-codex-responses", "bedrock-converse-stream")
 NO_ADDRESS = ("azure-openai-responses",)
 """APIs whose models are kept without a ``baseUrl``: forged finds it in the environment."""
 
 KEYS: dict[str, str] = {
-    "ant-ling": "ANT_LING_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
+    "amazon-bedrock": "", "ant-ling": "ANT_LING_API_KEY", "azure": "AZURE_OPENAI_API_KEY",
     "baseten": "BASETEN_API_KEY",
     "cerebras": "CEREBRAS_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
-    "fireworks": "FIREWORKS_API_KEY", "google": "GEMINI_API_KEY",
+    "fireworks": "FIREWORKS_API_KEY", "github-copilot": "", "google": "GEMINI_API_KEY",
     "google-vertex": "GOOGLE_CLOUD_API_KEY", "groq": "GROQ_API_KEY",
     "huggingface": "HF_TOKEN",
     "kimi-coding": "KIMI_API_KEY", "meta": "META_API_KEY", "minimax": "MINIMAX_API_KEY",

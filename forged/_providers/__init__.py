@@ -20,7 +20,7 @@ from .base import ToolSpec as ToolSpec
 
 APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai",
         "azure-openai-responses", "google-vertex", "mistral-conversations",
-        "openai-codex-responses")
+        "openai-codex-responses", "bedrock-converse-stream")
 
 _loaded: dict[str, Provider] = {}
 """Each api's stream function, once loaded: filled in one assignment, never in part."""
@@ -32,7 +32,7 @@ def _load() -> None:
     with _load_lock:
         if _loaded:
             return
-        from . import anthropic, azure, codex, google, http, mistral, openai, vertex
+        from . import anthropic, azure, bedrock, codex, google, http, mistral, openai, vertex
 
         http.prepare()
         _loaded = {"anthropic-messages": anthropic.stream,
@@ -42,7 +42,8 @@ def _load() -> None:
                    "azure-openai-responses": azure.stream,
                    "google-vertex": vertex.stream,
                    "mistral-conversations": mistral.stream,
-                   "openai-codex-responses": codex.stream}
+                   "openai-codex-responses": codex.stream,
+                   "bedrock-converse-stream": bedrock.stream}
 
 
 async def load_providers() -> None:
@@ -59,6 +60,10 @@ def provider_for(api: str) -> Provider:
 
     async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
         await load_providers()
+        if request.model.provider == "github-copilot":
+            from . import copilot
+
+            request = copilot.prepare(request)
         await _loaded[api](request, out)
 
     return stream

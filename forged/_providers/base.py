@@ -169,6 +169,14 @@ class AssistantBuilder:
             (content.thinking_signature or "") + signature if append else signature
         )
 
+    def redact(self, key: object, data: str) -> None:
+        """Mark the open thinking block `key` as redacted, `data` its opaque payload."""
+        block = self._open.get(key)
+        if block is not None and block.kind == "thinking":
+            content = self.message.content[block.index]
+            assert isinstance(content, w.ThinkingContent)
+            content.redacted, content.thinking_signature = True, data
+
     def redacted_thinking(self, key: object, data: str) -> None:
         index = self._start(key, "thinking", w.ThinkingContent(
             thinking="[Reasoning redacted]", thinking_signature=data, redacted=True))

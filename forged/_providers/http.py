@@ -16,6 +16,7 @@ connection and a silent one are `ProviderStreamError` s, which the retry policy 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager, contextmanager, suppress
@@ -70,6 +71,57 @@ def client_for(base_url: str, api_key: str) -> httpx.AsyncClient:
     return client
 
 
+def redirected(url: str) -> str:
+    """`url`, its origin replaced as ``FORGED_OAUTH_ORIGINS`` says: a sign-in's requests,
+    and the API host a sign-in names (Copilot's), sent to a test double or a gateway."""
+    raw = os.environ.get("FORGED_OAUTH_ORIGINS")
+    if raw:
+        try:
+            origins = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ProviderError(f"FORGED_OAUTH_ORIGINS is not JSON: {exc}") from exc
+        for origin, replacement in origins.items() if isinstance(origins, dict) else ():
+            if url.startswith(origin.rstrip("/") + "/"):
+                return str(replacement).rstrip("/") + url[len(origin.rstrip("/")):]
+    return url
+
+
+# --- sign-in endpoints ---------------------------------------------------------------------
+
+SIGN_IN_TIMEOUT_S = 30.0
+
+
+async def post_raw(url: str, *, json: dict[str, Any] | None = None,
+                   form: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """POST to a sign-in endpoint (`endpoint` of `url`): the status and the JSON answer ({}
+    when it is not a JSON object)."""
+    target = redirected(url)
+    with provider_errors():
+        response = await client_for(target, "").post(
+            target, json=json, data=form, timeout=SIGN_IN_TIMEOUT_S,
+            headers={"accept": "application/json"})
+    try:
+        answer = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        answer = {"body": response.text[:2000]}
+    return response.status_code, answer if isinstance(answer, dict) else {}
+
+
+async def get_json(url: str, headers: dict[str, str], doing: str) -> dict[str, Any]:
+    """GET a sign-in endpoint's JSON, or a `ProviderError` saying what failed."""
+    target = redirected(url)
+    with provider_errors():
+        response = await client_for(target, "").get(target, headers=headers,
+                                                     timeout=SIGN_IN_TIMEOUT_S)
+    try:
+        answer = orjson.loads(response.content)
+    except orjson.JSONDecodeError:
+        answer = {"body": response.text[:2000]}
+    if response.status_code >= 400 or not isinstance(answer, dict):
+        raise ProviderError(f"Could not {doing} ({response.status_code}): {answer}")
+    return answer
+
+
 def merge_headers(defaults: dict[str, str], configured: dict[str, str]) -> dict[str, str]:
     """`defaults` (lowercase names) overridden by the configured headers, whatever their case."""
     merged = {"user-agent": USER_AGENT, **defaults}
@@ -89,21 +141,30 @@ async def open_events(request: ProviderRequest, url: str, headers: dict[str, str
 
     Cancellation closes the connection. On a normal exit the rest of the body is read
     (briefly), so the connection goes back to the pool."""
+    async with (open_body(request, url, {"content-type": "application/json", **headers},
+                          orjson.dumps(body), error_text=error_text) as chunks,
+                aclosing(sse_events(chunks, out, request.idle_timeout_s)) as events):
+        yield events
+
+
+@asynccontextmanager
+async def open_body(request: ProviderRequest, url: str, headers: dict[str, str],
+                    content: bytes, *, error_text: ErrorText | None = None
+                    ) -> AsyncIterator[AsyncIterator[bytes]]:
+    """POST `content` (`headers` complete: a signature covers them) and yield the answer's
+    body as it comes, as `open_events` does for a stream of any framing."""
     client = client_for(request.model.base_url, request.api_key)
-    content = orjson.dumps(body)
     with provider_errors():
         async with AsyncExitStack() as stack:
             with trio.move_on_after(request.idle_timeout_s) as waiting:
                 response = await stack.enter_async_context(client.stream(
-                    "POST", url, content=content,
-                    headers={"content-type": "application/json", **headers}))
+                    "POST", url, content=content, headers=headers))
             if waiting.cancelled_caught:
                 raise silent(request.idle_timeout_s)
             if response.is_error:
                 raise await status_error(response, error_text, request.idle_timeout_s)
             chunks = response.aiter_bytes()
-            async with aclosing(sse_events(chunks, out, request.idle_timeout_s)) as events:
-                yield events
+            yield chunks
             # Best effort: a body that does not end in time only costs its connection.
             with trio.move_on_after(DRAIN_TIMEOUT_S), suppress(*_BROKEN):
                 async for _ in chunks:

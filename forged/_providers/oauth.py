@@ -17,7 +17,6 @@ what its endpoint answered; the turn ends with it.
 from __future__ import annotations
 
 import base64
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,7 +25,9 @@ import orjson
 
 from .._auth import AuthFile, Entry, expired
 from .._errors import ProviderError
-from .http import client_for, provider_errors
+from . import copilot
+from .http import get_json as get_json
+from .http import post_raw as post_raw
 
 ANTHROPIC_CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
@@ -35,37 +36,6 @@ CODEX_TOKEN_URL = "https://auth.openai.com/oauth/token"
 CODEX_CLAIM = "https://api.openai.com/auth"
 EARLY_MS = 5 * 60 * 1000
 """Anthropic's tokens count as expired this long before they do, as the ancestor saves them."""
-TIMEOUT_S = 30.0
-
-
-def endpoint(url: str) -> str:
-    """`url`, its origin replaced as ``FORGED_OAUTH_ORIGINS`` says."""
-    raw = os.environ.get("FORGED_OAUTH_ORIGINS")
-    if raw:
-        try:
-            origins = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ProviderError(f"FORGED_OAUTH_ORIGINS is not JSON: {exc}") from exc
-        for origin, replacement in origins.items() if isinstance(origins, dict) else ():
-            if url.startswith(origin.rstrip("/") + "/"):
-                return str(replacement).rstrip("/") + url[len(origin.rstrip("/")):]
-    return url
-
-
-async def post_raw(url: str, *, json: dict[str, Any] | None = None,
-                   form: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    """POST to a sign-in endpoint (`endpoint` of `url`): the status and the JSON answer ({}
-    when it is not a JSON object)."""
-    target = endpoint(url)
-    with provider_errors():
-        response = await client_for(target, "").post(
-            target, json=json, data=form, timeout=TIMEOUT_S,
-            headers={"accept": "application/json"})
-    try:
-        answer = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        answer = {"body": response.text[:2000]}
-    return response.status_code, answer if isinstance(answer, dict) else {}
 
 
 async def post_json(url: str, body: dict[str, Any], doing: str) -> dict[str, Any]:
@@ -130,8 +100,13 @@ def _expires(answer: dict[str, Any], early_ms: int) -> int:
     return int(time.time() * 1000 + seconds * 1000 - early_ms)
 
 
+async def refresh_copilot(entry: Entry) -> Entry:
+    return await copilot.copilot_token(str(entry["refresh"]), entry.get("enterpriseUrl") or None)
+
+
 REFRESHERS: dict[str, Callable[[Entry], Awaitable[Entry]]] = {
-    "anthropic": refresh_anthropic, "openai-codex": refresh_codex}
+    "anthropic": refresh_anthropic, "openai-codex": refresh_codex,
+    "github-copilot": refresh_copilot}
 """The subscriptions whose tokens forged refreshes, by auth.json provider id."""
 
 

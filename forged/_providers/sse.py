@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import orjson
@@ -45,11 +46,10 @@ def silent(seconds: float) -> ProviderStreamError:
     return ProviderStreamError(f"The provider sent nothing for {seconds:g} seconds")
 
 
-async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
-                     idle_timeout_s: float) -> AsyncGenerator[tuple[bytes, Any], None]:
-    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
-    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
-    decoder = SseDecoder()
+async def timed_chunks(chunks: AsyncIterator[bytes], out: AssistantBuilder,
+                       idle_timeout_s: float) -> AsyncGenerator[bytes, None]:
+    """`chunks`, each once the client has room for more (`AssistantBuilder.wait_for_room`);
+    a stream that sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
     received = aiter(chunks)
     while True:
         with trio.move_on_after(idle_timeout_s) as idle:
@@ -59,10 +59,20 @@ async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
         if chunk is None:
             return
         await out.wait_for_room()
-        for event, data in decoder.feed(chunk):
-            if data == b"[DONE]":
-                return
-            try:
-                yield event, orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                raise ProviderStreamError(f"Malformed stream event: {exc}") from exc
+        yield chunk
+
+
+async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
+                     idle_timeout_s: float) -> AsyncGenerator[tuple[bytes, Any], None]:
+    """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
+    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
+    decoder = SseDecoder()
+    async with aclosing(timed_chunks(chunks, out, idle_timeout_s)) as timed:
+        async for chunk in timed:
+            for event, data in decoder.feed(chunk):
+                if data == b"[DONE]":
+                    return
+                try:
+                    yield event, orjson.loads(data)
+                except orjson.JSONDecodeError as exc:
+                    raise ProviderStreamError(f"Malformed stream event: {exc}") from exc

@@ -1,0 +1,139 @@
+"""``forged login`` and ``forged logout``, headless, against local sign-in servers: ChatGPT's
+device code flow, Claude's browser flow (the loopback redirect, or the address pasted), and a
+plain API key; each saved in auth.json beside what it held."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+import trio
+
+from .sign_in_servers import JsonServer
+from .test_auth import jwt, write_auth
+from .test_process import BIN, child_env
+
+
+class SignInServer(JsonServer):
+    """OpenAI's and Anthropic's sign-in endpoints, as far as forged uses them; the device
+    code is pending at the first poll and granted at the second."""
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes
+               ) -> tuple[int, dict[str, Any]]:
+        if path == "/api/accounts/deviceauth/usercode":
+            return 200, {"device_auth_id": "dev-1", "user_code": "ABCD-1234", "interval": "0"}
+        if path == "/api/accounts/deviceauth/token":
+            if self.count(path) == 1:
+                return 403, {"error": {"code": "deviceauth_authorization_pending"}}
+            return 200, {"authorization_code": "auth-code", "code_verifier": "verifier-1"}
+        access = (jwt({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-9"}})
+                  if path == "/oauth/token" else "sk-ant-oat-signed-in")
+        return 200, {"access_token": access, "refresh_token": "refresh-new",
+                     "expires_in": 3600}
+
+    def sent(self) -> list[tuple[str, Any]]:
+        """(path, parsed body) of each request: JSON, or a form."""
+        return [(path, json.loads(body) if headers["content-type"].startswith(
+            "application/json") else parse_qs(body.decode()))
+            for _, path, headers, body in self.calls]
+
+
+@contextmanager
+def sign_in_env(tmp_path: Path) -> Iterator[tuple[SignInServer, dict[str, str]]]:
+    with SignInServer().running() as server:
+        env = {**child_env(tmp_path / "agent"), "FORGED_OAUTH_ORIGINS": json.dumps({
+            "https://auth.openai.com": server.origin,
+            "https://platform.claude.com": server.origin})}
+        yield server, env
+
+
+def kept(tmp_path: Path) -> Path:
+    return write_auth(tmp_path / "agent", {"groq": {"type": "api_key", "key": "gsk-kept"}})
+
+
+async def test_chatgpt_signs_in_with_a_device_code(tmp_path: Path) -> None:
+    path = kept(tmp_path)
+    with sign_in_env(tmp_path) as (server, env), trio.fail_after(30):
+        done = await trio.run_process([str(BIN / "forged"), "login", "openai-codex"],
+                                      capture_stdout=True, capture_stderr=True, env=env,
+                                      stdin=b"", check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"open https://auth.openai.com/codex/device and enter the code ABCD-1234" in (
+        done.stderr)
+    assert [called for called, _ in server.sent()] == [
+        "/api/accounts/deviceauth/usercode", "/api/accounts/deviceauth/token",
+        "/api/accounts/deviceauth/token", "/oauth/token"]
+    exchange = server.sent()[-1][1]
+    assert exchange["grant_type"] == ["authorization_code"]
+    assert exchange["code"] == ["auth-code"] and exchange["code_verifier"] == ["verifier-1"]
+    saved = json.loads(path.read_text())
+    assert saved["groq"] == {"type": "api_key", "key": "gsk-kept"}
+    assert saved["openai-codex"]["accountId"] == "acct-9"
+    assert saved["openai-codex"]["refresh"] == "refresh-new"
+
+
+async def read_address(process: trio.Process) -> str:
+    """The sign-in address forged prints on stderr."""
+    assert process.stderr is not None
+    seen = b""
+    while b"/oauth/authorize?" not in seen or not seen.endswith(b"here.\n"):
+        data = await process.stderr.receive_some(65536)
+        assert data, seen
+        seen += data
+    return next(word for word in seen.decode().split() if "/oauth/authorize?" in word)
+
+
+@pytest.mark.parametrize("how", ["redirect", "pasted"])
+async def test_claude_signs_in_by_the_browsers_redirect_or_a_pasted_address(
+        tmp_path: Path, how: str) -> None:
+    path = kept(tmp_path)
+    with sign_in_env(tmp_path) as (server, env), trio.fail_after(30):
+        process = await trio.lowlevel.open_process(
+            [str(BIN / "forged"), "login", "anthropic"], env=env, stdin=-1, stdout=-1,
+            stderr=-1)
+        query = parse_qs(urlsplit(await read_address(process)).query)
+        state, redirect = query["state"][0], query["redirect_uri"][0]
+        back = f"{redirect}?code=the-code&state={state}"
+        assert process.stdin is not None
+        if how == "redirect":
+            async with httpx.AsyncClient() as browser:
+                page = await browser.get(back.replace("localhost", "127.0.0.1"))
+            assert page.status_code == 200 and "Signed in" in page.text
+        else:
+            await process.stdin.send_all(back.encode() + b"\n")
+        assert await process.wait() == 0
+    ((where, exchange),) = server.sent()
+    assert where == "/v1/oauth/token" and exchange["code"] == "the-code"
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(
+        exchange["code_verifier"].encode()).digest()).decode().rstrip("=")
+    assert query["code_challenge"] == [challenge] and exchange["redirect_uri"] == redirect
+    saved = json.loads(path.read_text())
+    assert saved["anthropic"]["access"] == "sk-ant-oat-signed-in"
+    assert saved["groq"] == {"type": "api_key", "key": "gsk-kept"}
+
+
+async def test_a_key_is_saved_and_logout_removes_it(tmp_path: Path) -> None:
+    path = kept(tmp_path)
+    env = child_env(tmp_path / "agent")
+    with trio.fail_after(30):
+        login = await trio.run_process([str(BIN / "forged"), "login", "mistral"],
+                                       stdin=b"mist-key\n", capture_stdout=True,
+                                       capture_stderr=True, env=env, check=False)
+        assert login.returncode == 0, login.stderr.decode()
+        assert json.loads(path.read_text())["mistral"] == {"type": "api_key",
+                                                           "key": "mist-key"}
+        logout = await trio.run_process([str(BIN / "forged"), "logout", "mistral"],
+                                        capture_stdout=True, env=env)
+        again = await trio.run_process([str(BIN / "forged"), "logout", "mistral"],
+                                       capture_stdout=True, env=env)
+    assert logout.stdout == b"Signed out of mistral\n"
+    assert again.stdout == b"No sign-in for mistral\n"
+    assert json.loads(path.read_text()) == {"groq": {"type": "api_key", "key": "gsk-kept"}}
