@@ -120,18 +120,19 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
         register_scripted(registry, server.base_url)
         models.provider = models.provider or SCRIPTED_PROVIDER
         models.pattern = models.pattern or f"{SCRIPTED_PROVIDER}/{script.api}"
-    nursery.start_soon(warm_up, bool(registry.available()))
+    nursery.start_soon(warm_up, sorted({model.api for model in registry.available()}))
     return models
 
 
-async def warm_up(providers: bool) -> None:
+async def warm_up(apis: list[str]) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits
-    for input: the providers load in a worker thread (when a model could use them), then
+    for input: the providers of `apis` (those of the models it has keys for) load in a
+    worker thread, then
     the converter builds the hooks of every class forged writes, one class per step of the
     event loop. Last, the ~40,000 objects start-up made leave the collector's view: a full
     collection over them stalled the loop ~8 ms."""
-    if providers:
-        await load_providers()
+    if apis:
+        await load_providers(apis)
     for cls in _codec.SENT_CLASSES * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()

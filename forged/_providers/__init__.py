@@ -1,15 +1,18 @@
 """Model providers: each speaks one wire API over HTTP (`http.py`) and turns its streamed
 answer into calls on one `AssistantBuilder` (`base.py`).
 
-The wire API modules and httpx with its transport take about 40 ms to import. They load once
-per process in a worker thread: a serving process starts `load_providers` as it starts (and
-the TLS context from its first moment, `forged._tls`), and a request made before that finished
+httpx with its transport and a wire API's module take about 40 ms to import. Each loads once
+per process in a worker thread, and only for an API a model can be reached over: a serving
+process starts `load_providers` for the APIs of the models it has keys for as it starts (and
+the TLS context from its first moment, `forged._tls`); a request made before its API loaded
 waits for it without holding up the event loop.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
+from collections.abc import Iterable
 
 import trio
 
@@ -18,39 +21,43 @@ from .base import Provider as Provider
 from .base import ProviderRequest as ProviderRequest
 from .base import ToolSpec as ToolSpec
 
-APIS = ("anthropic-messages", "openai-completions", "openai-responses", "google-generative-ai",
-        "azure-openai-responses", "google-vertex", "mistral-conversations",
-        "openai-codex-responses", "bedrock-converse-stream")
+STREAMS = {"anthropic-messages": ("anthropic", "stream"),
+           "openai-completions": ("openai", "stream_chat"),
+           "openai-responses": ("openai", "stream_responses"),
+           "google-generative-ai": ("google", "stream"),
+           "azure-openai-responses": ("azure", "stream"),
+           "google-vertex": ("vertex", "stream"),
+           "mistral-conversations": ("mistral", "stream"),
+           "openai-codex-responses": ("codex", "stream"),
+           "bedrock-converse-stream": ("bedrock", "stream")}
+"""Each wire API's module and stream function."""
+APIS = tuple(STREAMS)
 
 _loaded: dict[str, Provider] = {}
-"""Each api's stream function, once loaded: filled in one assignment, never in part."""
+"""Each loaded api's stream function."""
 _load_lock = threading.Lock()
 
 
-def _load() -> None:
-    global _loaded
+def _load(apis: Iterable[str]) -> None:
     with _load_lock:
-        if _loaded:
-            return
-        from . import anthropic, azure, bedrock, codex, google, http, mistral, openai, vertex
+        if not _loaded:
+            from . import http
 
-        http.prepare()
-        _loaded = {"anthropic-messages": anthropic.stream,
-                   "openai-completions": openai.stream_chat,
-                   "openai-responses": openai.stream_responses,
-                   "google-generative-ai": google.stream,
-                   "azure-openai-responses": azure.stream,
-                   "google-vertex": vertex.stream,
-                   "mistral-conversations": mistral.stream,
-                   "openai-codex-responses": codex.stream,
-                   "bedrock-converse-stream": bedrock.stream}
+            http.prepare()
+        for api in apis:
+            if api not in _loaded:
+                module, function = STREAMS[api]
+                stream = getattr(importlib.import_module(f".{module}", __name__), function)
+                _loaded[api] = stream
 
 
-async def load_providers() -> None:
-    """Load the wire API modules and build the TLS context in a worker thread, once per
-    process. Cancellation abandons the thread, which finishes the load for the next call."""
-    if not _loaded:
-        await trio.to_thread.run_sync(_load, abandon_on_cancel=True)
+async def load_providers(apis: Iterable[str]) -> None:
+    """Load httpx and the modules of `apis` and build the TLS context in a worker thread,
+    each once per process. Cancellation abandons the thread, which finishes the load for the
+    next call."""
+    missing = [api for api in apis if api not in _loaded]
+    if missing or not _loaded:
+        await trio.to_thread.run_sync(_load, missing, abandon_on_cancel=True)
 
 
 def provider_for(api: str) -> Provider:
@@ -59,7 +66,7 @@ def provider_for(api: str) -> Provider:
         raise KeyError(api)
 
     async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
-        await load_providers()
+        await load_providers([api])
         if request.model.provider == "github-copilot":
             from . import copilot
 
