@@ -236,3 +236,32 @@ async def test_an_auth_json_written_by_pi_is_read_and_refreshed_for_pi_to_read(
             "console.log(JSON.stringify([a.access, a.refresh, g.key]));\n")
     assert json.loads(await node(read)) == ["sk-ant-oat-new-1", "refresh-1", "gsk-pi"]
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+async def test_forged_waits_for_a_change_pi_is_making_and_keeps_it(tmp_path: Path) -> None:
+    """pi holds auth.json's lock while it changes an entry; a `forged logout` meanwhile
+    waits for the lock, then reads the file again: both changes are in it."""
+    module = pi_auth_storage()
+    path = write_auth(tmp_path / "agent", {"groq": {"type": "api_key", "key": "gsk-1"},
+                                           "mistral": {"type": "api_key", "key": "m-1"}})
+    slow_change = (
+        f"import {{ AuthStorage }} from {json.dumps(str(module))};\n"
+        f"const storage = AuthStorage.create({json.dumps(str(path))});\n"
+        "await storage.modify('openrouter', async () => {\n"
+        "  console.log('holding the lock');\n"
+        "  await new Promise((done) => setTimeout(done, 1500));\n"
+        "  return {type: 'api_key', key: 'or-from-pi'};\n"
+        "});\n")
+    with trio.fail_after(60):
+        pi = await trio.lowlevel.open_process(
+            ["node", "--input-type=module", "-e", slow_change], stdout=subprocess.PIPE)
+        assert pi.stdout is not None
+        assert b"holding the lock" in await pi.stdout.receive_some(1024)
+        forged = await trio.run_process(
+            [str(Path(sys.executable).parent / "forged"), "logout", "groq"],
+            capture_stdout=True, env=child_env(tmp_path / "agent"))
+        assert await pi.wait() == 0
+    assert forged.stdout == b"Signed out of groq\n"
+    assert json.loads(path.read_text()) == {
+        "mistral": {"type": "api_key", "key": "m-1"},
+        "openrouter": {"type": "api_key", "key": "or-from-pi"}}
