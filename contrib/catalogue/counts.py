@@ -4,7 +4,7 @@ offers with every provider signed in, and what npm ``@earendil-works/pi-ai`` shi
     python contrib/catalogue/counts.py package/dist/providers/data
 
 Every provider's key variable is set to a dummy value (and AWS keys, Vertex AI's credentials
-and a ChatGPT sign-in are given) in a scratch agent folder, then forged's own listing is
+and ChatGPT and GitHub Copilot sign-ins are given) in a scratch agent folder, then forged's own listing is
 counted; nothing is sent anywhere.
 """
 
@@ -37,8 +37,9 @@ def forged_counts() -> collections.Counter[str]:
             "print(json.dumps(collections.Counter(m.api for m in ModelRegistry().available())))\n")
     with tempfile.TemporaryDirectory() as scratch:
         agent = Path(scratch)
-        (agent / "auth.json").write_text(json.dumps({"openai-codex": {
-            "type": "oauth", "access": "x", "refresh": "x", "expires": 1}}))
+        signed_in = {"type": "oauth", "access": "x", "refresh": "x", "expires": 1}
+        (agent / "auth.json").write_text(json.dumps(
+            {"openai-codex": signed_in, "github-copilot": signed_in}))
         (agent / "adc.json").write_text("{}")
         from forged._models import catalogue_providers
 
