@@ -56,3 +56,14 @@ async def test_a_catalogue_azure_model_is_reached_at_the_resource(
     assert request.body["model"] == "prod-54"
     assert json.dumps(client.events("message_end")[-1]["message"]["content"][0]["text"]) == (
         '"hi"')
+
+
+async def test_thinking_off_asks_a_reasoning_model_for_effort_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AZURE_OPENAI_API_KEY", "azure-test")
+    async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
+        monkeypatch.setenv("AZURE_OPENAI_BASE_URL", f"{client.server.base_url}/openai/v1")
+        await client.request({"type": "set_model", "provider": "azure", "modelId": "o3"})
+        await client.request({"type": "set_thinking_level", "level": "off"})
+        await client.prompt_and_settle("hello")
+    assert client.server.requests[0].body["reasoning"] == {"effort": "none"}
