@@ -42,8 +42,6 @@ CODEX_DEVICE_TOKEN_URL = "https://auth.openai.com/api/accounts/deviceauth/token"
 CODEX_VERIFICATION_URL = "https://auth.openai.com/codex/device"
 CODEX_DEVICE_REDIRECT = "https://auth.openai.com/deviceauth/callback"
 DEVICE_TIMEOUT_S = 15 * 60
-SUBSCRIPTIONS = {"anthropic": "Claude Pro/Max", "openai-codex": "ChatGPT Plus/Pro",
-                 "github-copilot": "GitHub Copilot"}
 
 
 def main(command: str, argv: list[str]) -> int:

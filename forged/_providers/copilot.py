@@ -22,7 +22,6 @@ from .._errors import ProviderError
 from .base import ProviderRequest
 from .http import get_json, redirected
 
-PROVIDER = "github-copilot"
 HEADERS = {"user-agent": "GitHubCopilotChat/0.35.0", "editor-version": "vscode/1.107.0",
            "editor-plugin-version": "copilot-chat/0.35.0",
            "copilot-integration-id": "vscode-chat"}
