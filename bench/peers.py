@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
-from run import FORGED, Child, is_delta, is_type, memory_kb
+from run import FORGED, Child, child_on_server, is_delta, is_type, memory_kb
 
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText
 
@@ -58,18 +58,8 @@ class Contender:
         return Child(process, spawned)
 
     async def with_server(self, replies: list[Reply], body: Body) -> dict[str, float]:
-        server = ScriptedServer(replies, record_sends=True)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(server.serve)
-            (self.agent_dir / "models.json").write_text(json.dumps({"providers": {"bench": {
-                "baseUrl": server.base_url, "api": "anthropic-messages", "apiKey": "k",
-                "models": [{"id": "m"}]}}}))
-            child = await self.spawn()
-            try:
-                return await body(child, server)
-            finally:
-                await child.close()
-                nursery.cancel_scope.cancel()
+        async with child_on_server(replies, self.agent_dir, self.spawn) as (child, server):
+            return await body(child, server)
 
 
 async def ready(child: Child) -> float:

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,26 @@ async def spawn(args: list[str], env: dict[str, str], cwd: Path, mode: str = "rp
     return Child(process, spawned)
 
 
+@asynccontextmanager
+async def child_on_server(replies: list[Reply], agent_dir: Path,
+                          start: Callable[[], Awaitable[Child]]
+                          ) -> AsyncIterator[tuple[Child, ScriptedServer]]:
+    """A scripted server playing `replies`, models.json's provider ``bench`` (model ``m``)
+    pointing at it, and the child `start` spawns; both stopped after the block."""
+    server = ScriptedServer(replies, record_sends=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"bench": {
+            "baseUrl": server.base_url, "api": "anthropic-messages", "apiKey": "k",
+            "models": [{"id": "m"}]}}}))
+        child = await start()
+        try:
+            yield child, server
+        finally:
+            await child.close()
+            nursery.cancel_scope.cancel()
+
+
 def is_type(kind: str) -> Callable[[dict[str, Any]], bool]:
     return lambda event: event.get("type") == kind
 
@@ -123,18 +144,9 @@ class Bench:
         self.env["AGENT_FORGE_DIR"] = str(self.agent_dir)
 
     async def with_server(self, replies: list[Reply], body: Any, mode: str = "rpc") -> Any:
-        server = ScriptedServer(replies, record_sends=True)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(server.serve)
-            (self.agent_dir / "models.json").write_text(json.dumps({"providers": {"bench": {
-                "baseUrl": server.base_url, "api": "anthropic-messages", "apiKey": "k",
-                "models": [{"id": "m"}]}}}))
-            child = await spawn(["--model", "bench/m"], self.env, self.root, mode)
-            try:
-                return await body(child, server)
-            finally:
-                await child.close()
-                nursery.cancel_scope.cancel()
+        async with child_on_server(replies, self.agent_dir, lambda: spawn(
+                ["--model", "bench/m"], self.env, self.root, mode)) as (child, server):
+            return await body(child, server)
 
     async def cold_start(self) -> dict[str, float]:
         (self.agent_dir / "models.json").unlink(missing_ok=True)
