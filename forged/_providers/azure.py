@@ -5,8 +5,7 @@ The base is ``AZURE_OPENAI_BASE_URL``, else ``https://{AZURE_OPENAI_RESOURCE_NAM
 com/openai/v1``, else the model's ``baseUrl``; an Azure host given without its path gets
 ``/openai/v1``. A model is sent as its deployment: ``AZURE_OPENAI_DEPLOYMENT_NAME_MAP``
 (``model=deployment,...``) names one, else the model id is the deployment's name. As the
-ancestor configures Azure, all read from the environment. Thinking off is asked as effort
-``none`` (or what the model's ``thinkingLevelMap`` gives ``off``), as the ancestor asks it.
+ancestor configures Azure, all read from the environment.
 """
 
 from __future__ import annotations
@@ -53,11 +52,6 @@ def deployment(model_id: str) -> str:
 async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
     params = responses_params(request)
     params["model"] = deployment(request.model.id)
-    model = request.model
-    if model.reasoning and request.thinking_level == "off":
-        off = (model.thinking_level_map or {}).get("off", "none")
-        if off is not None:  # else the model cannot stop thinking: it is asked nothing
-            params["reasoning"] = {"effort": off}
     params["max_output_tokens"] = max(params["max_output_tokens"], MIN_OUTPUT_TOKENS)
     version = os.environ.get("AZURE_OPENAI_API_VERSION") or API_VERSION
     url = f"{base_url(request.model.base_url)}/responses?api-version={version}"

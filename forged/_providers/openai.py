@@ -379,6 +379,12 @@ def responses_params(request: ProviderRequest) -> dict[str, Any]:
     if model.reasoning and request.thinking_level != "off" and effort is not None:
         params["reasoning"] = {"effort": effort, "summary": "auto"}
         params["include"] = ["reasoning.encrypted_content"]
+    elif model.reasoning and request.thinking_level == "off" and model.provider != "github-copilot":
+        # Thinking off is asked for (else the model thinks at its default effort), unless the
+        # model's map says it cannot stop thinking; Copilot's endpoint takes no "none".
+        off = (model.thinking_level_map or {}).get("off", "none")
+        if off is not None:
+            params["reasoning"] = {"effort": off}
     if request.session_id:
         params["prompt_cache_key"] = request.session_id
     return params
