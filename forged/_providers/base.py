@@ -14,7 +14,7 @@ the builder keeps the partial content, and the loop finishes the message with ``
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 import orjson
@@ -104,6 +104,8 @@ class AssistantBuilder:
         self._emit = emit
         self._wait_for_room = wait_for_room
         self._open: dict[object, _Block] = {}
+        self._run: tuple[str, object] | None = None
+        """The kind and key of the block `run_delta` appends to."""
 
     async def wait_for_room(self) -> None:
         """Backpressure: wait while the client has not read what was already emitted."""
@@ -204,6 +206,25 @@ class AssistantBuilder:
             return None
         content = self.message.content[block.index]
         return content.id if isinstance(content, w.ToolCall) else None
+
+    # streams with one text or thinking block open at a time
+    def run_delta(self, kind: Literal["text", "thinking"], delta: str) -> object:
+        """Append `delta` to the open block of its `kind`: a stream that sends text and
+        thinking without block boundaries (Gemini's, Mistral's) starts a block when the kind
+        changes, ending the other. The block's key, for its signature."""
+        if self._run is None or self._run[0] != kind:
+            self.end_run()
+            self._run = (kind, ("run", len(self.message.content)))
+            (self.start_text if kind == "text" else self.start_thinking)(self._run[1])
+        key = self._run[1]
+        (self.text_delta if kind == "text" else self.thinking_delta)(key, delta)
+        return key
+
+    def end_run(self) -> None:
+        """End the block `run_delta` appends to (before a tool call, and at the end)."""
+        if self._run is not None:
+            self.end(self._run[1])
+            self._run = None
 
     # any block
     def end(self, key: object) -> None:

@@ -230,15 +230,9 @@ class StreamReader:
 
     def __init__(self, out: AssistantBuilder) -> None:
         self.out = out
-        self.blocks = itertools.count()
-        self.current: tuple[int, str] | None = None  # the open block's key and kind
+        self.calls = itertools.count()
         self.finished = False
         self.call_ids: set[str] = set()
-
-    def _close(self) -> None:
-        if self.current is not None:
-            self.out.end(self.current[0])
-            self.current = None
 
     def chunk(self, data: dict[str, Any]) -> None:
         candidates = data.get("candidates") or [{}]
@@ -246,25 +240,13 @@ class StreamReader:
         for part in (candidate.get("content") or {}).get("parts") or []:
             signature = part.get("thoughtSignature")
             if "text" in part:
-                kind = "thinking" if part.get("thought") is True else "text"
-                if self.current is None or self.current[1] != kind:
-                    self._close()
-                    self.current = (next(self.blocks), kind)
-                    if kind == "thinking":
-                        self.out.start_thinking(self.current[0])
-                    else:
-                        self.out.start_text(self.current[0])
-                key = self.current[0]
-                if kind == "thinking":
-                    self.out.thinking_delta(key, part["text"])
-                    if signature:
-                        self.out.set_thinking_signature(key, signature)
-                else:
-                    self.out.text_delta(key, part["text"])
-                    if signature:
-                        self.out.set_text_signature(key, signature)
+                thinking = part.get("thought") is True
+                key = self.out.run_delta("thinking" if thinking else "text", part["text"])
+                if signature:
+                    (self.out.set_thinking_signature if thinking
+                     else self.out.set_text_signature)(key, signature)
             if "functionCall" in part:
-                self._close()
+                self.out.end_run()
                 self._call(part["functionCall"], signature)
         reason = candidate.get("finishReason")
         if reason:
@@ -289,13 +271,13 @@ class StreamReader:
         if not call_id or call_id in self.call_ids:
             call_id = f"{name}_{int(time.time() * 1000)}_{next(_call_counter)}"
         self.call_ids.add(call_id)
-        key = next(self.blocks)
+        key = ("call", next(self.calls))
         self.out.start_tool_call(key, call_id, name, signature)
         self.out.tool_call_delta(key, orjson.dumps(call.get("args") or {}).decode())
         self.out.end(key)
 
     def finish(self) -> None:
-        self._close()
+        self.out.end_run()
         if not self.finished:
             raise ProviderStreamError("Google stream ended without a finish reason")
 

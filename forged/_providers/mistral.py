@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -168,25 +168,12 @@ class StreamReader:
 
     def __init__(self, out: AssistantBuilder) -> None:
         self.out = out
-        self.current: tuple[int, str] | None = None
-        self.blocks = 0
         self.calls: dict[object, object] = {}
         self.finished = False
 
-    def _text(self, kind: str, delta: str) -> None:
-        if not delta:
-            return
-        if self.current is None or self.current[1] != kind:
-            self._close()
-            self.blocks += 1
-            self.current = (self.blocks, kind)
-            (self.out.start_text if kind == "text" else self.out.start_thinking)(self.blocks)
-        (self.out.text_delta if kind == "text" else self.out.thinking_delta)(self.blocks, delta)
-
-    def _close(self) -> None:
-        if self.current is not None:
-            self.out.end(self.current[0])
-            self.current = None
+    def _text(self, kind: Literal["text", "thinking"], delta: str) -> None:
+        if delta:  # an empty delta opens no block
+            self.out.run_delta(kind, delta)
 
     def chunk(self, data: dict[str, Any]) -> None:
         usage = data.get("usage")
@@ -221,7 +208,7 @@ class StreamReader:
             elif item.get("type") == "text":
                 self._text("text", item.get("text") or "")
         for call in delta.get("tool_calls") or []:
-            self._close()
+            self.out.end_run()
             function = call.get("function") or {}
             call_id = call.get("id") if call.get("id") not in (None, "null") else derive_id(
                 f"toolcall:{call.get('index') or 0}")
@@ -234,7 +221,7 @@ class StreamReader:
                                      else orjson.dumps(arguments or {}).decode())
 
     def finish(self) -> None:
-        self._close()
+        self.out.end_run()
         self.out.end_all()
         if not self.finished:
             raise ProviderStreamError("Mistral stream ended without a finish reason")
