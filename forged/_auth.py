@@ -42,6 +42,9 @@ WAIT_S = 30.0
 """How long a change waits for another process's lock before it gives up."""
 
 Entry = dict[str, Any]
+EARLY_MS = 5 * 60 * 1000
+"""How long before it expires a Claude or Copilot token is saved as expired, as the ancestor
+saves them (a refresh comes before a request can fail)."""
 
 
 class LockTimeout(ConfigError):

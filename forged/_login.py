@@ -22,7 +22,6 @@ import getpass
 import hashlib
 import secrets
 import sys
-import time
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -104,7 +103,7 @@ def say(text: str) -> None:
 # --- ChatGPT: the device code flow ---------------------------------------------------------------
 
 async def codex_device_flow() -> Entry:
-    from ._providers.oauth import CODEX_CLIENT_ID, CODEX_TOKEN_URL, codex_account, post_json
+    from ._providers.oauth import CODEX_CLIENT_ID, codex_tokens, post_json, post_raw
 
     device = await post_json(CODEX_USER_CODE_URL, {"client_id": CODEX_CLIENT_ID},
                              "start the ChatGPT sign-in")
@@ -117,7 +116,7 @@ async def codex_device_flow() -> Entry:
     while True:
         if trio.current_time() >= deadline:
             raise ProviderError("The ChatGPT sign-in was not completed in 15 minutes")
-        status, answer = await post_json_status(CODEX_DEVICE_TOKEN_URL, {
+        status, answer = await post_raw(CODEX_DEVICE_TOKEN_URL, json={
             "device_auth_id": device["device_auth_id"], "user_code": device["user_code"]})
         if status == 200 and answer.get("authorization_code") and answer.get("code_verifier"):
             break
@@ -129,25 +128,10 @@ async def codex_device_flow() -> Entry:
         if code == "slow_down":
             interval += 5
         await trio.sleep(max(interval, 0.2))
-    from ._providers.oauth import post_token
-
-    tokens = await post_token(CODEX_TOKEN_URL, "openai-codex", form={
+    return {"type": "oauth", **await codex_tokens({
         "grant_type": "authorization_code", "client_id": CODEX_CLIENT_ID,
         "code": answer["authorization_code"], "code_verifier": answer["code_verifier"],
-        "redirect_uri": CODEX_DEVICE_REDIRECT}, doing="sign in to ChatGPT")
-    account = codex_account(tokens["access_token"])
-    if account is None:
-        raise ProviderError("The ChatGPT sign-in's token names no ChatGPT account")
-    return {"type": "oauth", "access": tokens["access_token"],
-            "refresh": tokens["refresh_token"],
-            "expires": int(time.time() * 1000 + float(tokens["expires_in"]) * 1000),
-            "accountId": account}
-
-
-async def post_json_status(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    from ._providers.oauth import post_raw
-
-    return await post_raw(url, json=body)
+        "redirect_uri": CODEX_DEVICE_REDIRECT}, "sign in to ChatGPT")}
 
 
 # --- GitHub Copilot: GitHub's device code flow ---------------------------------------------------
@@ -211,7 +195,7 @@ def pasted_code(text: str) -> tuple[str | None, str | None]:
 
 
 async def anthropic_browser_flow() -> Entry:
-    from ._providers.oauth import ANTHROPIC_CLIENT_ID, ANTHROPIC_TOKEN_URL, EARLY_MS, post_token
+    from ._providers.oauth import ANTHROPIC_CLIENT_ID, anthropic_tokens
 
     verifier, challenge = pkce()
     found: dict[str, str] = {}
@@ -234,13 +218,10 @@ async def anthropic_browser_flow() -> Entry:
         raise ProviderError(found["error"])
     if found.get("state", verifier) != verifier:
         raise ProviderError("The sign-in's state does not match: start again")
-    tokens = await post_token(ANTHROPIC_TOKEN_URL, "anthropic", json={
+    return {"type": "oauth", **await anthropic_tokens({
         "grant_type": "authorization_code", "client_id": ANTHROPIC_CLIENT_ID,
         "code": found["code"], "state": found.get("state", verifier),
-        "redirect_uri": redirect, "code_verifier": verifier}, doing="sign in to Claude")
-    return {"type": "oauth", "access": tokens["access_token"],
-            "refresh": tokens["refresh_token"],
-            "expires": int(time.time() * 1000 + float(tokens["expires_in"]) * 1000 - EARLY_MS)}
+        "redirect_uri": redirect, "code_verifier": verifier}, "sign in to Claude")}
 
 
 async def _read_pasted(found: dict[str, str], done: trio.Event) -> None:

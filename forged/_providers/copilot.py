@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from .. import _wire as w
-from .._auth import Entry
+from .._auth import EARLY_MS, Entry
 from .._errors import ProviderError
 from .base import ProviderRequest
 from .http import get_json, redirected
@@ -27,7 +27,6 @@ HEADERS = {"user-agent": "GitHubCopilotChat/0.35.0", "editor-version": "vscode/1
            "copilot-integration-id": "vscode-chat"}
 CLIENT_ID = "Iv1.b507a08c87ecfe98"
 DEFAULT_BASE_URL = "https://api.individual.githubcopilot.com"
-EARLY_MS = 5 * 60 * 1000
 _PROXY = re.compile(r"proxy-ep=([^;]+)")
 
 

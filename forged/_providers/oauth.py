@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from .._auth import AuthFile, Entry, expired
+from .._auth import EARLY_MS, AuthFile, Entry, expired
 from .._errors import ProviderError
 from . import copilot
 from .http import get_json as get_json
@@ -34,8 +34,6 @@ ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
 CODEX_CLIENT_ID = "app_EMoamEEZ73f0CkXaXp7hrann"
 CODEX_TOKEN_URL = "https://auth.openai.com/oauth/token"
 CODEX_CLAIM = "https://api.openai.com/auth"
-EARLY_MS = 5 * 60 * 1000
-"""Anthropic's tokens count as expired this long before they do, as the ancestor saves them."""
 
 
 async def post_json(url: str, body: dict[str, Any], doing: str) -> dict[str, Any]:
@@ -60,13 +58,18 @@ async def post_token(url: str, provider: str, *, json: dict[str, Any] | None = N
     return answer
 
 
+async def anthropic_tokens(body: dict[str, str], doing: str, refresh: str | None = None
+                           ) -> Entry:
+    """Claude's tokens for `body` (a code's exchange, a refresh): the entry's fields, the
+    refresh token kept when the answer brings no new one."""
+    answer = await post_token(ANTHROPIC_TOKEN_URL, "anthropic", json=body, doing=doing)
+    return _tokens(answer, EARLY_MS, refresh, doing)
+
+
 async def refresh_anthropic(entry: Entry) -> Entry:
-    answer = await post_token(ANTHROPIC_TOKEN_URL, "anthropic", json={
-        "grant_type": "refresh_token", "client_id": ANTHROPIC_CLIENT_ID,
-        "refresh_token": entry["refresh"]})
-    return {"access": answer["access_token"],
-            "refresh": answer.get("refresh_token") or entry["refresh"],
-            "expires": _expires(answer, EARLY_MS)}
+    return await anthropic_tokens(
+        {"grant_type": "refresh_token", "client_id": ANTHROPIC_CLIENT_ID,
+         "refresh_token": entry["refresh"]}, "refresh the anthropic sign-in", entry["refresh"])
 
 
 def codex_account(access: str) -> str | None:
@@ -80,24 +83,28 @@ def codex_account(access: str) -> str | None:
     return account if isinstance(account, str) and account else None
 
 
-async def refresh_codex(entry: Entry) -> Entry:
-    answer = await post_token(CODEX_TOKEN_URL, "openai-codex", form={
-        "grant_type": "refresh_token", "refresh_token": entry["refresh"],
-        "client_id": CODEX_CLIENT_ID})
+async def codex_tokens(form: dict[str, str], doing: str, refresh: str | None = None) -> Entry:
+    """ChatGPT's tokens for `form`, with the account the access token names."""
+    answer = await post_token(CODEX_TOKEN_URL, "openai-codex", form=form, doing=doing)
     account = codex_account(answer["access_token"])
     if account is None:
-        raise ProviderError("Could not refresh the openai-codex sign-in: the new token names "
-                            "no ChatGPT account")
-    return {"access": answer["access_token"],
-            "refresh": answer.get("refresh_token") or entry["refresh"],
-            "expires": _expires(answer, 0), "accountId": account}
+        raise ProviderError(f"Could not {doing}: the token names no ChatGPT account")
+    return {**_tokens(answer, 0, refresh, doing), "accountId": account}
 
 
-def _expires(answer: dict[str, Any], early_ms: int) -> int:
+async def refresh_codex(entry: Entry) -> Entry:
+    return await codex_tokens(
+        {"grant_type": "refresh_token", "refresh_token": entry["refresh"],
+         "client_id": CODEX_CLIENT_ID}, "refresh the openai-codex sign-in", entry["refresh"])
+
+
+def _tokens(answer: dict[str, Any], early_ms: int, refresh: str | None, doing: str) -> Entry:
     seconds = answer.get("expires_in")
-    if not isinstance(seconds, int | float):
-        raise ProviderError("a token answer without expires_in")
-    return int(time.time() * 1000 + seconds * 1000 - early_ms)
+    refresh = answer.get("refresh_token") or refresh
+    if not isinstance(seconds, int | float) or not refresh:
+        raise ProviderError(f"Could not {doing}: no expires_in or refresh_token in the answer")
+    return {"access": answer["access_token"], "refresh": refresh,
+            "expires": int(time.time() * 1000 + seconds * 1000 - early_ms)}
 
 
 async def refresh_copilot(entry: Entry) -> Entry:
