@@ -91,34 +91,33 @@ def redirected(url: str) -> str:
 SIGN_IN_TIMEOUT_S = 30.0
 
 
-async def post_raw(url: str, *, json: dict[str, Any] | None = None,
-                   form: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-    """POST to a sign-in endpoint (`endpoint` of `url`): the status and the JSON answer ({}
-    when it is not a JSON object)."""
+async def _sign_in(method: str, url: str, **options: Any) -> tuple[int, Any]:
+    """A request to a sign-in endpoint (`redirected`): its status and parsed JSON answer (the
+    body's text, when it is not JSON)."""
     target = redirected(url)
     with provider_errors():
-        response = await client_for(target, "").post(
-            target, json=json, data=form, timeout=SIGN_IN_TIMEOUT_S,
-            headers={"accept": "application/json"})
+        response = await client_for(target, "").request(method, target,
+                                                         timeout=SIGN_IN_TIMEOUT_S, **options)
     try:
-        answer = orjson.loads(response.content)
+        return response.status_code, orjson.loads(response.content)
     except orjson.JSONDecodeError:
-        answer = {"body": response.text[:2000]}
-    return response.status_code, answer if isinstance(answer, dict) else {}
+        return response.status_code, {"body": response.text[:2000]}
+
+
+async def post_raw(url: str, *, json: dict[str, Any] | None = None,
+                   form: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """POST to a sign-in endpoint: the status and the JSON answer ({} when it is not a JSON
+    object)."""
+    status, answer = await _sign_in("POST", url, json=json, data=form,
+                                    headers={"accept": "application/json"})
+    return status, answer if isinstance(answer, dict) else {}
 
 
 async def get_json(url: str, headers: dict[str, str], doing: str) -> dict[str, Any]:
     """GET a sign-in endpoint's JSON, or a `ProviderError` saying what failed."""
-    target = redirected(url)
-    with provider_errors():
-        response = await client_for(target, "").get(target, headers=headers,
-                                                     timeout=SIGN_IN_TIMEOUT_S)
-    try:
-        answer = orjson.loads(response.content)
-    except orjson.JSONDecodeError:
-        answer = {"body": response.text[:2000]}
-    if response.status_code >= 400 or not isinstance(answer, dict):
-        raise ProviderError(f"Could not {doing} ({response.status_code}): {answer}")
+    status, answer = await _sign_in("GET", url, headers=headers)
+    if status >= 400 or not isinstance(answer, dict):
+        raise ProviderError(f"Could not {doing} ({status}): {answer}")
     return answer
 
 
