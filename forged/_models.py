@@ -469,7 +469,8 @@ class ModelRegistry:
         for name in sorted(self._unread):
             if self.has_auth(name):
                 self._read(name)
-        return [model for model in self.models if self.has_auth(model.provider)]
+        reachable = {name: self.has_auth(name) for name in {m.provider for m in self.models}}
+        return [model for model in self.models if reachable[model.provider]]
 
     def find(self, provider: str, model_id: str) -> w.Model | None:
         self._read(provider)
