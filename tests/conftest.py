@@ -33,3 +33,10 @@ def mounted_tmpfs(mount_point: Path, options: str) -> Iterator[Path]:
 def read_only_folder(tmp_path: Path) -> Iterator[Path]:
     """An empty folder on a read-only file system, which even root cannot write."""
     yield from mounted_tmpfs(tmp_path / "read-only", "ro,size=64k")
+
+
+@pytest.fixture(autouse=True)
+def own_agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's agent folder is its own (``tmp_path/agent``, made when used): one test's
+    models.json or auth.json never reaches the next through ``AGENT_FORGE_DIR``."""
+    monkeypatch.setenv("AGENT_FORGE_DIR", str(tmp_path / "agent"))
