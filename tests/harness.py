@@ -97,6 +97,18 @@ class Client:
         return await self.wait_for(
             lambda e: e.get("type") == "response" and e.get("id") == command_id)
 
+    async def use_redirected(self, provider: str, model_id: str, path: str = "") -> Event:
+        """Choose `provider`'s `model_id`, its requests sent to the scripted server (its URL
+        and `path`) by models.json, as a proxy is configured; the ``set_model`` response."""
+        models_json = self.config.agent_dir / "models.json"
+        models_json.write_bytes(orjson.dumps(
+            {"providers": {provider: {"baseUrl": self.server.base_url + path}}}))
+        self.config.registry.load_models_json(models_json)
+        chosen = await self.request({"type": "set_model", "provider": provider,
+                                     "modelId": model_id})
+        assert chosen["success"], chosen
+        return chosen
+
     async def request(self, command: dict[str, Any]) -> Event:
         return await self.response(await self.send(command))
 

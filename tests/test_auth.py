@@ -21,7 +21,7 @@ import trio
 from forged._models import ModelRegistry, catalogue_providers
 from forged._providers.scripted import Reply, ScriptText
 
-from .harness import Client, open_client
+from .harness import open_client
 from .sign_in_servers import JsonServer
 from .test_pi_clients import CACHE, PI_PACKAGE
 from .test_process import child_env
@@ -42,16 +42,6 @@ def write_auth(agent: Path, entries: dict[str, Any]) -> Path:
     return path
 
 
-async def use_groq(client: Client, tmp_path: Path) -> None:
-    """The catalogue's Groq, its requests sent to the client's scripted server."""
-    (tmp_path / "agent" / "models.json").write_text(json.dumps(
-        {"providers": {"groq": {"baseUrl": f"{client.server.base_url}/v1"}}}))
-    client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
-    chosen = await client.request({"type": "set_model", "provider": "groq",
-                                   "modelId": "llama-3.3-70b-versatile"})
-    assert chosen["success"], chosen
-
-
 @pytest.mark.parametrize(("entry", "sent"), [
     ({"type": "api_key", "key": "gsk-saved"}, "gsk-saved"),
     ({"type": "api_key", "key": "!printf gsk-%s command"}, "gsk-command"),
@@ -64,7 +54,7 @@ async def test_a_saved_key_makes_its_provider_available_and_is_sent(
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
         available = (await client.request({"type": "get_available_models"}))["data"]
         assert {model["provider"] for model in available["models"]} == {"groq", "scripted"}
-        await use_groq(client, tmp_path)
+        await client.use_redirected("groq", "llama-3.3-70b-versatile", "/v1")
         await client.prompt_and_settle("hello")
     assert client.server.requests[0].headers["authorization"] == f"Bearer {sent}"
 
@@ -115,11 +105,7 @@ async def test_an_expired_subscription_token_is_refreshed_and_written_back(
         monkeypatch.setenv("FORGED_OAUTH_ORIGINS", json.dumps(
             {"https://platform.claude.com": tokens.origin}))
         async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
-            (tmp_path / "agent" / "models.json").write_text(json.dumps(
-                {"providers": {"anthropic": {"baseUrl": client.server.base_url}}}))
-            client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
-            await client.request({"type": "set_model", "provider": "anthropic",
-                                  "modelId": "claude-sonnet-4-6"})
+            await client.use_redirected("anthropic", "claude-sonnet-4-6")
             await client.prompt_and_settle("hello")
     ((where, kind, body),) = tokens.posts
     assert where == "/v1/oauth/token" and kind == "application/json"

@@ -4,7 +4,6 @@ key as a bearer token, and a throttled stream."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import botocore.auth
@@ -16,7 +15,7 @@ import pytest
 from forged._models import ModelRegistry, catalogue_providers
 from forged._providers.scripted import RecordedRequest, Reply, ScriptText
 
-from .harness import Client, open_client
+from .harness import open_client
 
 AWS_VARIABLES = ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                  "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", "AWS_REGION",
@@ -33,15 +32,6 @@ def no_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask for
-
-
-async def use_bedrock(client: Client, tmp_path: Path) -> None:
-    (tmp_path / "agent" / "models.json").write_text(json.dumps(
-        {"providers": {"amazon-bedrock": {"baseUrl": client.server.base_url}}}))
-    client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
-    chosen = await client.request({"type": "set_model", "provider": "amazon-bedrock",
-                                   "modelId": MODEL})
-    assert chosen["success"], chosen
 
 
 def signature_checks(request: RecordedRequest, base_url: str, key: str, secret: str,
@@ -70,7 +60,7 @@ async def test_keys_in_the_environment_sign_for_its_region(
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     assert ModelRegistry().api_key("amazon-bedrock") == "<authenticated>"
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
-        await use_bedrock(client, tmp_path)
+        await client.use_redirected("amazon-bedrock", MODEL)
         await client.prompt_and_settle("hello")
     (request,) = client.server.requests
     assert request.path == f"/model/{MODEL.replace(':', '%3A')}/converse-stream"
@@ -88,7 +78,7 @@ async def test_a_profile_in_the_shared_files_signs(
     (aws / "config").write_text("[profile dev]\nregion = ap-south-1\n")
     monkeypatch.setenv("AWS_PROFILE", "dev")
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
-        await use_bedrock(client, tmp_path)
+        await client.use_redirected("amazon-bedrock", MODEL)
         await client.prompt_and_settle("hello")
     (request,) = client.server.requests
     signature_checks(request, client.server.base_url, "AKIDPROFILE", "profile-secret",
@@ -102,7 +92,7 @@ async def test_a_bedrock_key_is_a_bearer_token_and_throttling_is_retried(
                       error_message="Too many requests, please wait before trying again.")
     async with open_client(tmp_path, [throttled, Reply(content=[ScriptText(text="ok")])]
                            ) as client:
-        await use_bedrock(client, tmp_path)
+        await client.use_redirected("amazon-bedrock", MODEL)
         await client.request({"type": "prompt", "message": "hello"})
         started = await client.wait_for(lambda e: e.get("type") == "auto_retry_start")
         await client.request({"type": "abort_retry"})

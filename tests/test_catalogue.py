@@ -59,15 +59,9 @@ async def test_a_catalogue_model_is_reached_with_its_providers_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GROQ_API_KEY", "gsk-test")
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
-        base = client.server.base_url
-        (tmp_path / "agent" / "models.json").write_text(json.dumps(
-            {"providers": {"groq": {"baseUrl": f"{base}/v1"}}}))
-        registry = client.config.registry
-        registry.load_models_json(tmp_path / "agent" / "models.json")  # a redirect, as a
-        model = registry.find("groq", "llama-3.3-70b-versatile")        # proxy would be
-        assert model is not None and model.base_url == f"{base}/v1"
-        await client.request({"type": "set_model", "provider": "groq",
-                              "modelId": "llama-3.3-70b-versatile"})
+        await client.use_redirected("groq", "llama-3.3-70b-versatile", "/v1")
+        model = client.config.registry.find("groq", "llama-3.3-70b-versatile")
+        assert model is not None and model.base_url == f"{client.server.base_url}/v1"
         await client.prompt_and_settle("hello")
     (request,) = client.server.requests
     assert request.path == "/v1/chat/completions"
@@ -197,14 +191,8 @@ async def test_a_gemini_model_of_the_catalogue_is_reached_with_gemini_api_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GEMINI_API_KEY", "gemini-test")
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="hi")])]) as client:
-        base = client.server.base_url
-        (tmp_path / "agent" / "models.json").write_text(json.dumps(
-            {"providers": {"google": {"baseUrl": f"{base}/v1beta"}}}))
-        registry = client.config.registry
-        registry.load_models_json(tmp_path / "agent" / "models.json")
-        assert {m.provider for m in registry.available()} >= {"google"}
-        chosen = await client.request({"type": "set_model", "provider": "google",
-                                       "modelId": "gemini-4-hydrogen"})
+        chosen = await client.use_redirected("google", "gemini-4-hydrogen", "/v1beta")
+        assert {m.provider for m in client.config.registry.available()} >= {"google"}
         assert chosen["data"]["thinkingLevels"] == ["low", "medium", "high", "xhigh"]
         await client.request({"type": "set_thinking_level", "level": "xhigh"})
         await client.prompt_and_settle("hello")

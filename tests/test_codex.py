@@ -41,13 +41,8 @@ def signed_in(tmp_path: Path, expires_ms: int) -> Path:
         "accountId": "account-7"}})
 
 
-async def use_codex(client: Client, tmp_path: Path, level: str = "medium") -> None:
-    (tmp_path / "agent" / "models.json").write_text(json.dumps({"providers": {
-        "openai-codex": {"baseUrl": f"{client.server.base_url}/backend-api"}}}))
-    client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
-    chosen = await client.request({"type": "set_model", "provider": "openai-codex",
-                                   "modelId": "gpt-5.6-luna"})
-    assert chosen["success"], chosen
+async def use_codex(client: Client, level: str = "medium") -> None:
+    await client.use_redirected("openai-codex", "gpt-5.6-luna", "/backend-api")
     await client.request({"type": "set_thinking_level", "level": level})
 
 
@@ -66,7 +61,7 @@ async def test_a_chatgpt_sign_in_reaches_codex(tmp_path: Path) -> None:
                               ScriptToolCall(name="bash", arguments={"command": "echo hi"})]),
                Reply(content=[ScriptText(text="done")])]
     async with open_client(tmp_path, replies) as client:
-        await use_codex(client, tmp_path)
+        await use_codex(client)
         await client.prompt_and_settle("hello")
         session = (await client.request({"type": "get_state"}))["data"]["sessionId"]
     first, second = client.server.requests  # each body checked against the OpenAI SDK's type
@@ -90,7 +85,7 @@ async def test_a_chatgpt_sign_in_reaches_codex(tmp_path: Path) -> None:
 async def test_thinking_off_is_effort_none(tmp_path: Path) -> None:
     signed_in(tmp_path, int(time.time() * 1000) + 3_600_000)
     async with open_client(tmp_path, [Reply(content=[ScriptText(text="ok")])]) as client:
-        await use_codex(client, tmp_path, level="off")
+        await use_codex(client, level="off")
         await client.prompt_and_settle("hello")
     assert client.server.requests[0].body["reasoning"] == {"effort": "none"}
 
@@ -103,7 +98,7 @@ async def test_an_expired_sign_in_is_refreshed_and_a_usage_limit_said_plainly(
         monkeypatch.setenv("FORGED_OAUTH_ORIGINS", json.dumps(
             {"https://auth.openai.com": tokens.origin}))
         async with open_client(tmp_path, [limit]) as client:
-            await use_codex(client, tmp_path)
+            await use_codex(client)
             await client.prompt_and_settle("hello")
     ((where, kind, body),) = tokens.posts
     assert (where, kind) == ("/oauth/token", "application/x-www-form-urlencoded")
@@ -123,7 +118,7 @@ async def test_an_image_goes_as_input_and_an_error_status_is_retried_with_usage_
     replies = [busy, Reply(content=[ScriptText(text="a red pixel")],
                            usage=ScriptUsage(input=200, output=10, cache_read=50))]
     async with open_client(tmp_path, replies) as client:
-        await use_codex(client, tmp_path)
+        await use_codex(client)
         await client.send({"type": "prompt", "message": "what is it?", "images": [
             {"type": "image", "data": PIXEL, "mimeType": "image/png"}]})
         started = await client.wait_for(lambda e: e.get("type") == "auto_retry_start")

@@ -3,7 +3,6 @@ asked by the model's map or by prompt mode, the session as cache key and affinit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -42,11 +41,7 @@ async def test_a_catalogue_mistral_model_thinks_as_its_map_says(
                                              arguments={"command": "echo hi"})]),
                Reply(content=[ScriptText(text="done")])]
     async with open_client(tmp_path, replies) as client:
-        (tmp_path / "agent" / "models.json").write_text(json.dumps(
-            {"providers": {"mistral": {"baseUrl": f"{client.server.base_url}/mistral"}}}))
-        client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
-        chosen = await client.request({"type": "set_model", "provider": "mistral",
-                                       "modelId": "magistral-medium-latest"})
+        chosen = await client.use_redirected("mistral", "magistral-medium-latest", "/mistral")
         assert chosen["data"]["thinkingLevels"] == ["off", "high"]
         await client.request({"type": "set_thinking_level", "level": level})
         await client.prompt_and_settle("hello")

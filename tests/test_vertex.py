@@ -66,12 +66,7 @@ async def test_application_default_credentials_sign_the_request(
         replies = [Reply(content=[ScriptText(text="one")]),
                    Reply(content=[ScriptText(text="two")])]
         async with open_client(tmp_path, replies) as client:
-            (tmp_path / "agent" / "models.json").write_text(json.dumps(
-                {"providers": {"google-vertex": {"baseUrl": client.server.base_url}}}))
-            client.config.registry.load_models_json(tmp_path / "agent" / "models.json")
-            chosen = await client.request({"type": "set_model", "provider": "google-vertex",
-                                           "modelId": "gemini-2.5-flash"})
-            assert chosen["success"], chosen
+            await client.use_redirected("google-vertex", "gemini-2.5-flash")
             await client.prompt_and_settle("hello")
             await client.prompt_and_settle("again")
     first, second = client.server.requests
