@@ -45,14 +45,15 @@ from ._version import __version__ as __version__
 __all__ = ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
            "SessionConfig"]
 
-from ._errors import CommandError as CommandError
-from ._errors import ConfigError as ConfigError
-from ._errors import ForgedError as ForgedError
-from ._errors import ProviderError as ProviderError
+from ._errors import (
+    CommandError as CommandError,
+    ConfigError as ConfigError,
+    ForgedError as ForgedError,
+    ProviderError as ProviderError,
+)
 
 if typing.TYPE_CHECKING:
-    from ._session import Session as Session
-    from ._session import SessionConfig as SessionConfig
+    from ._session import Session as Session, SessionConfig as SessionConfig
 
 
 def __dir__() -> list[str]:

@@ -7,8 +7,10 @@ field given a number is an error naming the field, never a silent ``str(5)``).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import attrs
 import cattrs
@@ -16,8 +18,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from . import _wire as w
 from ._errors import WireError
-from ._jsonl import camel as camel
-from ._jsonl import encode_line
+from ._jsonl import camel as camel, encode_line
 
 T = TypeVar("T")
 
@@ -107,7 +108,24 @@ def _unstructure_response(converter: cattrs.Converter) -> Callable[[w.Response],
     return unstructure
 
 
-def register_tagged_union(converter: cattrs.Converter, union: Any, key: str) -> None:
+def _tag_key(cl: Any) -> str | None:
+    """The key a union of wire classes is told apart by (``type``, or ``role`` for messages):
+    every member's first field, a tag; None if `cl` is not such a union."""
+    if get_origin(cl) not in (Union, UnionType):
+        return None
+    keys = set()
+    for member in get_args(cl):
+        if not attrs.has(member):
+            return None
+        first = attrs.fields(member)[0]
+        if first.init or not isinstance(first.default, str):
+            return None
+        keys.add(first.name)
+    return keys.pop() if len(keys) == 1 else None
+
+
+def _structure_tagged_union(converter: cattrs.Converter, union: Any) -> Callable[[Any, Any], Any]:
+    key = _tag_key(union)
     by_tag = {attrs.fields(cls)[0].default: cls for cls in get_args(union)}
 
     def structure(value: Any, _: Any) -> Any:
@@ -118,7 +136,7 @@ def register_tagged_union(converter: cattrs.Converter, union: Any, key: str) -> 
             raise ValueError(f"unknown {key} {value.get(key)!r}")
         return converter.structure(value, cls)
 
-    converter.register_structure_hook(union, structure)
+    return structure
 
 
 def configure_converter(converter: cattrs.Converter) -> None:
@@ -141,11 +159,9 @@ def configure_converter(converter: cattrs.Converter) -> None:
         attrs.has,
         lambda cls: make_dict_structure_fn(cls, converter, **_field_overrides(cls)),
     )
-    register_tagged_union(converter, w.UserContent, "type")
-    register_tagged_union(converter, w.AssistantContent, "type")
-    register_tagged_union(converter, w.AgentMessage, "role")
-    register_tagged_union(converter, w.AssistantMessageEvent, "type")
-    register_tagged_union(converter, w.Event, "type")
+    converter.register_structure_hook_factory(
+        lambda cl: _tag_key(cl) is not None,
+        lambda cl: _structure_tagged_union(converter, cl))
 
 
 def new_converter() -> cattrs.Converter:
@@ -186,11 +202,14 @@ def prepare(cls: type[Any]) -> None:
     _hooks[cls] = converter.get_unstructure_hook(cls)
 
 
-SENT_CLASSES: list[type[Any]] = [
-    value for value in vars(w).values()
-    if isinstance(value, type) and attrs.has(value)
-    and value not in w.COMMAND_CLASSES.values()]
-"""Every wire class forged writes: events, responses and what they hold."""
+def sent_classes() -> list[type[Any]]:
+    """Every wire class forged writes: events, responses and what they hold (loading the
+    modules `forged._wire` leaves to first use)."""
+    modules = [w.base, *(importlib.import_module(f"{w.__name__}.{name}")
+                         for name in w.LAZY_MODULES)]
+    return [value for module in modules for value in vars(module).values()
+            if isinstance(value, type) and attrs.has(value)
+            and value.__module__ == module.__name__]
 
 
 def structure(value: Any, cls: type[T]) -> T:

@@ -22,11 +22,9 @@ import attrs
 import orjson
 import trio
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._context import build_context, context_message, latest_compaction
-from ._errors import CommandError, ProviderError
-from ._errors import NothingToCompact as NothingToCompact
+from ._errors import CommandError, NothingToCompact as NothingToCompact, ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import as_user_message
 from ._retry import RetrySettings

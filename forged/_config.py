@@ -15,8 +15,10 @@ import attrs
 import orjson
 import trio
 
-from . import _codec
-from . import _wire as w
+# `trio.testing.wait_all_tasks_blocked`, from where it is defined: trio.testing imports pytest.
+from trio._core._generated_run import wait_all_tasks_blocked
+
+from . import _codec, _wire as w
 from ._errors import ConfigError
 from ._log import log
 from ._mcp import McpConfig
@@ -130,10 +132,14 @@ async def warm_up(apis: list[str]) -> None:
     worker thread, then
     the converter builds the hooks of every class forged writes, one class per step of the
     event loop. Last, the ~40,000 objects start-up made leave the collector's view: a full
-    collection over them stalled the loop ~8 ms."""
+    collection over them stalled the loop ~8 ms.
+
+    It starts once the loop is idle, so commands already waiting (a client's first
+    ``get_state``) are answered before it takes the interpreter."""
+    await wait_all_tasks_blocked()
     if apis:
         await load_providers(apis)
-    for cls in _codec.SENT_CLASSES * 2:  # twice: see `prepare`
+    for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()
     gc.freeze()

@@ -18,8 +18,7 @@ from typing import Protocol, cast
 import attrs
 import trio
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._errors import WireError
 from ._jsonl import LineSplitter, LineTooLong, decode_json
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._errors import CommandError
 from ._store import SessionFile
 

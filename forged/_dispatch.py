@@ -28,8 +28,7 @@ from ._connection import response
 from ._errors import CommandError
 from ._log import log_exception
 from ._run import RETRY_CANCELLED
-from ._session import Session, SessionConfig, open_session
-from ._session import Sink as EventSink
+from ._session import Session, SessionConfig, Sink as EventSink, open_session
 from ._store import LEAF, entry_tree
 from ._switching import (
     Maker,

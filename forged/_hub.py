@@ -25,8 +25,7 @@ from typing import Any
 import attrs
 import trio
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._config import daemon_setting, find_stored, list_stored
 from ._connection import Connection, Transport
 from ._dispatch import Agent, Reply, open_agent

@@ -14,8 +14,7 @@ from typing import Any
 import attrs
 import orjson
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._auth import AuthFile, expired
 from ._errors import ConfigError, WireError
 from ._log import log

@@ -21,10 +21,13 @@ from pathlib import Path
 import trio
 
 from ._errors import ConfigError
-from ._thin import check_folder as check_folder
-from ._thin import default_socket_path as default_socket_path
-from ._thin import fallback_runtime as fallback_runtime
-from ._thin import guarded_folders, socket_uid
+from ._thin import (
+    check_folder as check_folder,
+    default_socket_path as default_socket_path,
+    fallback_runtime as fallback_runtime,
+    guarded_folders,
+    socket_uid,
+)
 
 WS_TOKEN_FILE = "ws-token"
 BUSY_RETRY_S = 2.0

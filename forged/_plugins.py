@@ -37,8 +37,7 @@ from typing import Any, Literal, Protocol
 import attrs
 import trio
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._errors import CommandError
 from ._log import log, log_exception
 from ._resources import Scope

@@ -28,14 +28,13 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
-from . import _codec
-from . import _wire as w
+from . import _codec, _wire as w
 from ._compaction import SYSTEM_PROMPT, CompactionSettings
 from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
 from ._log import log
-from ._mcp import CACHE_DIR as MCP_CACHE_DIR
 from ._mcp import (
+    CACHE_DIR as MCP_CACHE_DIR,
     MCP_FILE,
     Listing,
     ListingCache,
@@ -66,7 +65,7 @@ from ._ui import Dialogs
 if TYPE_CHECKING:
     from ._checkpointing import Checkpoints
 
-Sink = Callable[[w.Event], None]
+Sink = Callable[["w.Event"], None]
 """Where a session's events go, as wire objects."""
 
 BUSY_PROMPT_ERROR = (

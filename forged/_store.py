@@ -36,8 +36,7 @@ from typing import Any
 import orjson
 
 from . import _wire as w
-from ._errors import CommandError, PersistenceError
-from ._errors import SessionLockedError as SessionLockedError
+from ._errors import CommandError, PersistenceError, SessionLockedError as SessionLockedError
 from ._jsonl import encode_line
 from ._log import log
 from ._paths import fsync_directory, rewrite

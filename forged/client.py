@@ -22,6 +22,7 @@ process, for stdio); leaving the block closes it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import subprocess
@@ -29,7 +30,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import TypeAlias, TypeVar, cast
 
 import attrs
 import orjson
@@ -53,7 +54,7 @@ class Unknown:
     data: JSON
 
 
-Event = w.Event | Unknown
+Event: TypeAlias = "w.Event | Unknown"
 
 
 @attrs.frozen
@@ -69,33 +70,37 @@ class Received:
         return self.event.type
 
 
-DATA_CLASSES: dict[str, object] = {
-    "prompt": w.PromptAccepted, "steer": w.PromptAccepted, "follow_up": w.PromptAccepted,
-    "clear_queue": w.QueueContents, "new_session": w.SwitchResult,
-    "get_state": w.SessionState, "get_messages": w.MessageList, "set_model": w.Model,
-    "cycle_model": w.CycledModel | None, "get_available_models": w.ModelList,
-    "cycle_thinking_level": w.ThinkingLevelData | None,
-    "get_available_thinking_levels": w.ThinkingLevelList, "compact": w.CompactionResult,
-    "bash": w.BashResult, "get_session_stats": w.SessionStats,
-    "export_html": w.ExportResult, "switch_session": w.SwitchResult, "fork": w.ForkResult,
-    "clone": w.SwitchResult, "get_fork_messages": w.ForkMessageList,
-    "get_entries": w.EntryList, "get_tree": w.EntryTree,
-    "get_last_assistant_text": w.AssistantText, "get_commands": w.CommandList,
-    "get_mcp_servers": w.McpServerList, "list_sessions": w.SessionList,
-    "get_checkpoints": w.CheckpointList, "get_checkpoint_diff": w.CheckpointDiff,
-    "restore_checkpoint": w.RestoreResult,
-    "attach": w.AttachResult,
-}
-"""Each command's response ``data``, as its wire class (the others answer none)."""
+@functools.cache
+def data_classes() -> dict[str, object]:
+    """Each command's response ``data``, as its wire class (the others answer none); built
+    when first used, as `forged._wire` builds most of these classes."""
+    return {
+        "prompt": w.PromptAccepted, "steer": w.PromptAccepted, "follow_up": w.PromptAccepted,
+        "clear_queue": w.QueueContents, "new_session": w.SwitchResult,
+        "get_state": w.SessionState, "get_messages": w.MessageList, "set_model": w.Model,
+        "cycle_model": w.CycledModel | None, "get_available_models": w.ModelList,
+        "cycle_thinking_level": w.ThinkingLevelData | None,
+        "get_available_thinking_levels": w.ThinkingLevelList, "compact": w.CompactionResult,
+        "bash": w.BashResult, "get_session_stats": w.SessionStats,
+        "export_html": w.ExportResult, "switch_session": w.SwitchResult, "fork": w.ForkResult,
+        "clone": w.SwitchResult, "get_fork_messages": w.ForkMessageList,
+        "get_entries": w.EntryList, "get_tree": w.EntryTree,
+        "get_last_assistant_text": w.AssistantText, "get_commands": w.CommandList,
+        "get_mcp_servers": w.McpServerList, "list_sessions": w.SessionList,
+        "get_checkpoints": w.CheckpointList, "get_checkpoint_diff": w.CheckpointDiff,
+        "restore_checkpoint": w.RestoreResult,
+        "attach": w.AttachResult,
+    }
 
 
 def read_response(item: JSON) -> w.Response:
     """A response line, parsed, as `w.Response` whose ``data`` is its command's wire class
-    (`DATA_CLASSES`)."""
+    (`data_classes`)."""
     command = str(item.get("command"))
     data = item.get("data", w.ABSENT)
-    if data is not w.ABSENT and item.get("success") and command in DATA_CLASSES:
-        data = structure(data, cast("type[object]", DATA_CLASSES[command]))
+    data_class = data_classes().get(command)
+    if data is not w.ABSENT and item.get("success") and data_class is not None:
+        data = structure(data, cast("type[object]", data_class))
     command_id, error = item.get("id"), item.get("error")
     return w.Response(id=command_id if isinstance(command_id, str | int) else None,
                       command=command, success=item.get("success") is True, data=data,

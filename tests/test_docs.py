@@ -12,8 +12,7 @@ from typing import Any, get_args
 import attrs
 import pytest
 
-from forged import _codec
-from forged import _wire as w
+from forged import _codec, _wire as w
 
 ROOT = Path(__file__).parents[1]
 PROTOCOL = ROOT / "docs" / "protocol.md"

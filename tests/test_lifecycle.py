@@ -20,8 +20,7 @@ from typing import Any
 import orjson
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall, ScriptUsage
 

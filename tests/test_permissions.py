@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from forged import _codec
-from forged import _wire as w
+from forged import _codec, _wire as w
 from forged._providers.scripted import Reply
 
 from .harness import Client, Event, open_client, open_daemon

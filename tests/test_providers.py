@@ -210,6 +210,26 @@ def test_startup_imports_only_what_it_needs() -> None:
         r"^\s*(import|from) (anthropic|openai|google\.genai|mistralai)\b", path.read_text(), re.M)]
 
 
+def test_the_first_get_state_is_answered_before_the_event_classes_are_built() -> None:
+    """The warm-up (providers, events' classes, converter hooks) waits while a command is
+    waiting: a real process, its first line answered, reports what it had loaded then."""
+    code = ("import os, sys\n"
+            "write = os.write\n"
+            "def noting(fd, data):\n"
+            "    if fd != 2 and not os.environ.get('NOTED'):\n"
+            "        os.environ['NOTED'] = ' '.join(sorted(m for m in sys.modules\n"
+            "                                       if m.startswith('forged._wire.')))\n"
+            "        sys.stderr.write('first answer: ' + os.environ['NOTED'] + '\\n')\n"
+            "    return write(fd, data)\n"
+            "os.write = noting\n"
+            "from forged._entry import main\n"
+            "sys.exit(main(['--mode', 'rpc']))\n")
+    done = subprocess.run([sys.executable, "-c", code], input=b'{"type":"get_state"}\n',
+                          capture_output=True, check=True)
+    assert json.loads(done.stdout)["command"] == "get_state"
+    assert b"first answer: forged._wire.base forged._wire.commands\n" in done.stderr
+
+
 def test_public_api() -> None:
     public = sorted(name for name in dir(forged)
                     if not name.startswith("_")
@@ -294,7 +314,8 @@ def test_the_client_loads_no_server_module() -> None:
                             text=True).stdout.split()
     assert loaded == ["forged", "forged._codec", "forged._errors", "forged._jsonl",
                       "forged._paths", "forged._thin", "forged._version", "forged._wire",
-                      "forged.client"]  # the protocol's classes, its vocabulary
+                      "forged._wire.base", "forged._wire.commands",
+                      "forged.client"]  # the protocol's classes: events' when first read
 
 
 MODULES_PLUGIN = """

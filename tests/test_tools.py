@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from forged import _wire as w
 from forged._tools import BUILTIN_TOOLS, ToolContext, ToolError, parse_arguments

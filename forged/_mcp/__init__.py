@@ -6,14 +6,14 @@ tools as it last listed them), `server` (one server: its task, its state, its ca
 `stdio` and `http`, with `sieve` between a transport and the SDK's session.
 """
 
-from .cache import CACHE_DIR as CACHE_DIR
-from .cache import Listing as Listing
-from .cache import ListingCache as ListingCache
-from .config import MCP_FILE as MCP_FILE
-from .config import McpConfig as McpConfig
-from .config import ServerSpec as ServerSpec
-from .config import exposed as exposed
-from .config import parse_entry as parse_entry
-from .config import startup_timeout as startup_timeout
-from .config import tool_name as tool_name
+from .cache import CACHE_DIR as CACHE_DIR, Listing as Listing, ListingCache as ListingCache
+from .config import (
+    MCP_FILE as MCP_FILE,
+    McpConfig as McpConfig,
+    ServerSpec as ServerSpec,
+    exposed as exposed,
+    parse_entry as parse_entry,
+    startup_timeout as startup_timeout,
+    tool_name as tool_name,
+)
 from .servers import McpServers as McpServers

@@ -16,10 +16,12 @@ from collections.abc import Iterable
 
 import trio
 
-from .base import AssistantBuilder as AssistantBuilder
-from .base import Provider as Provider
-from .base import ProviderRequest as ProviderRequest
-from .base import ToolSpec as ToolSpec
+from .base import (
+    AssistantBuilder as AssistantBuilder,
+    Provider as Provider,
+    ProviderRequest as ProviderRequest,
+    ToolSpec as ToolSpec,
+)
 
 STREAMS = {"anthropic-messages": ("anthropic", "stream"),
            "openai-completions": ("openai", "stream_chat"),

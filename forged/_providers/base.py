@@ -22,7 +22,7 @@ import orjson
 from .. import _wire as w
 from .._time import now_ms
 
-Emit = Callable[[w.Event], None]
+Emit = Callable[["w.Event"], None]
 
 
 @attrs.define(kw_only=True)

@@ -26,8 +26,7 @@ import orjson
 from .._auth import EARLY_MS, AuthFile, Entry, expired
 from .._errors import ProviderError
 from . import copilot
-from .http import get_json as get_json
-from .http import post_raw as post_raw
+from .http import get_json as get_json, post_raw as post_raw
 
 ANTHROPIC_CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"

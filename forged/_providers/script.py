@@ -84,8 +84,6 @@ class Script:
     replies: list[Reply] = attrs.field(factory=list)
 
 
-_codec.register_tagged_union(_codec.converter, ScriptBlock, "type")
-
 
 def load_script(path: str | Path) -> Script:
     try:

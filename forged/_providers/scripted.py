@@ -46,15 +46,17 @@ from .formats import (
     model_in,
     render_anthropic,
 )
-from .script import Reply as Reply
-from .script import Script as Script
-from .script import ScriptBlock as ScriptBlock
-from .script import ScriptRedactedThinking as ScriptRedactedThinking
-from .script import ScriptText as ScriptText
-from .script import ScriptThinking as ScriptThinking
-from .script import ScriptToolCall as ScriptToolCall
-from .script import ScriptUsage as ScriptUsage
-from .script import load_script as load_script
+from .script import (
+    Reply as Reply,
+    Script as Script,
+    ScriptBlock as ScriptBlock,
+    ScriptRedactedThinking as ScriptRedactedThinking,
+    ScriptText as ScriptText,
+    ScriptThinking as ScriptThinking,
+    ScriptToolCall as ScriptToolCall,
+    ScriptUsage as ScriptUsage,
+    load_script as load_script,
+)
 
 SSE_FLUSH_BYTES = 32 * 1024
 

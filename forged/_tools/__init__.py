@@ -13,11 +13,13 @@ from typing import Any
 import attrs
 
 from .._settings import DEFAULTS
-from .base import InvalidArguments as InvalidArguments
-from .base import Tool as Tool
-from .base import ToolContext as ToolContext
-from .base import ToolError as ToolError
-from .base import text_result as text_result
+from .base import (
+    InvalidArguments as InvalidArguments,
+    Tool as Tool,
+    ToolContext as ToolContext,
+    ToolError as ToolError,
+    text_result as text_result,
+)
 from .bash import BASH
 from .files import EDIT, LS, READ, WRITE
 from .search import FIND, GREP

@@ -16,10 +16,8 @@ from typing import Any, Protocol
 import attrs
 import cattrs
 
-from .. import _codec
-from .. import _wire as w
-from .._errors import InvalidArguments as InvalidArguments
-from .._errors import ToolError as ToolError
+from .. import _codec, _wire as w
+from .._errors import InvalidArguments as InvalidArguments, ToolError as ToolError
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024

@@ -16,8 +16,7 @@ import attrs
 import orjson
 import trio
 
-from ... import _codec
-from ... import _wire as w
+from ... import _codec, _wire as w
 from ..._config import Models, Options, list_stored, open_models, session_config
 from ..._connection import read_lines
 from ..._dispatch import Agent, open_agent

@@ -1,0 +1,191 @@
+"""Every command, event, message and response body of the agent-forge RPC protocol.
+
+Each class is named after its wire ``type`` (or ``role``) and carries it as its first field, so a
+converted object reads like the protocol. Attributes are snake_case; `forged._codec` renames them
+to camelCase in one hook. A field whose default is ``None`` is omitted when unset, unless it is
+marked `keep_null`, which writes ``null`` as the protocol requires.
+
+Equality is identity (``eq=False``): two messages with the same fields are still two messages
+(two identical replies are two entries), and identity keeps every object hashable. One shared
+``__repr__`` shows the fields (`base.share_repr`).
+
+In four modules: `base` (what a session's first exchange needs) and `commands` load with this
+package; `events` and `responses` load when one of their names is first used, as ``w.TextDelta``
+(this package's ``__getattr__``), so a process answers its first ``get_state`` without building
+~75 classes it does not need yet.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .base import (
+    ABSENT as ABSENT,
+    KEEP_NULL as KEEP_NULL,
+    THINKING_LEVELS as THINKING_LEVELS,
+    AgentMessage as AgentMessage,
+    AssistantContent as AssistantContent,
+    AssistantMessage as AssistantMessage,
+    BashExecutionMessage as BashExecutionMessage,
+    BranchSummaryMessage as BranchSummaryMessage,
+    CompactionSummaryMessage as CompactionSummaryMessage,
+    CustomMessage as CustomMessage,
+    ImageContent as ImageContent,
+    Model as Model,
+    ModelCost as ModelCost,
+    PromptAccepted as PromptAccepted,
+    QueueContents as QueueContents,
+    QueueMode as QueueMode,
+    Response as Response,
+    SessionState as SessionState,
+    StopReason as StopReason,
+    TextContent as TextContent,
+    ThinkingContent as ThinkingContent,
+    ThinkingLevel as ThinkingLevel,
+    ToolCall as ToolCall,
+    ToolResult as ToolResult,
+    ToolResultMessage as ToolResultMessage,
+    Usage as Usage,
+    UsageCost as UsageCost,
+    UserContent as UserContent,
+    UserMessage as UserMessage,
+    keep_null as keep_null,
+    share_repr as share_repr,
+    tag as tag,
+)
+from .commands import (
+    COMMAND_CLASSES as COMMAND_CLASSES,
+    DAEMON_COMMAND_CLASSES as DAEMON_COMMAND_CLASSES,
+    Abort as Abort,
+    AbortBash as AbortBash,
+    AbortRetry as AbortRetry,
+    Attach as Attach,
+    Bash as Bash,
+    ClearQueue as ClearQueue,
+    Clone as Clone,
+    Command as Command,
+    Compact as Compact,
+    CycleModel as CycleModel,
+    CycleThinkingLevel as CycleThinkingLevel,
+    DaemonCommand as DaemonCommand,
+    Detach as Detach,
+    ExportHtml as ExportHtml,
+    ExtensionUiResponse as ExtensionUiResponse,
+    FollowUp as FollowUp,
+    Fork as Fork,
+    GetAvailableModels as GetAvailableModels,
+    GetAvailableThinkingLevels as GetAvailableThinkingLevels,
+    GetCheckpointDiff as GetCheckpointDiff,
+    GetCheckpoints as GetCheckpoints,
+    GetCommands as GetCommands,
+    GetEntries as GetEntries,
+    GetForkMessages as GetForkMessages,
+    GetLastAssistantText as GetLastAssistantText,
+    GetMcpServers as GetMcpServers,
+    GetMessages as GetMessages,
+    GetSessionStats as GetSessionStats,
+    GetState as GetState,
+    GetTree as GetTree,
+    ListSessions as ListSessions,
+    NewSession as NewSession,
+    Prompt as Prompt,
+    RestoreCheckpoint as RestoreCheckpoint,
+    SetAutoCompaction as SetAutoCompaction,
+    SetAutoRetry as SetAutoRetry,
+    SetFollowUpMode as SetFollowUpMode,
+    SetModel as SetModel,
+    SetPermissionMode as SetPermissionMode,
+    SetSessionName as SetSessionName,
+    SetSteeringMode as SetSteeringMode,
+    SetThinkingLevel as SetThinkingLevel,
+    Steer as Steer,
+    SwitchSession as SwitchSession,
+)
+
+if TYPE_CHECKING:
+    from .events import (
+        EVENT_TYPES as EVENT_TYPES,
+        AgentEnd as AgentEnd,
+        AgentSettled as AgentSettled,
+        AgentStart as AgentStart,
+        AssistantMessageEvent as AssistantMessageEvent,
+        AutoRetryEnd as AutoRetryEnd,
+        AutoRetryStart as AutoRetryStart,
+        BashExecutionUpdate as BashExecutionUpdate,
+        CompactionEnd as CompactionEnd,
+        CompactionResult as CompactionResult,
+        CompactionStart as CompactionStart,
+        Event as Event,
+        ExtensionUiRequest as ExtensionUiRequest,
+        ExtensionUiResolved as ExtensionUiResolved,
+        MessageEnd as MessageEnd,
+        MessageStart as MessageStart,
+        MessageUpdate as MessageUpdate,
+        QueueUpdate as QueueUpdate,
+        SessionInfoChanged as SessionInfoChanged,
+        SummarizationRetryAttemptStart as SummarizationRetryAttemptStart,
+        SummarizationRetryFinished as SummarizationRetryFinished,
+        SummarizationRetryScheduled as SummarizationRetryScheduled,
+        TextDelta as TextDelta,
+        TextEnd as TextEnd,
+        TextStart as TextStart,
+        ThinkingDelta as ThinkingDelta,
+        ThinkingEnd as ThinkingEnd,
+        ThinkingLevelChanged as ThinkingLevelChanged,
+        ThinkingStart as ThinkingStart,
+        ToolcallDelta as ToolcallDelta,
+        ToolcallEnd as ToolcallEnd,
+        ToolcallStart as ToolcallStart,
+        ToolExecutionEnd as ToolExecutionEnd,
+        ToolExecutionStart as ToolExecutionStart,
+        ToolExecutionUpdate as ToolExecutionUpdate,
+        TurnEnd as TurnEnd,
+        TurnStart as TurnStart,
+    )
+    from .responses import (
+        AssistantText as AssistantText,
+        AttachResult as AttachResult,
+        BashResult as BashResult,
+        ChangedFile as ChangedFile,
+        Checkpoint as Checkpoint,
+        CheckpointDiff as CheckpointDiff,
+        CheckpointList as CheckpointList,
+        CommandInfo as CommandInfo,
+        CommandList as CommandList,
+        ContextUsage as ContextUsage,
+        CycledModel as CycledModel,
+        EntryList as EntryList,
+        EntryTree as EntryTree,
+        ExportResult as ExportResult,
+        ForkMessage as ForkMessage,
+        ForkMessageList as ForkMessageList,
+        ForkResult as ForkResult,
+        LiveSessionInfo as LiveSessionInfo,
+        McpServerInfo as McpServerInfo,
+        McpServerList as McpServerList,
+        MessageList as MessageList,
+        ModelList as ModelList,
+        RestoreResult as RestoreResult,
+        SessionList as SessionList,
+        SessionStats as SessionStats,
+        SourceInfo as SourceInfo,
+        StoredSessionInfo as StoredSessionInfo,
+        SwitchResult as SwitchResult,
+        ThinkingLevelData as ThinkingLevelData,
+        ThinkingLevelList as ThinkingLevelList,
+        TokenTotals as TokenTotals,
+        TreeNode as TreeNode,
+    )
+
+LAZY_MODULES = ("events", "responses")
+
+
+def __getattr__(name: str) -> Any:
+    for module_name in LAZY_MODULES:
+        module = importlib.import_module(f"{__name__}.{module_name}")
+        if name in module.__all__:
+            value = getattr(module, name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

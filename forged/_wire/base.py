@@ -1,0 +1,285 @@
+"""What a session needs from its first exchange: content blocks, usage and models, messages,
+the response and the session's state (``get_state``'s answer); and the helpers every wire class
+is declared with."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+KEEP_NULL = "forged.keep_null"
+
+
+def tag(value: str) -> Any:
+    return attrs.field(default=value, init=False)
+
+
+def keep_null(default: Any = None) -> Any:
+    """A field written as ``null`` instead of being omitted when it is None."""
+    return attrs.field(default=default, metadata={KEEP_NULL: True})
+
+
+def _list() -> Any:
+    return attrs.field(factory=list)
+
+
+ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = (
+    "off", "minimal", "low", "medium", "high", "xhigh", "max",
+)
+QueueMode = Literal["all", "one-at-a-time"]
+StopReason = Literal["pending", "stop", "length", "toolUse", "error", "aborted"]
+"""``pending`` only in an assistant ``message_start``: the message is still streaming."""
+
+
+# --- content blocks ----------------------------------------------------------------------------
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class TextContent:
+    type: str = tag("text")
+    text: str
+    text_signature: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ThinkingContent:
+    type: str = tag("thinking")
+    thinking: str
+    thinking_signature: str | None = None
+    redacted: bool | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ImageContent:
+    type: str = tag("image")
+    data: str
+    mime_type: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ToolCall:
+    type: str = tag("toolCall")
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    thought_signature: str | None = None
+    """Gemini's signature of the reasoning behind the call, sent back with it."""
+
+
+UserContent = TextContent | ImageContent
+AssistantContent = TextContent | ThinkingContent | ToolCall
+
+
+# --- usage and models --------------------------------------------------------------------------
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class UsageCost:
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+    total: float = 0.0
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Usage:
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total_tokens: int = 0
+    cost: UsageCost = attrs.field(factory=UsageCost)
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ModelCost:
+    """USD per million tokens."""
+
+    input: float = 0.0
+    output: float = 0.0
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Model:
+    id: str
+    name: str
+    api: str
+    provider: str
+    base_url: str
+    reasoning: bool
+    input: list[str]
+    context_window: int
+    max_tokens: int
+    cost: ModelCost
+    thinking_levels: list[str]
+    thinking_level_map: dict[str, str | None] | None = None
+    """models.json ``thinkingLevelMap``: the value the provider is sent for a level."""
+    compat: dict[str, Any] | None = None
+    """models.json ``compat``: how the provider differs from its API's standard."""
+
+
+# --- messages ----------------------------------------------------------------------------------
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class UserMessage:
+    role: str = tag("user")
+    content: list[UserContent]
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class AssistantMessage:
+    role: str = tag("assistant")
+    content: list[AssistantContent] = _list()
+    api: str
+    provider: str
+    model: str
+    usage: Usage = attrs.field(factory=Usage)
+    stop_reason: StopReason = "stop"
+    error_message: str | None = None
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ToolResultMessage:
+    role: str = tag("toolResult")
+    tool_call_id: str
+    tool_name: str
+    content: list[UserContent]
+    details: dict[str, Any] | None = None
+    is_error: bool
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class BashExecutionMessage:
+    role: str = tag("bashExecution")
+    command: str
+    output: str
+    exit_code: int | None = keep_null()
+    cancelled: bool
+    truncated: bool
+    full_output_path: str | None = keep_null()
+    timestamp: int
+    exclude_from_context: bool | None = None
+    """Kept in the session, never shown to the model (``bash`` with ``excludeFromContext``)."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CustomMessage:
+    """A message a plugin put in the context (stored as a ``custom_message`` entry)."""
+
+    role: str = tag("custom")
+    custom_type: str
+    content: list[UserContent]
+    display: bool = True
+    details: Any = None
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CompactionSummaryMessage:
+    """The context's first message after a compaction."""
+
+    role: str = tag("compactionSummary")
+    summary: str
+    tokens_before: int
+    timestamp: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class BranchSummaryMessage:
+    """What an abandoned branch did, for the branch the conversation came back to."""
+
+    role: str = tag("branchSummary")
+    summary: str
+    from_id: str
+    timestamp: int
+
+
+AgentMessage = (
+    UserMessage | AssistantMessage | ToolResultMessage | BashExecutionMessage | CustomMessage
+    | CompactionSummaryMessage | BranchSummaryMessage
+)
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ToolResult:
+    content: list[UserContent]
+    details: dict[str, Any] | None = None
+    structured_content: dict[str, Any] | None = None
+    """The result as data, for programs (``bash``: output, exit code, ...)."""
+
+
+# --- the response, and the state a session starts with ---------------------------------------
+
+class _Absent:
+    """`Response.data` when the response has no `data` key (unlike a `null` data)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Response:
+    id: str | int | None = None
+    type: str = tag("response")
+    command: str
+    success: bool
+    data: Any = ABSENT
+    error: str | None = None
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PromptAccepted:
+    disposition: Literal["started", "queued", "handled"]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class QueueContents:
+    steering: list[str]
+    follow_up: list[str]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class SessionState:
+    model: Model | None = keep_null()
+    thinking_level: str
+    is_streaming: bool
+    is_compacting: bool
+    steering_mode: QueueMode
+    follow_up_mode: QueueMode
+    session_file: str | None = None
+    session_id: str
+    session_name: str | None = None
+    auto_compaction_enabled: bool
+    message_count: int
+    pending_message_count: int
+    permission_mode: str = "full-access"
+    """What the model's tools may do (forged's addition: docs/security.md)."""
+    session_file_error: str | None = None
+    """Why the session file cannot be written, while it cannot (forged's addition)."""
+
+
+def _repr(self: Any) -> str:
+    fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}"
+                       for field in attrs.fields(type(self)) if field.init)
+    return f"{type(self).__name__}({fields})"
+
+
+def share_repr(namespace: dict[str, Any]) -> None:
+    """Give the wire classes a module defines the one shared ``__repr__`` (attrs would compile
+    one per class)."""
+    for value in list(namespace.values()):
+        if (isinstance(value, type) and attrs.has(value)
+                and value.__module__ == namespace["__name__"]):
+            value.__repr__ = _repr  # type: ignore[method-assign]
+
+
+share_repr(globals())
