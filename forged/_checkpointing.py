@@ -44,7 +44,7 @@ CAPTURE_TIMEOUT_S = 60.0
 T = TypeVar("T")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CheckpointSettings:
     """The ``checkpoints`` settings."""
 

@@ -105,7 +105,7 @@ CUT_ROLES = frozenset({"user", "assistant", "bashExecution", "custom", "branchSu
 TURN_START_ROLES = frozenset({"user", "bashExecution"})
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class CompactionSettings:
     enabled: bool = True
     reserve_tokens: int = 16_384
@@ -134,7 +134,7 @@ class CompactionSettings:
         return self.enabled and tokens > window - self.reserve_for(window)
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class FileOps:
     """The files a conversation's tool calls read and changed."""
 
@@ -179,7 +179,7 @@ class FileOps:
         return out
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Preparation:
     first_kept_entry_id: str
     to_summarize: list[w.AgentMessage]
@@ -361,7 +361,7 @@ class CompactionHost(Protocol):
                               ) -> tuple[Provider, ProviderRequest]: ...
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class _Summarizer:
     host: CompactionHost
     reason: Reason

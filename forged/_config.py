@@ -32,7 +32,7 @@ from ._settings import Settings
 from ._tools import ToolChoice
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Options:
     """What the command line asked for."""
 
@@ -65,7 +65,7 @@ class Options:
     """``--permission-mode`` (else the settings' ``permissionMode``)."""
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ServeOptions:
     """What ``forged serve`` was asked for; None leaves it to the settings' ``daemon``
     section, else the daemon's default."""
@@ -95,7 +95,7 @@ def daemon_setting(key: str, default: float, section: object = None) -> float:
     return default
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Models:
     """The model registry a process serves sessions from, and what the command line asked
     of it."""

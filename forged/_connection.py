@@ -165,7 +165,7 @@ def response(command: str, command_id: str | int | None = None, *,
                       data=data if error is None else w.ABSENT, error=error)
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Incoming:
     """One input line: a command, or the response that refuses it."""
 

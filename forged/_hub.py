@@ -243,7 +243,7 @@ class LiveSession:
             return idle_s
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SessionRequest:
     """What a new live session is to be: a cwd, a model, a stored file to continue."""
 

@@ -69,7 +69,7 @@ class Deliveries(Protocol):
     def take_follow_ups(self) -> list[w.AgentMessage]: ...
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class RunOutcome:
     """How a run ended (unless it was aborted: then it raised)."""
 

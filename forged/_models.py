@@ -41,7 +41,7 @@ _XHIGH = [*_BASIC, "xhigh"]
 _MAX = [*_XHIGH, "max"]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ProviderConfig:
     """How to reach one provider. Never written to the wire (it holds the key)."""
 
@@ -141,7 +141,7 @@ def default_max_tokens(window: int) -> int:
     return max(1, min(DEFAULT_MAX_TOKENS, window // 4))
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ModelDefinition:
     id: str
     name: str | None = None
@@ -183,7 +183,7 @@ def catalogue_models(provider: str) -> list[tuple[w.Model, dict[str, str] | None
     return found
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ModelOverride:
     """``modelOverrides``: changes to a built-in model; objects merge field by field."""
 
@@ -198,7 +198,7 @@ class ModelOverride:
     compat: dict[str, Any] | None = None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ProviderDefinition:
     name: str | None = None
     base_url: str | None = None

@@ -54,7 +54,7 @@ Register = Callable[["PluginAPI"], Any]
 
 # --- finding plugins ---------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class PluginSource:
     id: str
     register: Register
@@ -291,7 +291,7 @@ class ToolRunContext(PluginContext):
         self._tool.update(text_result(text))
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class PluginCommand:
     name: str
     description: str | None
@@ -299,7 +299,7 @@ class PluginCommand:
     plugin: PluginSource
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class _Registrations:
     commands: dict[str, PluginCommand] = attrs.Factory(dict)
     tools: dict[str, Tool] = attrs.Factory(dict)

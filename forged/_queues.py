@@ -11,7 +11,7 @@ from ._settings import Settings
 from ._time import now_ms
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Queued:
     """A steering or follow-up message waiting for delivery."""
 

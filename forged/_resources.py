@@ -32,7 +32,7 @@ _SKILL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 Scope = Literal["user", "project", "temporary"]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ContextFile:
     path: Path
     content: str
@@ -106,7 +106,7 @@ class Origin:
     scope: Scope
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ExtraPaths:
     """What the command line adds (scope ``temporary``)."""
 
@@ -145,7 +145,7 @@ def origins(kind: str, settings_key: str, cwd: Path, agent_dir: Path, settings: 
 
 # --- skills ------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Skill:
     name: str
     description: str
@@ -328,7 +328,7 @@ def skills_block(skills: Sequence[Skill]) -> str:
 
 # --- prompt templates --------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class PromptTemplate:
     name: str
     description: str
@@ -447,7 +447,7 @@ def _first_file(*candidates: Path) -> str | None:
     return None
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Resources:
     """A session's skills, templates and system prompt parts, found once when it starts."""
 

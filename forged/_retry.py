@@ -41,7 +41,7 @@ def is_retryable(error: ProviderError) -> bool:
             or isinstance(error, ProviderStreamError))
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class RetrySettings:
     enabled: bool = True
     max_retries: int = 3

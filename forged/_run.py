@@ -58,7 +58,7 @@ FAILURE_PREFIX: dict[Reason, str] = {
     "overflow": "Context overflow recovery failed: "}
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Decision:
     """What follows a run, decided from its outcome."""
 

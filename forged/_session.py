@@ -74,7 +74,7 @@ BUSY_PROMPT_ERROR = (
 )
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SessionConfig:
     cwd: Path
     agent_dir: Path

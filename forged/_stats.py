@@ -22,7 +22,7 @@ IMAGE_TOKENS = 1_200
 USAGE_KINDS = ("compaction", "branch_summary")
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class UsageTotals:
     counted: int = 0
     """Entries of the file counted so far."""

@@ -39,7 +39,7 @@ _NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ServerSpec:
     """One configured server, as written (values are expanded when it connects)."""
 
@@ -179,7 +179,7 @@ def read_file(path: Path) -> dict[str, Any]:
     return servers
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class McpConfig:
     """Where a session's servers come from."""
 

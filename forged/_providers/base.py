@@ -25,14 +25,14 @@ from .._time import now_ms
 Emit = Callable[["w.Event"], None]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ProviderRequest:
     """Everything one model call needs; `messages` is the context as the model should see it."""
 

@@ -55,7 +55,7 @@ def _matches(patterns: list[str], name: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolChoice:
     """Which tools a session's model gets: ``--tools``, ``--no-tools``, ``--no-builtin-tools``,
     ``--exclude-tools`` and the ``defaultTools`` setting."""

@@ -82,7 +82,7 @@ class Permissions(Protocol):
     async def write(self, path: Path) -> Path: ...
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ToolContext:
     cwd: Path
     update: Callable[[w.ToolResult], None]
@@ -101,7 +101,7 @@ class ToolContext:
     access, as a tool run alone has)."""
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Tool:
     """A tool the model can call. `parameters` is the JSON schema the model is shown; `parse`
     turns a call's arguments into what `run` takes, or raises `InvalidArguments`."""
@@ -209,7 +209,7 @@ def resolve_path(path: str, cwd: Path) -> Path:
 
 # --- truncation --------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Truncation:
     truncated: bool
     truncated_by: str | None = w.keep_null()

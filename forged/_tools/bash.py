@@ -149,7 +149,7 @@ class OutputSpool:
             self._file.close()
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Execution:
     """How a command ended."""
 
@@ -247,13 +247,13 @@ def format_output(spool: OutputSpool) -> tuple[str, dict[str, Any] | None]:
     return f"{text}\n\n{notice}", {"truncation": truncation.details(), "fullOutputPath": path}
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class BashParams:
     command: str = param("Bash command to execute")
     timeout: float | None = param("Timeout in seconds (optional, no default timeout)", None)
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SandboxedBashParams(BashParams):
     escalate: str | None = param(
         "Only when the command cannot work in the sandbox (it needs the network, or to write "

@@ -39,7 +39,7 @@ def _not_found(path: Path) -> ToolError:
 
 # --- read --------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class ReadParams:
     path: str = param("Path to the file (relative or absolute)")
     offset: int | None = param("Line number to start from (1-indexed)", None)
@@ -194,7 +194,7 @@ READ = typed_tool(
 
 # --- write -------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class WriteParams:
     path: str = param("Path to the file (relative or absolute)")
     content: str = param("Content to write to the file")
@@ -239,7 +239,7 @@ WRITE = typed_tool(
 
 # --- edit --------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class EditParams:
     path: str = param("Path to the file to edit (relative or absolute)")
     old_text: str = param("Exact text to find and replace")
@@ -354,7 +354,7 @@ EDIT = typed_tool(
 
 # --- ls ----------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class LsParams:
     path: str = param("Directory to list (default: current directory)", ".")
     limit: int = param("Maximum number of entries (default 500)", 500)

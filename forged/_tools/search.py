@@ -89,7 +89,7 @@ async def _run_rg(args: list[str], cwd: Path, ctx: ToolContext, on_line: Any
 
 # --- grep --------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class GrepParams:
     pattern: str = param("Regex pattern (or literal text) to search")
     path: str = param("File or directory to search (default: .)", ".")
@@ -183,7 +183,7 @@ GREP = typed_tool(
 
 # --- find --------------------------------------------------------------------------------------
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, eq=False, repr=False)
 class FindParams:
     pattern: str = param("Glob pattern to match files")
     path: str = param("Directory to search in (default: .)", ".")

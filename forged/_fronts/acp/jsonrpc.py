@@ -44,7 +44,7 @@ LATER: Any = _Later()
 """A handler's result that says the request is answered later (`Peer.answer`)."""
 
 
-@attrs.define
+@attrs.define(eq=False, repr=False)
 class _Request:
     """A request of ours to the other side, until its answer comes."""
 
