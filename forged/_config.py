@@ -129,9 +129,9 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
 async def warm_up(apis: list[str]) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits
     for input: the providers of `apis` (those of the models it has keys for) load in a
-    worker thread, then
-    the converter builds the hooks of every class forged writes, one class per step of the
-    event loop. Last, the ~40,000 objects start-up made leave the collector's view: a full
+    worker thread, then the protocol's classes `forged._wire` leaves to first use are built
+    and the converter builds the hooks of every class forged writes, one class per step of
+    the event loop. Last, the ~40,000 objects start-up made leave the collector's view: a full
     collection over them stalled the loop ~8 ms.
 
     It starts once the loop is idle, so commands already waiting (a client's first
@@ -139,6 +139,7 @@ async def warm_up(apis: list[str]) -> None:
     await wait_all_tasks_blocked()
     if apis:
         await load_providers(apis)
+    w.load()
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, cast
 
 import attrs
@@ -178,7 +178,7 @@ def _refuse(command: str, error: str, command_id: str | int | None = None) -> In
     return Incoming(refusal=response(command, command_id, error=error), command_id=command_id)
 
 
-def parse_line(line: bytes, classes: dict[str, type[object]] = w.COMMAND_CLASSES
+def parse_line(line: bytes, classes: Mapping[str, type[object]] = w.COMMAND_CLASSES
                ) -> Incoming | None:
     """Read one line as one of `classes`' commands; None for a blank line (ignored)."""
     if not line.strip():
@@ -223,7 +223,7 @@ async def read_lines(stream: trio.abc.ReceiveStream,
 
 async def serve_reader(stream: trio.abc.ReceiveStream,
                        commands: trio.MemorySendChannel[Incoming],
-                       classes: dict[str, type[object]] = w.COMMAND_CLASSES) -> None:
+                       classes: Mapping[str, type[object]] = w.COMMAND_CLASSES) -> None:
     """Read lines until EOF and pass each on, in order; the channel is closed at EOF."""
     async def take(piece: bytes | LineTooLong) -> None:
         if isinstance(piece, LineTooLong):
@@ -278,7 +278,7 @@ class StreamTransport:
     """JSON lines over a pair of trio streams (stdio's pipes, a Unix socket)."""
 
     def __init__(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream,
-                 classes: dict[str, type[object]] = w.COMMAND_CLASSES) -> None:
+                 classes: Mapping[str, type[object]] = w.COMMAND_CLASSES) -> None:
         self._receive = receive
         self._send = send
         self._classes = classes

@@ -44,11 +44,11 @@ Sink = Callable[[w.Response], None]
 """Where a command's response goes, as a wire object."""
 C = TypeVar("C")
 
-ANSWERED_DURING_SWITCH: frozenset[type[object]] = frozenset({
-    w.GetState, w.GetMessages, w.GetAvailableModels, w.GetAvailableThinkingLevels,
-    w.GetEntries, w.GetTree, w.GetLastAssistantText, w.GetForkMessages, w.GetSessionStats,
-    w.GetCommands, w.Abort, w.AbortBash, w.AbortRetry, w.ClearQueue, w.ExtensionUiResponse,
-    w.GetMcpServers,
+ANSWERED_DURING_SWITCH: frozenset[str] = frozenset({
+    "get_state", "get_messages", "get_available_models", "get_available_thinking_levels",
+    "get_entries", "get_tree", "get_last_assistant_text", "get_fork_messages",
+    "get_session_stats", "get_commands", "abort", "abort_bash", "abort_retry", "clear_queue",
+    "extension_ui_response", "get_mcp_servers",
 })
 
 
@@ -133,7 +133,7 @@ async def open_agent(config: SessionConfig, events: EventSink, replies: Sink, *,
         yield Agent(session, dispatcher)
 
 
-Handler = Callable[[w.Command, Reply], None]
+Handler = Callable[["w.Command", Reply], None]
 """A command's handler, as the table holds it (`Dispatcher._on` registers it typed)."""
 
 
@@ -158,12 +158,17 @@ class Dispatcher:
         """A run of the busy spell has ended (an aborted compaction after it ends what an
         abort cut short; one before its first run does not)."""
         self._handlers: dict[type[object], Handler] = {}
+        self._on(w.GetState, lambda _, reply: reply.ok(self.session.state()))
+        # The other commands' classes load with the first of them (`forged._wire`): a
+        # client's first get_state is answered without them.
+
+    def _register(self) -> dict[type[object], Handler]:
+        """Every command's handler, in the table."""
         self._on(w.Prompt, self.prompt)
         self._on(w.Steer, self.steer)
         self._on(w.FollowUp, self.follow_up)
         self._on(w.Abort, self.abort)
         self._on(w.ClearQueue, lambda _, reply: reply.ok(self.session.queues.clear()))
-        self._on(w.GetState, lambda _, reply: reply.ok(self.session.state()))
         self._on(w.GetMessages, lambda _, reply: reply.ok(w.MessageList(
                 messages=list(self.session.messages))))
         self._on(w.GetLastAssistantText, lambda _, reply: reply.ok(w.AssistantText(
@@ -217,6 +222,7 @@ class Dispatcher:
         self._on(w.ExtensionUiResponse, self.extension_ui_response)
         self._on(w.GetMcpServers, lambda _, reply: reply.ok(w.McpServerList(
                 servers=self.session.mcp.infos())))
+        return self._handlers
 
     def _on(self, cls: type[C], handler: Callable[[C, Reply], None]) -> None:
         """`handler` answers the commands of `cls`."""
@@ -226,11 +232,11 @@ class Dispatcher:
                sink: Sink | None = None) -> None:
         """Handle one parsed command, answering to `sink` (default: the dispatcher's). Never
         raises: failures become error responses."""
-        if self._held is not None and type(command) not in ANSWERED_DURING_SWITCH:
+        if self._held is not None and command.type not in ANSWERED_DURING_SWITCH:
             self._held.append((command, command_id, sink))
             return
         reply = Reply(sink or self.sink, command.type, command_id)
-        handler = self._handlers[type(command)]
+        handler = self._handlers.get(type(command)) or self._register()[type(command)]
         try:
             handler(command, reply)
         except Exception as exc:

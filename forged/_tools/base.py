@@ -153,7 +153,7 @@ def typed_tool(*, name: str, snippet: str, description: str, params: type[Any],
 
 def _structure(params: type[Any], arguments: dict[str, Any]) -> Any:
     try:
-        return _params_converter.structure(arguments, params)
+        return _params_converter().structure(arguments, params)
     except cattrs.BaseValidationError as exc:
         raise InvalidArguments(_codec.describe_error(exc).split("; ")) from None
     except (TypeError, ValueError) as exc:
@@ -189,10 +189,15 @@ def _coerce_bool(value: Any, _: Any) -> bool:
     raise ValueError("expected a boolean")
 
 
-_params_converter = _codec.new_converter()
-_params_converter.register_structure_hook(int, _coerce_int)
-_params_converter.register_structure_hook(float, _coerce_float)
-_params_converter.register_structure_hook(bool, _coerce_bool)
+@functools.cache
+def _params_converter() -> cattrs.Converter:
+    """The wire converter, lenient with numbers and booleans as models write them; made at
+    the first tool call, off start-up."""
+    converter = _codec.new_converter()
+    converter.register_structure_hook(int, _coerce_int)
+    converter.register_structure_hook(float, _coerce_float)
+    converter.register_structure_hook(bool, _coerce_bool)
+    return converter
 
 
 _UNICODE_SPACES = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000]")

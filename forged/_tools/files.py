@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import difflib
 import io
 import os
 import stat
@@ -263,6 +262,8 @@ def fuzzy(text: str) -> str:
 
 def diff_string(old: str, new: str, context: int = 4) -> tuple[str, int | None]:
     """A numbered line diff (``+n`` added, ``-n`` removed, `` n`` context, ``...`` elided)."""
+    import difflib  # at the first edit, not at start-up
+
     before, after = old.split("\n"), new.split("\n")
     width = len(str(max(len(before), len(after))))
     out: list[str] = []

@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import sys
-import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,8 @@ GREP_LINE_CHARS = 500
 
 def ripgrep() -> str:
     """The ``rg`` binary: beside this Python first (a venv's bin), then on PATH."""
+    import sysconfig  # at the first search, not at start-up
+
     candidates = [Path(sys.executable).parent / "rg",
                   Path(sysconfig.get_path("scripts")) / "rg"]
     for candidate in candidates:

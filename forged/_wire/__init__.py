@@ -18,6 +18,7 @@ package; `events` and `responses` load when one of their names is first used, as
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .base import (
@@ -31,6 +32,7 @@ from .base import (
     BranchSummaryMessage as BranchSummaryMessage,
     CompactionSummaryMessage as CompactionSummaryMessage,
     CustomMessage as CustomMessage,
+    GetState as GetState,
     ImageContent as ImageContent,
     Model as Model,
     ModelCost as ModelCost,
@@ -54,56 +56,53 @@ from .base import (
     share_repr as share_repr,
     tag as tag,
 )
-from .commands import (
-    COMMAND_CLASSES as COMMAND_CLASSES,
-    DAEMON_COMMAND_CLASSES as DAEMON_COMMAND_CLASSES,
-    Abort as Abort,
-    AbortBash as AbortBash,
-    AbortRetry as AbortRetry,
-    Attach as Attach,
-    Bash as Bash,
-    ClearQueue as ClearQueue,
-    Clone as Clone,
-    Command as Command,
-    Compact as Compact,
-    CycleModel as CycleModel,
-    CycleThinkingLevel as CycleThinkingLevel,
-    DaemonCommand as DaemonCommand,
-    Detach as Detach,
-    ExportHtml as ExportHtml,
-    ExtensionUiResponse as ExtensionUiResponse,
-    FollowUp as FollowUp,
-    Fork as Fork,
-    GetAvailableModels as GetAvailableModels,
-    GetAvailableThinkingLevels as GetAvailableThinkingLevels,
-    GetCheckpointDiff as GetCheckpointDiff,
-    GetCheckpoints as GetCheckpoints,
-    GetCommands as GetCommands,
-    GetEntries as GetEntries,
-    GetForkMessages as GetForkMessages,
-    GetLastAssistantText as GetLastAssistantText,
-    GetMcpServers as GetMcpServers,
-    GetMessages as GetMessages,
-    GetSessionStats as GetSessionStats,
-    GetState as GetState,
-    GetTree as GetTree,
-    ListSessions as ListSessions,
-    NewSession as NewSession,
-    Prompt as Prompt,
-    RestoreCheckpoint as RestoreCheckpoint,
-    SetAutoCompaction as SetAutoCompaction,
-    SetAutoRetry as SetAutoRetry,
-    SetFollowUpMode as SetFollowUpMode,
-    SetModel as SetModel,
-    SetPermissionMode as SetPermissionMode,
-    SetSessionName as SetSessionName,
-    SetSteeringMode as SetSteeringMode,
-    SetThinkingLevel as SetThinkingLevel,
-    Steer as Steer,
-    SwitchSession as SwitchSession,
-)
 
 if TYPE_CHECKING:
+    from .commands import (
+        Abort as Abort,
+        AbortBash as AbortBash,
+        AbortRetry as AbortRetry,
+        Attach as Attach,
+        Bash as Bash,
+        ClearQueue as ClearQueue,
+        Clone as Clone,
+        Command as Command,
+        Compact as Compact,
+        CycleModel as CycleModel,
+        CycleThinkingLevel as CycleThinkingLevel,
+        DaemonCommand as DaemonCommand,
+        Detach as Detach,
+        ExportHtml as ExportHtml,
+        ExtensionUiResponse as ExtensionUiResponse,
+        FollowUp as FollowUp,
+        Fork as Fork,
+        GetAvailableModels as GetAvailableModels,
+        GetAvailableThinkingLevels as GetAvailableThinkingLevels,
+        GetCheckpointDiff as GetCheckpointDiff,
+        GetCheckpoints as GetCheckpoints,
+        GetCommands as GetCommands,
+        GetEntries as GetEntries,
+        GetForkMessages as GetForkMessages,
+        GetLastAssistantText as GetLastAssistantText,
+        GetMcpServers as GetMcpServers,
+        GetMessages as GetMessages,
+        GetSessionStats as GetSessionStats,
+        GetTree as GetTree,
+        ListSessions as ListSessions,
+        NewSession as NewSession,
+        Prompt as Prompt,
+        RestoreCheckpoint as RestoreCheckpoint,
+        SetAutoCompaction as SetAutoCompaction,
+        SetAutoRetry as SetAutoRetry,
+        SetFollowUpMode as SetFollowUpMode,
+        SetModel as SetModel,
+        SetPermissionMode as SetPermissionMode,
+        SetSessionName as SetSessionName,
+        SetSteeringMode as SetSteeringMode,
+        SetThinkingLevel as SetThinkingLevel,
+        Steer as Steer,
+        SwitchSession as SwitchSession,
+    )
     from .events import (
         EVENT_TYPES as EVENT_TYPES,
         AgentEnd as AgentEnd,
@@ -178,7 +177,41 @@ if TYPE_CHECKING:
         TreeNode as TreeNode,
     )
 
-LAZY_MODULES = ("events", "responses")
+LAZY_MODULES = ("commands", "events", "responses")
+
+
+class _CommandTable(Mapping[str, type[Any]]):
+    """`commands.COMMAND_CLASSES` (or the daemon's), by a command's ``type``: ``get_state``
+    is found in `base`, any other loads `commands`."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def _table(self) -> dict[str, type[Any]]:
+        table: dict[str, type[Any]] = getattr(
+            importlib.import_module(f"{__name__}.commands"), self._name)
+        return table
+
+    def __getitem__(self, kind: str) -> type[Any]:
+        return GetState if kind == "get_state" else self._table()[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+COMMAND_CLASSES: Mapping[str, type[Any]] = _CommandTable("COMMAND_CLASSES")
+"""Every command's class by its ``type``."""
+DAEMON_COMMAND_CLASSES: Mapping[str, type[Any]] = _CommandTable("DAEMON_COMMAND_CLASSES")
+"""As `COMMAND_CLASSES`, and the daemon's own commands."""
+
+
+def load() -> None:
+    """Build every class now (the warm-up's: before a first prompt needs them)."""
+    for module_name in LAZY_MODULES:
+        importlib.import_module(f"{__name__}.{module_name}")
 
 
 def __getattr__(name: str) -> Any:

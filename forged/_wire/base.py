@@ -248,6 +248,14 @@ class QueueContents:
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
+class GetState:
+    """A client's first command, as a rule: here, so that answering it needs no other
+    command's class (`forged._wire.commands` loads with the first of those)."""
+
+    type: str = tag("get_state")
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
 class SessionState:
     model: Model | None = keep_null()
     thinking_level: str

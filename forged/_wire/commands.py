@@ -6,7 +6,55 @@ from typing import Any, Literal, get_args
 
 import attrs
 
-from .base import ImageContent, QueueMode, share_repr, tag
+from .base import GetState, ImageContent, QueueMode, share_repr, tag
+
+__all__ = [
+    "COMMAND_CLASSES",
+    "DAEMON_COMMAND_CLASSES",
+    "Abort",
+    "AbortBash",
+    "AbortRetry",
+    "Attach",
+    "Bash",
+    "ClearQueue",
+    "Clone",
+    "Command",
+    "Compact",
+    "CycleModel",
+    "CycleThinkingLevel",
+    "DaemonCommand",
+    "Detach",
+    "ExportHtml",
+    "ExtensionUiResponse",
+    "FollowUp",
+    "Fork",
+    "GetAvailableModels",
+    "GetAvailableThinkingLevels",
+    "GetCheckpointDiff",
+    "GetCheckpoints",
+    "GetCommands",
+    "GetEntries",
+    "GetForkMessages",
+    "GetLastAssistantText",
+    "GetMcpServers",
+    "GetMessages",
+    "GetSessionStats",
+    "GetTree",
+    "ListSessions",
+    "NewSession",
+    "Prompt",
+    "RestoreCheckpoint",
+    "SetAutoCompaction",
+    "SetAutoRetry",
+    "SetFollowUpMode",
+    "SetModel",
+    "SetPermissionMode",
+    "SetSessionName",
+    "SetSteeringMode",
+    "SetThinkingLevel",
+    "Steer",
+    "SwitchSession",
+]
 
 # --- commands ----------------------------------------------------------------------------------
 # The command's `id` is read from the raw object before the command is converted (so that even
@@ -65,11 +113,6 @@ class NewSession:
     plain: bool = False
     """The daemon only: from now on the connection reads what ``forged --mode rpc`` writes
     (events without ``sessionId``/``seq``, no ``extension_ui_resolved``)."""
-
-
-@attrs.define(kw_only=True, eq=False, repr=False)
-class GetState:
-    type: str = tag("get_state")
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
