@@ -206,7 +206,7 @@ def sent_classes() -> list[type[Any]]:
     """Every wire class forged writes: events, responses and what they hold (loading the
     modules `forged._wire` leaves to first use)."""
     modules = [w.base, *(importlib.import_module(f"{w.__name__}.{name}")
-                         for name in ("events", "responses"))]
+                         for name in ("messages", "events", "responses"))]
     return [value for module in modules for value in vars(module).values()
             if isinstance(value, type) and attrs.has(value)
             and value.__module__ == module.__name__ and value is not w.GetState]

@@ -14,7 +14,7 @@ the builder keeps the partial content, and the loop finishes the message with ``
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import attrs
 import orjson
@@ -329,7 +329,7 @@ def as_user_message(message: w.AgentMessage) -> w.UserMessage:
     return w.UserMessage(content=[w.TextContent(text=text)], timestamp=message.timestamp)
 
 
-LlmMessage = w.UserMessage | w.AssistantMessage | w.ToolResultMessage
+LlmMessage: TypeAlias = "w.UserMessage | w.AssistantMessage | w.ToolResultMessage"
 
 
 def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMessage]:

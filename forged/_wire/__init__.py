@@ -25,15 +25,7 @@ from .base import (
     ABSENT as ABSENT,
     KEEP_NULL as KEEP_NULL,
     THINKING_LEVELS as THINKING_LEVELS,
-    AgentMessage as AgentMessage,
-    AssistantContent as AssistantContent,
-    AssistantMessage as AssistantMessage,
-    BashExecutionMessage as BashExecutionMessage,
-    BranchSummaryMessage as BranchSummaryMessage,
-    CompactionSummaryMessage as CompactionSummaryMessage,
-    CustomMessage as CustomMessage,
     GetState as GetState,
-    ImageContent as ImageContent,
     Model as Model,
     ModelCost as ModelCost,
     PromptAccepted as PromptAccepted,
@@ -42,16 +34,9 @@ from .base import (
     Response as Response,
     SessionState as SessionState,
     StopReason as StopReason,
-    TextContent as TextContent,
-    ThinkingContent as ThinkingContent,
     ThinkingLevel as ThinkingLevel,
-    ToolCall as ToolCall,
-    ToolResult as ToolResult,
-    ToolResultMessage as ToolResultMessage,
     Usage as Usage,
     UsageCost as UsageCost,
-    UserContent as UserContent,
-    UserMessage as UserMessage,
     keep_null as keep_null,
     share_repr as share_repr,
     tag as tag,
@@ -142,6 +127,23 @@ if TYPE_CHECKING:
         TurnEnd as TurnEnd,
         TurnStart as TurnStart,
     )
+    from .messages import (
+        AgentMessage as AgentMessage,
+        AssistantContent as AssistantContent,
+        AssistantMessage as AssistantMessage,
+        BashExecutionMessage as BashExecutionMessage,
+        BranchSummaryMessage as BranchSummaryMessage,
+        CompactionSummaryMessage as CompactionSummaryMessage,
+        CustomMessage as CustomMessage,
+        ImageContent as ImageContent,
+        TextContent as TextContent,
+        ThinkingContent as ThinkingContent,
+        ToolCall as ToolCall,
+        ToolResult as ToolResult,
+        ToolResultMessage as ToolResultMessage,
+        UserContent as UserContent,
+        UserMessage as UserMessage,
+    )
     from .responses import (
         AssistantText as AssistantText,
         AttachResult as AttachResult,
@@ -177,7 +179,7 @@ if TYPE_CHECKING:
         TreeNode as TreeNode,
     )
 
-LAZY_MODULES = ("commands", "events", "responses")
+LAZY_MODULES = ("messages", "commands", "events", "responses")
 
 
 class _CommandTable(Mapping[str, type[Any]]):

@@ -6,7 +6,8 @@ from typing import Any, Literal, get_args
 
 import attrs
 
-from .base import GetState, ImageContent, QueueMode, share_repr, tag
+from .base import GetState, QueueMode, share_repr, tag
+from .messages import ImageContent
 
 __all__ = [
     "COMMAND_CLASSES",

@@ -7,16 +7,8 @@ from typing import Any, Literal, get_args
 
 import attrs
 
-from .base import (
-    AgentMessage,
-    ToolCall,
-    ToolResult,
-    ToolResultMessage,
-    Usage,
-    keep_null,
-    share_repr,
-    tag,
-)
+from .base import Usage, keep_null, share_repr, tag
+from .messages import AgentMessage, ToolCall, ToolResult, ToolResultMessage
 
 __all__ = [
     "EVENT_TYPES",

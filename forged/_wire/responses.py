@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 import attrs
 
-from .base import AgentMessage, Model, keep_null, share_repr
+from .base import Model, keep_null, share_repr
+from .messages import AgentMessage
 
 __all__ = [
     "AssistantText",
