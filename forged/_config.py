@@ -29,7 +29,7 @@ from ._providers import load_providers
 from ._resources import ExtraPaths
 from ._session import SessionConfig
 from ._settings import Settings
-from ._tools import ToolChoice
+from ._tools import ToolChoice, builtin_tools
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -129,10 +129,10 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
 async def warm_up(apis: list[str]) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits
     for input: the providers of `apis` (those of the models it has keys for) load in a
-    worker thread, then the protocol's classes `forged._wire` leaves to first use are built
-    and the converter builds the hooks of every class forged writes, one class per step of
-    the event loop. Last, the ~40,000 objects start-up made leave the collector's view: a full
-    collection over them stalled the loop ~8 ms.
+    worker thread; then the protocol's classes `forged._wire` leaves to first use and the
+    built-in tools are made, and the converter builds the hooks of every class forged writes,
+    one class per step of the event loop. Last, the ~40,000 objects start-up made leave the
+    collector's view: a full collection over them stalled the loop ~8 ms.
 
     It starts once the loop is idle, so commands already waiting (a client's first
     ``get_state``) are answered before it takes the interpreter."""
@@ -140,6 +140,7 @@ async def warm_up(apis: list[str]) -> None:
     if apis:
         await load_providers(apis)
     w.load()
+    builtin_tools()
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()

@@ -27,7 +27,7 @@ IGNORE_FILE_NAMES = (".gitignore", ".ignore", ".fdignore")
 MAX_SKILL_NAME_CHARS = 64
 MAX_SKILL_DESCRIPTION_CHARS = 1024
 TEMPLATE_DESCRIPTION_CHARS = 60
-_SKILL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_SKILL_NAME = r"[a-z0-9]+(?:-[a-z0-9]+)*"  # compiled at its first use, as _PLACEHOLDER
 
 Scope = Literal["user", "project", "temporary"]
 
@@ -260,7 +260,7 @@ def _name_problems(name: str, directory: str | None) -> list[str]:
         problems.append(f'name "{name}" does not match its folder "{directory}"')
     if len(name) > MAX_SKILL_NAME_CHARS:
         problems.append(f"name is longer than {MAX_SKILL_NAME_CHARS} characters")
-    if not _SKILL_NAME.fullmatch(name):
+    if not re.fullmatch(_SKILL_NAME, name):
         problems.append(f'name "{name}" should be lowercase letters, digits and single '
                         "hyphens, not starting or ending with one")
     return problems
@@ -397,7 +397,7 @@ def split_args(text: str) -> list[str]:
     return args
 
 
-_PLACEHOLDER = re.compile(r"\$\{@:(\d+)(?::(\d+))?\}|\$ARGUMENTS|\$@|\$(\d+)")
+_PLACEHOLDER = r"\$\{@:(\d+)(?::(\d+))?\}|\$ARGUMENTS|\$@|\$(\d+)"
 
 
 def substitute(body: str, args: Sequence[str]) -> str:
@@ -413,7 +413,7 @@ def substitute(body: str, args: Sequence[str]) -> str:
             return " ".join(args[start:] if length is None else args[start:start + length])
         return " ".join(args)
 
-    return _PLACEHOLDER.sub(value, body)
+    return re.sub(_PLACEHOLDER, value, body)
 
 
 def expand_template(text: str, templates: Sequence[PromptTemplate]) -> str:

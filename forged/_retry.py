@@ -17,7 +17,7 @@ from ._settings import apply_section
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
-_OVERFLOW = re.compile("|".join([
+_OVERFLOW = "|".join([  # compiled by `re` at its first use, not at start-up
     r"prompt is too long", r"input is too long for requested model",
     r"exceeds the context window", r"input token count.*exceeds the maximum",
     r"maximum prompt length is \d+", r"reduce the length of the messages",
@@ -27,11 +27,11 @@ _OVERFLOW = re.compile("|".join([
     r"too large for model with \d+ maximum context length", r"model_context_window_exceeded",
     r"context[_ ]length[_ ]exceeded", r"too many tokens", r"token limit exceeded",
     r"^4(00|13)\s*(status code)?\s*\(no body\)",
-]), re.IGNORECASE)
+])
 
 
 def is_context_overflow(message: str) -> bool:
-    return _OVERFLOW.search(message) is not None
+    return re.search(_OVERFLOW, message, re.IGNORECASE) is not None
 
 
 def is_retryable(error: ProviderError) -> bool:

@@ -56,9 +56,8 @@ from ._settings import PROJECT_DIR, Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, open_store
-from ._tools import BUILTIN_TOOLS, READING_TOOLS, Tool, ToolChoice, select_tools
+from ._tools import BUILTIN_NAMES, READING_TOOLS, Tool, ToolChoice, builtin_tools, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
-from ._tools.bash import BASH, SANDBOXED_BASH, run_direct
 from ._tools.guard import Guard, SandboxSettings, check_mode, starting_mode
 from ._ui import Dialogs
 
@@ -213,6 +212,8 @@ class DirectBash:
         session = self._session
 
         async def run() -> w.BashResult:
+            from ._tools.bash import run_direct
+
             try:
                 await session.checkpoints.capture("before", f"!{command}")
                 message = await run_direct(
@@ -295,9 +296,7 @@ class Session:
                               startup_timeout_s=startup_timeout(settings.get("mcp")),
                               confine=lambda argv, cwd, spec: self.guard.server(
                                   argv, cwd, network=spec.network, sandbox=spec.sandbox))
-        self.own_tools: dict[str, Tool] = {}
-        """The built-in and plugin tools; `tools` adds the MCP servers' as they connect."""
-        self.tools: Mapping[str, Tool] = {}
+        self._own_tools: dict[str, Tool] | None = {}  # none until they are chosen, below
         self.files: ClientFiles | None = None
         """The client's files, for the file tools (an ACP editor's), else the disk."""
         self.shell = Shell.from_settings(settings.get("shellPath"),
@@ -321,13 +320,14 @@ class Session:
         self.plugins = Plugins(config.plugins, self)
         plugin_tools: dict[str, Tool] = {}
         for name, tool in self.plugins.tools.items():
-            if name in BUILTIN_TOOLS:
+            if name in BUILTIN_NAMES:
                 log(f"a plugin's tool {name} is a built-in tool's name; skipped")
             else:
                 plugin_tools[name] = tool
-        self.own_tools, unknown = select_tools(
+        self._plugin_tools = plugin_tools
+        self._tool_names, unknown = select_tools(
             plugin_tools, attrs.evolve(config.tools, default=settings.default_tools()))
-        self.tools = ChainMap(self.own_tools, self.mcp.tools)
+        self._own_tools = None
         if unknown:
             log(f"no tool is called {', '.join(unknown)}; ignored")
         self._arm(self.guard.mode)
@@ -344,10 +344,32 @@ class Session:
         if self.guard.sandboxed != was:
             self.mcp.restart_stdio(f"the permission mode became {mode}")
 
+    @property
+    def own_tools(self) -> dict[str, Tool]:
+        """The built-in and plugin tools the model gets, made at their first use (the
+        built-in tools' modules load then, off start-up)."""
+        if self._own_tools is None:
+            builtin = builtin_tools()
+            self._own_tools = {name: builtin[name] if name in builtin
+                               else self._plugin_tools[name] for name in self._tool_names}
+            self._arm_bash(self._own_tools)
+        return self._own_tools
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """`own_tools`, and the MCP servers' as they connect."""
+        return ChainMap(self.own_tools, self.mcp.tools)
+
     def _arm(self, mode: str) -> None:
         self.guard.mode = mode
-        if self.own_tools.get("bash") in (BASH, SANDBOXED_BASH):  # the model sees escalate
-            self.own_tools["bash"] = SANDBOXED_BASH if self.guard.sandboxed else BASH
+        if self._own_tools is not None:
+            self._arm_bash(self._own_tools)
+
+    def _arm_bash(self, tools: dict[str, Tool]) -> None:
+        from ._tools.bash import BASH, SANDBOXED_BASH
+
+        if tools.get("bash") in (BASH, SANDBOXED_BASH):  # the model sees escalate
+            tools["bash"] = SANDBOXED_BASH if self.guard.sandboxed else BASH
 
     def _install(self, store: SessionFile, *, restore: bool) -> None:
         """Make `store` the session's file: its context, its name, and (when `restore`) the

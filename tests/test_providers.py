@@ -35,7 +35,7 @@ from forged._providers.scripted import (
     ScriptUsage,
 )
 from forged._resources import build_system_prompt, find_context_files
-from forged._tools import BUILTIN_TOOLS
+from forged._tools import builtin_tools
 
 from .harness import Client, open_client
 
@@ -177,7 +177,7 @@ def test_context_files_run_from_the_agent_dir_then_root_down(tmp_path: Path) -> 
     (project / "CLAUDE.md").write_text("ignored: AGENTS.md wins")
     found = find_context_files(project, agent_dir)
     assert [f.content for f in found] == ["global", "from a", "from b"]
-    prompt = build_system_prompt(list(BUILTIN_TOOLS.values()), project, found,
+    prompt = build_system_prompt(list(builtin_tools().values()), project, found,
                                  today=datetime.date(2026, 12, 2))
     assert "- read: Read file contents" in prompt and "- grep:" in prompt
     assert prompt.index("global") < prompt.index("from a") < prompt.index("from b")

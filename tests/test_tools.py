@@ -14,14 +14,20 @@ import trio
 from hypothesis import given, settings, strategies as st
 
 from forged import _wire as w
-from forged._tools import BUILTIN_TOOLS, ToolContext, ToolError, parse_arguments
+from forged._tools import (
+    BUILTIN_NAMES,
+    ToolContext,
+    ToolError,
+    builtin_tools,
+    parse_arguments,
+)
 from forged._tools.base import MAX_BYTES, format_size, truncate_head, truncate_tail
 from forged._tools.files import diff_string
 
 
 async def call(name: str, cwd: Path, updates: list[w.ToolResult] | None = None,
                **arguments: Any) -> w.ToolResult:
-    tool = BUILTIN_TOOLS[name]
+    tool = builtin_tools()[name]
     context = ToolContext(cwd=cwd, update=(updates if updates is not None else []).append)
     return await tool.run(parse_arguments(tool, arguments), context)
 
@@ -39,6 +45,10 @@ async def fails(name: str, cwd: Path, **arguments: Any) -> str:
 
 
 # --- read --------------------------------------------------------------------------------------
+
+def test_the_built_in_tools_are_the_ones_sessions_choose_by_name() -> None:
+    assert tuple(builtin_tools()) == BUILTIN_NAMES
+
 
 async def test_read_whole_file_and_pages(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("\n".join(f"line {i}" for i in range(1, 11)))
@@ -144,11 +154,11 @@ async def test_read_missing_file(tmp_path: Path) -> None:
     assert message == f"ENOENT: no such file or directory, access '{tmp_path / 'nope.txt'}'"
 
 
-@pytest.mark.parametrize("name", sorted(BUILTIN_TOOLS))
+@pytest.mark.parametrize("name", sorted(builtin_tools()))
 def test_a_tool_takes_what_its_schema_shows_the_model(name: str) -> None:
     """Every property the model is shown is taken, under the name it is shown; what the
     schema requires is required."""
-    tool = BUILTIN_TOOLS[name]
+    tool = builtin_tools()[name]
     samples = {"string": "x", "number": 7, "boolean": True}
     properties = tool.parameters["properties"]
     arguments = {key: samples[spec["type"]] for key, spec in properties.items()}

@@ -1,13 +1,15 @@
 """The tools the model can call: ``read``, ``write``, ``edit``, ``bash``, ``grep``, ``find``,
 ``ls``. Each takes an attrs class of parameters, from which its schema is made
 (`forged._tools.base.typed_tool`); every tool's arguments, a plugin's too, are checked by
-`parse_arguments`."""
+`parse_arguments`. The built-in tools' modules load at their first use (`builtin_tools`): a
+session chooses its tools by name."""
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -20,12 +22,18 @@ from .base import (
     ToolError as ToolError,
     text_result as text_result,
 )
-from .bash import BASH
-from .files import EDIT, LS, READ, WRITE
-from .search import FIND, GREP
 
-BUILTIN_TOOLS: dict[str, Tool] = {tool.name: tool for tool in (READ, BASH, EDIT, WRITE, GREP,
-                                                               FIND, LS)}
+BUILTIN_NAMES = ("read", "bash", "edit", "write", "grep", "find", "ls")
+
+
+@functools.cache
+def builtin_tools() -> dict[str, Tool]:
+    """The built-in tools by name, in `BUILTIN_NAMES`' order."""
+    from .bash import BASH
+    from .files import EDIT, LS, READ, WRITE
+    from .search import FIND, GREP
+
+    return {tool.name: tool for tool in (READ, BASH, EDIT, WRITE, GREP, FIND, LS)}
 
 
 def parse_arguments(tool: Tool, arguments: dict[str, Any]) -> Any:
@@ -100,11 +108,11 @@ def _apply(base: list[str], modifiers: list[str]) -> list[str]:
     return names
 
 
-def select_tools(plugin_tools: Mapping[str, Tool], choice: ToolChoice
-                 ) -> tuple[dict[str, Tool], list[str]]:
-    """The tools the model gets, built-ins first, and the names `choice` asks for that no
-    tool has. Plugin tools are added on top unless a plain ``--tools`` list leaves them out
-    or ``--no-tools`` is given."""
+def select_tools(plugin_tools: Collection[str], choice: ToolChoice
+                 ) -> tuple[list[str], list[str]]:
+    """The names of the tools the model gets, built-ins first, and the names `choice` asks
+    for that no tool has. Plugin tools (named in `plugin_tools`) are added on top unless a
+    plain ``--tools`` list leaves them out or ``--no-tools`` is given."""
     default = list(DEFAULT_TOOLS)
     if choice.default is not None:
         plain = [name for name in choice.default if name[:1] not in ("+", "-")]
@@ -123,13 +131,11 @@ def select_tools(plugin_tools: Mapping[str, Tool], choice: ToolChoice
     else:
         wanted, allowed = default, ([] if choice.no_tools else None)
 
-    chosen = {name: tool for name, tool in BUILTIN_TOOLS.items() if _matches(wanted, name)}
-    chosen.update((name, tool) for name, tool in plugin_tools.items()
-                  if name not in chosen and (allowed is None or _matches(allowed, name)))
-    for name in list(chosen):
-        if _matches(choice.exclude, name):
-            del chosen[name]
-    known = {*BUILTIN_TOOLS, *plugin_tools}
+    chosen = [name for name in BUILTIN_NAMES if _matches(wanted, name)]
+    chosen += [name for name in plugin_tools
+               if name not in chosen and (allowed is None or _matches(allowed, name))]
+    chosen = [name for name in chosen if not _matches(choice.exclude, name)]
+    known = {*BUILTIN_NAMES, *plugin_tools}
     asked = [entry.lstrip("+-") for entry in [*(choice.tools or []), *(choice.default or [])]]
     unknown = [name for name in dict.fromkeys(asked)
                if "*" not in name and name not in known and not is_mcp_tool(name)]

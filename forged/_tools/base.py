@@ -200,12 +200,12 @@ def _params_converter() -> cattrs.Converter:
     return converter
 
 
-_UNICODE_SPACES = re.compile("[\u00a0\u2000-\u200a\u202f\u205f\u3000]")
+_UNICODE_SPACES = "[\u00a0\u2000-\u200a\u202f\u205f\u3000]"  # compiled at its first use
 
 
 def resolve_path(path: str, cwd: Path) -> Path:
     """A tool's path argument: ``@`` and odd spaces stripped, ``~`` expanded, relative to cwd."""
-    path = _UNICODE_SPACES.sub(" ", path.removeprefix("@"))
+    path = re.sub(_UNICODE_SPACES, " ", path.removeprefix("@"))
     if path == "~" or path.startswith("~/"):
         path = os.path.expanduser(path)
     resolved = Path(path)

@@ -339,11 +339,10 @@ SANDBOXED_BASH = typed_tool(
 """The bash tool of the sandboxed permission modes (`forged._tools.guard`)."""
 
 
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufff9-\ufffb]")
-
-
-_UNFINISHED_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z")
+# Patterns `re` compiles (and keeps) at their first use, not at start-up.
+_ANSI = r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])"
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f\ufff9-\ufffb]"
+_UNFINISHED_ANSI = r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?)?\Z"
 HELD_ANSI_MAX_CHARS = 4096
 """An escape sequence still open after this much output is not one a terminal would wait for."""
 
@@ -351,7 +350,7 @@ HELD_ANSI_MAX_CHARS = 4096
 def sanitize(text: str) -> str:
     """Terminal output as plain text: ANSI sequences, carriage returns and control characters
     other than tab and newline removed."""
-    return _CONTROL.sub("", _ANSI.sub("", text))
+    return re.sub(_CONTROL, "", re.sub(_ANSI, "", text))
 
 
 class StreamSanitizer:
@@ -364,7 +363,7 @@ class StreamSanitizer:
 
     def feed(self, text: str) -> str:
         text = self._held + text
-        unfinished = _UNFINISHED_ANSI.search(text)
+        unfinished = re.search(_UNFINISHED_ANSI, text)
         if unfinished is not None and len(text) - unfinished.start() <= HELD_ANSI_MAX_CHARS:
             text, self._held = text[:unfinished.start()], text[unfinished.start():]
         else:
