@@ -28,7 +28,7 @@ from ._errors import CommandError, NothingToCompact as NothingToCompact, Provide
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._providers.base import as_user_message
 from ._retry import RetrySettings
-from ._settings import apply_section
+from ._settings import CompactionSettings
 from ._stats import estimate_context_tokens, estimate_tokens
 from ._store import SessionFile
 
@@ -103,35 +103,6 @@ SPLIT_TURN_SEPARATOR = "\n\n---\n\n**Turn Context (split turn):**\n\n"
 CUT_ROLES = frozenset({"user", "assistant", "bashExecution", "custom", "branchSummary",
                        "compactionSummary"})
 TURN_START_ROLES = frozenset({"user", "bashExecution"})
-
-
-@attrs.define(kw_only=True, eq=False, repr=False)
-class CompactionSettings:
-    enabled: bool = True
-    reserve_tokens: int = 16_384
-    """Room left for the reply: compaction starts when the context grows past the window
-    minus this."""
-    keep_recent_tokens: int = 20_000
-
-    @classmethod
-    def from_settings(cls, section: object) -> CompactionSettings:
-        found = cls()
-        apply_section(found, section, {"enabled": "enabled", "reserveTokens": "reserve_tokens",
-                                       "keepRecentTokens": "keep_recent_tokens"})
-        return found
-
-    def reserve_for(self, window: int) -> int:
-        """The room left for the reply in a `window`: ``reserveTokens``, never more than a
-        quarter of the window (else a small model compacts after every reply)."""
-        return min(self.reserve_tokens, window // 4)
-
-    def keep_for(self, window: int) -> int:
-        """The recent conversation kept whole, never more than a quarter of the window
-        (else a small model's compaction finds nothing to summarize)."""
-        return min(self.keep_recent_tokens, window // 4)
-
-    def should_compact(self, tokens: int, window: int) -> bool:
-        return self.enabled and tokens > window - self.reserve_for(window)
 
 
 @attrs.define(eq=False, repr=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import gc
 import glob
+import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -129,10 +130,11 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
 async def warm_up(apis: list[str]) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits
     for input: the providers of `apis` (those of the models it has keys for) load in a
-    worker thread; then the protocol's classes `forged._wire` leaves to first use and the
-    built-in tools are made, and the converter builds the hooks of every class forged writes,
-    one class per step of the event loop. Last, the ~40,000 objects start-up made leave the
-    collector's view: a full collection over them stalled the loop ~8 ms.
+    worker thread; then the protocol's classes `forged._wire` leaves to first use, the
+    built-in tools and the run driver's modules are made, and the converter builds the hooks
+    of every class forged writes, one class per step of the event loop. Last, the ~40,000
+    objects start-up made leave the collector's view: a full collection over them stalled
+    the loop ~8 ms.
 
     It starts once the loop is idle, so commands already waiting (a client's first
     ``get_state``) are answered before it takes the interpreter."""
@@ -141,6 +143,7 @@ async def warm_up(apis: list[str]) -> None:
         await load_providers(apis)
     w.load()
     builtin_tools()
+    importlib.import_module(f"{__package__}._run")  # the sessions' run driver
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()

@@ -27,7 +27,7 @@ from . import _wire as w
 from ._connection import response
 from ._errors import CommandError
 from ._log import log_exception
-from ._run import RETRY_CANCELLED
+from ._retry import RETRY_CANCELLED
 from ._session import Session, SessionConfig, Sink as EventSink, open_session
 from ._store import LEAF, entry_tree
 from ._switching import (

@@ -15,6 +15,9 @@ import attrs
 from ._errors import ProviderError, ProviderStreamError
 from ._settings import apply_section
 
+RETRY_CANCELLED = "Retry cancelled"
+"""An aborted retry's ``auto_retry_end`` ``finalError``."""
+
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
 
 _OVERFLOW = "|".join([  # compiled by `re` at its first use, not at start-up

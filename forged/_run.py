@@ -42,14 +42,13 @@ from ._loop import (
     is_cancellation,
     run_agent,
 )
-from ._retry import RetrySettings, is_context_overflow
+from ._retry import RETRY_CANCELLED, RetrySettings, is_context_overflow
 from ._settings import Settings
 from ._stats import compacted_at, estimate_context_tokens, usage_tokens
 
 OVERFLOW_RECOVERY_FAILED = (
     "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
     "context or switching to a larger-context model.")
-RETRY_CANCELLED = "Retry cancelled"
 SETTLE_S = 10.0
 """How long what ends a spell (`Toolbox.settle`) may hold up its ``agent_settled``, even while
 the session closes."""

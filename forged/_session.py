@@ -29,7 +29,6 @@ import attrs
 import trio
 
 from . import _codec, _wire as w
-from ._compaction import SYSTEM_PROMPT, CompactionSettings
 from ._context import build_context, context_size, stored_name
 from ._errors import CommandError, ProviderError
 from ._log import log
@@ -51,8 +50,7 @@ from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
 from ._queues import Queues, user_message
 from ._resources import ExtraPaths, Origin, Resources
 from ._retry import RetrySettings
-from ._run import Runner
-from ._settings import PROJECT_DIR, Settings
+from ._settings import PROJECT_DIR, CompactionSettings, Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, open_store
@@ -63,6 +61,7 @@ from ._ui import Dialogs
 
 if TYPE_CHECKING:
     from ._checkpointing import Checkpoints
+    from ._run import Runner
 
 Sink = Callable[["w.Event"], None]
 """Where a session's events go, as wire objects."""
@@ -305,10 +304,7 @@ class Session:
         self.compaction = CompactionSettings.from_settings(settings.get("compaction"))
         self._held: w.MessageStart | None = None
         """A ``message_start`` that waits for its ``message_end`` (`emit`)."""
-        self.run = Runner(self, nursery, events=self, requests=self.model_request,
-                          tools=Toolbox(self), queues=self.queues, settings=settings,
-                          context=lambda: self.messages, check_can_prompt=self.check_can_prompt,
-                          remember=self.remember)
+        self._runner: Runner | None = None
         self.bash = DirectBash(self)
         self.store = files.store
         self.choice = ModelChoice(config.registry, settings, config.model,
@@ -439,7 +435,8 @@ class Session:
     def _send(self, event: w.Event) -> None:
         self._sink(event)
         self.plugins.observe(event)
-        self.run.saw(event)
+        if self._runner is not None:  # one not made yet has seen nothing that counts
+            self._runner.saw(event)
 
     async def wait_for_room(self) -> None:
         if self._wait_for_room is not None:
@@ -448,26 +445,45 @@ class Session:
     # --- state ---------------------------------------------------------------------------------
 
     @property
+    def run(self) -> Runner:
+        """The session's run driver (`forged._run`), made with its modules at its first use:
+        the first prompt, compaction or setting of it."""
+        if self._runner is None:
+            from ._run import Runner
+
+            self._runner = Runner(
+                self, self._nursery, events=self, requests=self.model_request,
+                tools=Toolbox(self), queues=self.queues, settings=self.settings,
+                context=lambda: self.messages, check_can_prompt=self.check_can_prompt,
+                remember=self.remember)
+        return self._runner
+
+    @property
     def busy(self) -> bool:
         """From an accepted prompt (or compaction) until ``agent_settled``."""
-        return self.run.busy
+        return self._runner is not None and self._runner.busy
+
+    @property
+    def compacting(self) -> bool:
+        return self._runner is not None and self._runner.compacting
 
     @property
     def idle(self) -> bool:
         """Nothing runs: no prompt, no direct bash command, no plugin command."""
-        return not self.run.busy and not self.bash.running and not self.plugins.running
+        return not self.busy and not self.bash.running and not self.plugins.running
 
     async def wait_idle(self) -> None:
         while not self.idle:
             await self.plugins.wait_commands()
-            await self.run.wait_settled()
+            if self._runner is not None:
+                await self._runner.wait_settled()
             await self.bash.wait()
 
     def state(self) -> w.SessionState:
         return w.SessionState(
             model=self.model, thinking_level=self.thinking_level,
-            is_streaming=self.run.busy and not self.run.compacting,
-            is_compacting=self.run.compacting, steering_mode=self.queues.steering_mode,
+            is_streaming=self.busy and not self.compacting,
+            is_compacting=self.compacting, steering_mode=self.queues.steering_mode,
             follow_up_mode=self.queues.follow_up_mode,
             session_file=str(self.store.path) if self.store.path else None,
             session_id=self.session_id,
@@ -519,7 +535,7 @@ class Session:
     def disposition(self, streaming_behavior: str | None) -> Literal["started", "queued"]:
         """What a prompt sent now becomes: ``queued`` while busy (which needs a
         `streaming_behavior`), else ``started``; `CommandError` when it cannot be taken."""
-        if self.run.busy:
+        if self.busy:
             if streaming_behavior is None:
                 raise CommandError(BUSY_PROMPT_ERROR)
             return "queued"
@@ -595,6 +611,8 @@ class Session:
     async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                               ) -> tuple[Provider, ProviderRequest]:
         """A request for a compaction summary of `text`, to the session's model."""
+        from ._compaction import SYSTEM_PROMPT
+
         level = clamp_level(self.model, "high") if reasoning else "off"
         return await self._request(SYSTEM_PROMPT, [user_message(text, None)], [], level, max_tokens)
 
@@ -630,7 +648,7 @@ class Session:
         """Cancel what runs and resolve open dialogs as cancelled: True if a run was
         cancelled (its closing events follow)."""
         self.ui.cancel_all()
-        return self.run.cancel()
+        return self._runner is not None and self._runner.cancel()
 
     def stop(self) -> None:
         """Shutting down: drop the queues, abort the run (its closing events follow), the
@@ -650,7 +668,8 @@ class Session:
         keeps its file."""
         self.queues.clear()
         self.abort()
-        await self.run.wait_settled()
+        if self._runner is not None:
+            await self._runner.wait_settled()
         if not restore_files:
             await self._switch_to(make, restore=restore)
             return

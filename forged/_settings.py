@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import orjson
 
 from ._log import log
@@ -238,3 +239,32 @@ class Settings:
                 rewrite(self.path, orjson.dumps(current, option=orjson.OPT_INDENT_2) + b"\n")
         except OSError as exc:
             log(f"could not save {self.path}: {exc}")
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class CompactionSettings:
+    enabled: bool = True
+    reserve_tokens: int = 16_384
+    """Room left for the reply: compaction starts when the context grows past the window
+    minus this."""
+    keep_recent_tokens: int = 20_000
+
+    @classmethod
+    def from_settings(cls, section: object) -> CompactionSettings:
+        found = cls()
+        apply_section(found, section, {"enabled": "enabled", "reserveTokens": "reserve_tokens",
+                                       "keepRecentTokens": "keep_recent_tokens"})
+        return found
+
+    def reserve_for(self, window: int) -> int:
+        """The room left for the reply in a `window`: ``reserveTokens``, never more than a
+        quarter of the window (else a small model compacts after every reply)."""
+        return min(self.reserve_tokens, window // 4)
+
+    def keep_for(self, window: int) -> int:
+        """The recent conversation kept whole, never more than a quarter of the window
+        (else a small model's compaction finds nothing to summarize)."""
+        return min(self.keep_recent_tokens, window // 4)
+
+    def should_compact(self, tokens: int, window: int) -> bool:
+        return self.enabled and tokens > window - self.reserve_for(window)

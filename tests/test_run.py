@@ -9,11 +9,11 @@ import pytest
 import trio
 
 from forged import _wire as w
-from forged._compaction import CompactionSettings
 from forged._errors import ProviderError, ProviderStatusError, ProviderStreamError
 from forged._loop import RunOutcome
 from forged._retry import RetrySettings
 from forged._run import OVERFLOW_RECOVERY_FAILED, Runner
+from forged._settings import CompactionSettings
 
 MODEL = w.Model(id="m", name="M", api="anthropic-messages", provider="p", base_url="u",
                 reasoning=False, input=["text"], context_window=100_000, max_tokens=1000,
