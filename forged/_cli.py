@@ -510,7 +510,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_command_line(argv)
     _tls.start()  # before the session's modules are imported: it builds while they load
     with collector_paused():
-        from ._fronts.print import run_prompts
         from ._fronts.stdio import run_stdio
 
     try:
@@ -558,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     protocol_fd = reserve_stdout()
     if mode == "rpc":
         return run_reporting(run_stdio, options, 0, protocol_fd)
+    from ._fronts.print import run_prompts
+
     return run_reporting(partial(run_prompts, events=mode == "json"), options, messages,
                          protocol_fd)
 
