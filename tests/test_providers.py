@@ -210,23 +210,33 @@ def test_startup_imports_only_what_it_needs() -> None:
         r"^\s*(import|from) (anthropic|openai|google\.genai|mistralai)\b", path.read_text(), re.M)]
 
 
-def test_the_first_get_state_is_answered_before_the_other_classes_are_built() -> None:
-    """The warm-up (providers, the other commands', events' and responses' classes,
-    converter hooks) waits while a command is waiting: a real process, its first line
-    answered, reports what it had loaded then."""
+DEFERRED = ("forged._wire.", "forged._run", "forged._loop", "forged._compaction",
+            "forged._tools.bash", "forged._tools.files", "forged._tools.search",
+            "forged._fronts.print", "forged._providers.http")
+
+
+@pytest.mark.parametrize("provider", [False, True])
+def test_the_first_get_state_is_answered_before_what_a_prompt_needs_loads(
+        provider: bool) -> None:
+    """The warm-up (the providers' HTTP stack, the other commands', messages', events' and
+    responses' classes, the tools, the run driver, converter hooks) waits while a command is
+    waiting: a real process (with a provider to load, or none), its first line answered,
+    reports which of those it had loaded then."""
     code = ("import os, sys\n"
             "write = os.write\n"
             "def noting(fd, data):\n"
             "    if fd != 2 and not os.environ.get('NOTED'):\n"
-            "        os.environ['NOTED'] = ' '.join(sorted(m for m in sys.modules\n"
-            "                                       if m.startswith('forged._wire.')))\n"
+            "        os.environ['NOTED'] = ' '.join(sorted(\n"
+            f"            m for m in sys.modules if m.startswith({DEFERRED!r})))\n"
             "        sys.stderr.write('first answer: ' + os.environ['NOTED'] + '\\n')\n"
             "    return write(fd, data)\n"
             "os.write = noting\n"
             "from forged._entry import main\n"
-            "sys.exit(main(['--mode', 'rpc']))\n")
-    done = subprocess.run([sys.executable, "-c", code], input=b'{"type":"get_state"}\n',
-                          capture_output=True, check=True)
+            "sys.exit(main(sys.argv[1:]))\n")
+    script = Path(forged.__file__).parent / "examples" / "fix-greeting.json"
+    argv = ["--provider", "scripted", "--script", str(script)] if provider else []
+    done = subprocess.run([sys.executable, "-c", code, *argv],
+                          input=b'{"type":"get_state"}\n', capture_output=True, check=True)
     assert json.loads(done.stdout)["command"] == "get_state"
     assert b"first answer: forged._wire.base\n" in done.stderr
 
