@@ -333,7 +333,7 @@ MODULES_PLUGIN = """
 import sys
 
 WATCH = ("anthropic", "openai", "google", "google.auth", "google.genai", "mistralai",
-         "botocore", "cryptography", "forged._providers.anthropic")
+         "botocore", "cryptography", "click", "pygments", "forged._providers.anthropic")
 
 
 def register(api):
@@ -347,7 +347,8 @@ def register(api):
 async def test_a_session_with_an_anthropic_model_loads_none_of_the_cloud_libraries(
         tmp_path: Path) -> None:
     """After a whole turn with an Anthropic model, neither google-auth, botocore, nor any
-    SDK is in the process: only forged's own modules for the APIs."""
+    SDK is in the process, nor httpx's command line (click, pygments): only forged's own
+    modules for the APIs."""
     from .test_process import BIN, child_env
 
     (tmp_path / "modules.py").write_text(MODULES_PLUGIN)

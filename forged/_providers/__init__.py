@@ -11,6 +11,7 @@ waits for it without holding up the event loop.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 from collections.abc import Iterable
 
@@ -34,6 +35,11 @@ STREAMS = {"anthropic-messages": ("anthropic", "stream"),
            "bedrock-converse-stream": ("bedrock", "stream")}
 """Each wire API's module and stream function."""
 APIS = tuple(STREAMS)
+
+# httpx's package imports its command line when it can (click, pygments, rich: 7-12 ms of a
+# fresh process's first request); forged never runs it. A None entry makes that import fail at
+# once, and httpx falls back to its stub `httpx.main`.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 _loaded: dict[str, Provider] = {}
 """Each loaded api's stream function."""
