@@ -43,7 +43,7 @@ The supervision trees are drawn in `forged._fronts.stdio` (one session on stdio)
 `forged._daemon` (many sessions).
 """
 
-import typing
+from __future__ import annotations
 
 from ._version import __version__ as __version__
 
@@ -57,7 +57,10 @@ from ._errors import (
     ProviderError as ProviderError,
 )
 
-if typing.TYPE_CHECKING:
+TYPE_CHECKING = False  # not typing's: forged connect loads this package, typing costs it ~2 ms
+if TYPE_CHECKING:
+    from typing import Any
+
     from ._session import Session as Session, SessionConfig as SessionConfig
 
 
@@ -65,7 +68,7 @@ def __dir__() -> list[str]:
     return sorted([*globals(), "Session", "SessionConfig"])
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> Any:
     # The session and everything under it load on first use: `forged._cli` starts its
     # warm-up before them, and `forged.client` never needs them.
     if name in ("Session", "SessionConfig"):

@@ -32,7 +32,9 @@ one place too: `forged._dispatch.failure_text`.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # not typing's: forged connect loads this module, typing costs it ~2 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ForgedError(Exception):
