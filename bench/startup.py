@@ -8,7 +8,8 @@ Measured: ``forged --mode rpc`` (``get_state``), ``forged --mode acp`` (``initia
 ``forged connect`` and ``forged connect --acp`` to a daemon this script starts (the thin
 path), Codex's ``codex app-server`` (``initialize``; its ``CODEX_HOME`` a temporary folder
 whose config.toml points a ``wire_api = "responses"`` provider at 127.0.0.1, which start-up
-never calls), and the floor: ``python -c 'import trio'`` from the same environment. Each
+never calls), and the floors: ``python -c 'import trio'`` from the same environment (the
+direct path's) and ``python -c pass`` (the thin path's: the interpreter alone). Each
 process gets its request on stdin, is timed until the answer's line, then its stdin is closed
 and its CPU (user + system, ``wait4``) read when it exits. ``--codex`` names the native
 binary (``npm install @openai/codex``: node_modules/@openai/codex-linux-x64/vendor/
@@ -102,6 +103,8 @@ def main() -> None:
             contenders: dict[str, tuple[list[str], bytes | None]] = {
                 "python -c 'import trio' (the floor)": (
                     [sys.executable, "-c", "import trio"], None),
+                "python -c pass (the thin path's floor)": (
+                    [sys.executable, "-c", "pass"], None),
                 "forged --mode rpc: get_state": ([FORGED, "--mode", "rpc", "--no-session"],
                                                  GET_STATE),
                 "forged --mode acp: initialize": ([FORGED, "--mode", "acp"], ACP_INITIALIZE),
