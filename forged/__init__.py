@@ -43,8 +43,6 @@ The supervision trees are drawn in `forged._fronts.stdio` (one session on stdio)
 `forged._daemon` (many sessions).
 """
 
-from __future__ import annotations
-
 from ._version import __version__ as __version__
 
 __all__ = ["CommandError", "ConfigError", "ForgedError", "ProviderError", "Session",
@@ -62,13 +60,14 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ._session import Session as Session, SessionConfig as SessionConfig
+del TYPE_CHECKING
 
 
 def __dir__() -> list[str]:
     return sorted([*globals(), "Session", "SessionConfig"])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     # The session and everything under it load on first use: `forged._cli` starts its
     # warm-up before them, and `forged.client` never needs them.
     if name in ("Session", "SessionConfig"):
