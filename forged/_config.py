@@ -141,9 +141,11 @@ async def warm_up(apis: list[str]) -> None:
     await wait_all_tasks_blocked()
     if apis:
         await load_providers(apis)
-    w.load()
+    # One module per step of the event loop: a prompt that arrived meanwhile is not held up.
+    for module in [*(f"{w.__name__}.{name}" for name in w.LAZY_MODULES), f"{__package__}._run"]:
+        importlib.import_module(module)
+        await trio.lowlevel.checkpoint()
     builtin_tools()
-    importlib.import_module(f"{__package__}._run")  # the sessions' run driver
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()

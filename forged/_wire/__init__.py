@@ -12,7 +12,7 @@ Equality is identity (``eq=False``): two messages with the same fields are still
 In five modules: `base` (what a session's first exchange needs: models, the response, the
 state, ``get_state``) loads with this package; `messages`, `commands`, `events` and
 `responses` load when one of their names is first used, as ``w.TextDelta`` (this package's
-``__getattr__``), or in the warm-up (`load`). A process answers its first ``get_state``
+``__getattr__``), or in the warm-up. A process answers its first ``get_state``
 without building the ~120 classes it does not need for it; attrs spends ~100 us on each.
 """
 
@@ -209,12 +209,6 @@ COMMAND_CLASSES: Mapping[str, type[Any]] = _CommandTable("COMMAND_CLASSES")
 """Every command's class by its ``type``."""
 DAEMON_COMMAND_CLASSES: Mapping[str, type[Any]] = _CommandTable("DAEMON_COMMAND_CLASSES")
 """As `COMMAND_CLASSES`, and the daemon's own commands."""
-
-
-def load() -> None:
-    """Build every class now (the warm-up's: before a first prompt needs them)."""
-    for module_name in LAZY_MODULES:
-        importlib.import_module(f"{__name__}.{module_name}")
 
 
 def __getattr__(name: str) -> Any:
