@@ -14,6 +14,11 @@ process gets its request on stdin, is timed until the answer's line, then its st
 and its CPU (user + system, ``wait4``) read when it exits. ``--codex`` names the native
 binary (``npm install @openai/codex``: node_modules/@openai/codex-linux-x64/vendor/
 x86_64-unknown-linux-musl/bin/codex); without it Codex is left out.
+
+The ``forged`` measured is the one beside the Python running this script. Run it from a
+regular install (``python3 -m venv /tmp/v && /tmp/v/bin/pip install . && /tmp/v/bin/python
+bench/startup.py``), as users have it: an editable install (``pip install -e``) adds
+setuptools' import hook to every start of that Python, ~10 ms here, on every row.
 """
 
 from __future__ import annotations

@@ -20,14 +20,9 @@ from pathlib import Path
 
 import trio
 
+from . import _thin
 from ._errors import ConfigError
-from ._thin import (
-    check_folder as check_folder,
-    default_socket_path as default_socket_path,
-    fallback_runtime as fallback_runtime,
-    guarded_folders,
-    socket_uid,
-)
+from ._thin import check_folder as check_folder, socket_uid
 
 WS_TOKEN_FILE = "ws-token"
 BUSY_RETRY_S = 2.0
@@ -53,6 +48,15 @@ def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
 
 
 # --- the daemon's folder -----------------------------------------------------------------------
+
+def default_socket_path() -> Path:
+    return Path(_thin.default_socket_path())
+
+
+def guarded_folders(socket_path: Path) -> list[Path]:
+    """The socket's folder, and the ``/tmp`` fallback's parent when it is in that."""
+    return [Path(folder) for folder in _thin.guarded_folders(str(socket_path))]
+
 
 def runtime_dir(socket_path: Path) -> Path:
     """The socket's folder (the WebSocket token lives there too), made 0700 if needed; a

@@ -2,7 +2,8 @@
 that already runs, on the standard library alone (`forged._entry` tries them first).
 
 A launcher spawns ``forged connect`` in place of ``forged --mode rpc``; when the daemon runs,
-nothing more than this module is loaded (no trio, no attrs, nothing else of forged): it checks
+nothing more than this module is loaded (no trio, no attrs, nothing else of forged, and of the
+standard library neither pathlib nor json, which cost more than the rest): it checks
 the daemon's folder and that the process listening is the user's (``SO_PEERCRED``), opens a
 session on a *plain* connection (the daemon writes it as stdio would: no stamps), and copies
 bytes both ways, whole lines only to stdout. Anything else (no daemon yet, which connect
@@ -11,24 +12,20 @@ starts; options only a daemon takes; ``--acp``) goes the full way, `forged._cli.
 
 from __future__ import annotations
 
-import json
 import os
-import selectors
+import select
 import signal
 import socket
 import stat
-import struct
 import sys
 import time
-from pathlib import Path
 
 from ._errors import ConfigError
 
 CONNECT_ID = "forged-connect"
 STOP_ID = "forged-connect-stop"
-STOP_COMMANDS = b"".join(json.dumps({"type": kind, "id": STOP_ID},
-                                    separators=(",", ":")).encode() + b"\n"
-                         for kind in ("clear_queue", "abort"))
+STOP_COMMANDS = (b'{"type":"clear_queue","id":"' + STOP_ID.encode() + b'"}\n'
+                 b'{"type":"abort","id":"' + STOP_ID.encode() + b'"}\n')
 STOP_ANSWER = b'{"id":"' + STOP_ID.encode() + b'",'
 """How the answers to connect's own stop commands start: a response's id comes first in
 the object. They are not the client's, so not copied."""
@@ -75,21 +72,22 @@ _BY_FLAG = {flag: (takes_value, dest) for flags, takes_value, dest in CONNECT_OP
 
 # --- the daemon's folder and socket ------------------------------------------------------------
 
-def fallback_runtime() -> Path:
-    return Path(f"/tmp/forged-{os.getuid()}")
+def fallback_runtime() -> str:
+    return f"/tmp/forged-{os.getuid()}"
 
 
-def default_socket_path() -> Path:
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or str(fallback_runtime())
-    return Path(runtime) / "forged" / "forged.sock"
+def default_socket_path() -> str:
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or fallback_runtime()
+    return os.path.join(runtime, "forged", "forged.sock")
 
 
-def guarded_folders(socket_path: Path) -> list[Path]:
-    folder = socket_path.parent
-    return [folder.parent, folder] if folder.parent == fallback_runtime() else [folder]
+def guarded_folders(socket_path: str) -> list[str]:
+    folder = os.path.dirname(os.path.normpath(socket_path))
+    parent = os.path.dirname(folder)
+    return [parent, folder] if parent == fallback_runtime() else [folder]
 
 
-def check_folder(folder: Path) -> None:
+def check_folder(folder: str | os.PathLike[str]) -> None:
     """`ConfigError` unless `folder` is a real folder (no symbolic link) of this user that
     no other user may enter; `OSError` when there is none."""
     info = os.lstat(folder)  # FileNotFoundError: no daemon made it (yet)
@@ -105,11 +103,11 @@ def check_folder(folder: Path) -> None:
 
 def socket_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # pid, uid, gid
+    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
-def open_daemon(socket_path: Path) -> socket.socket | None:
+def open_daemon(socket_path: str) -> socket.socket | None:
     """A blocking connection to the user's daemon, or None when none answers now (the full
     path then waits for a busy one, or starts one). `ConfigError` for a folder or a daemon
     that is not the user's."""
@@ -120,7 +118,7 @@ def open_daemon(socket_path: Path) -> socket.socket | None:
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(socket_path))
+        sock.connect(socket_path)
     except OSError:
         sock.close()
         return None
@@ -137,8 +135,21 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
-def _line(data: dict[str, object]) -> bytes:
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+_ESCAPED = {**{code: f"\\u{code:04x}" for code in range(0x20)}, ord('"'): '\\"',
+            ord("\\"): "\\\\"}
+
+
+def _json(value: str | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return '"' + value.translate(_ESCAPED) + '"'
+
+
+def _line(data: dict[str, str | bool]) -> bytes:
+    """`data` as a line of JSON (what the json module would write, which this path does not
+    load: strings and booleans are all it sends)."""
+    return ("{" + ",".join(f"{_json(key)}:{_json(value)}" for key, value in data.items())
+            + "}\n").encode()
 
 
 # --- connect -----------------------------------------------------------------------------------
@@ -183,7 +194,7 @@ def connect(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     options, unused = parsed
-    socket_path = Path(str(options.get("socket") or default_socket_path()))
+    socket_path = str(options.get("socket") or default_socket_path())
     try:
         sock = open_daemon(socket_path)
     except ConfigError as exc:
@@ -194,33 +205,34 @@ def connect(argv: list[str]) -> int | None:
     if unused:
         _say(f"{', '.join(unused)}: the daemon already runs and keeps its own options (they "
              "apply to a daemon that connect starts, or to forged serve)")
-    cwd = Path(str(options.get("cwd") or os.getcwd())).expanduser().resolve()
+    cwd = os.path.realpath(os.path.expanduser(str(options.get("cwd") or os.getcwd())))
     if options.get("acp"):  # the daemon runs the ACP front: bytes both ways
-        opening: dict[str, object] = {"type": "acp", "id": CONNECT_ID, "cwd": str(cwd), **{
+        opening: dict[str, str | bool] = {"type": "acp", "id": CONNECT_ID, "cwd": cwd, **{
             key: options[key] for key in ("provider", "model") if key in options}}
         with sock:
-            return Bridge(sock, socket_path, stop=b"").run(_line(opening))
+            return Bridge(sock, socket_path, stop=b"").run(opening)
     if options.get("attach"):
         opening = {"type": "attach", "id": CONNECT_ID, "sessionId": options["attach"],
                    "plain": True}
     else:
         session = options.get("session")
         if isinstance(session, str) and ("/" in session or session.endswith(".jsonl")):
-            session = str((cwd / Path(session).expanduser()).resolve())  # not the daemon's
+            session = os.path.realpath(os.path.join(cwd, os.path.expanduser(session)))
         names = {"provider": "provider", "model": "model", "session_name": "sessionName",
                  "continue_": "continueRecent", "no_session": "noSession"}
-        opening = {"type": "new_session", "id": CONNECT_ID, "cwd": str(cwd), "plain": True,
+        opening = {"type": "new_session", "id": CONNECT_ID, "cwd": cwd, "plain": True,
                    **{name: options[dest] for dest, name in names.items() if dest in options}}
         if session:
             opening["session"] = session
     with sock:
-        return Bridge(sock, socket_path).run(_line(opening))
+        return Bridge(sock, socket_path).run(opening)
 
 
 class Bridge:
-    """stdin to the daemon, the daemon's whole lines to stdout; one thread, one selector."""
+    """stdin to the daemon, the daemon's whole lines to stdout; one thread, one poll (not
+    epoll: stdin may be a file)."""
 
-    def __init__(self, sock: socket.socket, socket_path: Path, *,
+    def __init__(self, sock: socket.socket, socket_path: str, *,
                  stop: bytes = STOP_COMMANDS) -> None:
         self.sock = sock
         self.socket_path = socket_path
@@ -228,45 +240,53 @@ class Bridge:
         """What a signal sends before input ends: RPC's clear_queue and abort."""
         self.pending = b""
         """The start of a line not complete yet."""
+        self.answer = b""
+        """How the daemon's answer to the opening starts when the session opened (a
+        response's id comes first, its success after the command)."""
         self.opened = False
         self.input_ended = False
         self.stopping = False
         self.failure: str | None = None
 
-    def run(self, opening: bytes) -> int:
-        self.sock.sendall(opening)
+    def run(self, opening: dict[str, str | bool]) -> int:
+        self.answer = (b'{"id":"' + CONNECT_ID.encode() + b'","type":"response","command":"'
+                       + str(opening["type"]).encode() + b'","success":true')
+        self.sock.sendall(_line(opening))
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
         previous = signal.set_wakeup_fd(wake_write)
         handlers = {number: signal.signal(number, lambda *_: None)
                     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        selector = selectors.DefaultSelector()
-        selector.register(self.sock, selectors.EVENT_READ, "daemon")
-        selector.register(wake_read, selectors.EVENT_READ, "signal")
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        poller.register(wake_read, select.POLLIN)
+        reading_stdin = False
         deadline: float | None = None
         try:
             while True:
-                timeout = None if deadline is None else max(0.0, deadline - _now())
-                ready = selector.select(timeout)
+                timeout = None if deadline is None else max(0.0, deadline - _now()) * 1000
+                ready = poller.poll(timeout)
                 if not ready and deadline is not None:
                     break  # the stop's grace is over
-                for key, _ in ready:
-                    if key.data == "daemon":
-                        if not self._from_daemon():
-                            return self._ended()
-                    elif key.data == "stdin":
-                        if not self._from_stdin():
-                            selector.unregister(0)
-                    elif key.data == "signal":
+                for fd, _ in ready:
+                    if fd == wake_read:
                         os.read(wake_read, 512)
                         if not self.stopping:
-                            self._stop(selector)
+                            self._stop()
                             deadline = _now() + STOP_GRACE_S
-                if self.opened and not self.input_ended and not self.stopping and (
-                        0 not in selector.get_map()):
-                    selector.register(0, selectors.EVENT_READ, "stdin")
+                    elif fd != 0:
+                        if not self._from_daemon():
+                            return self._ended()
+                    elif reading_stdin and not self._from_stdin():
+                        poller.unregister(0)
+                        reading_stdin = False
+                if self.stopping and reading_stdin:
+                    poller.unregister(0)
+                    reading_stdin = False
+                if self.opened and not self.input_ended and not reading_stdin:
+                    poller.register(0, select.POLLIN)
+                    reading_stdin = True
         finally:
-            selector.close()
             signal.set_wakeup_fd(previous)
             for number, handler in handlers.items():
                 signal.signal(number, handler)
@@ -281,7 +301,10 @@ class Bridge:
         return 0
 
     def _from_stdin(self) -> bool:
-        data = os.read(0, 1 << 16)
+        try:
+            data = os.read(0, 1 << 16)
+        except OSError:  # no stdin at all: no input
+            data = b""
         if data:
             self.sock.sendall(data)
             return True
@@ -289,12 +312,10 @@ class Bridge:
         self.input_ended = True
         return False
 
-    def _stop(self, selector: selectors.BaseSelector) -> None:
+    def _stop(self) -> None:
         """SIGTERM, SIGINT or SIGHUP: what is queued is dropped and the run aborted, as
         ``forged --mode rpc`` does; no more input goes to the daemon."""
         self.stopping = True
-        if 0 in selector.get_map():
-            selector.unregister(0)
         try:
             if not self.input_ended:
                 self.sock.sendall(self.stop)
@@ -332,19 +353,31 @@ class Bridge:
         kept = []
         for line in whole.splitlines(keepends=True):
             if not self.opened:
-                try:
-                    answer = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(answer, dict) and answer.get("id") == CONNECT_ID:
-                    if not answer.get("success"):
-                        self.failure = str(answer.get("error"))
+                if line.startswith(self.answer):
+                    self.opened = True
+                elif line.startswith(b'{"id":"' + CONNECT_ID.encode() + b'",'):
+                    self.failure = _refusal(line)
+                    if self.failure is not None:
                         return b""
                     self.opened = True
                 continue
             if not line.startswith(STOP_ANSWER):
                 kept.append(line)
         return b"".join(kept)
+
+
+def _refusal(line: bytes) -> str | None:
+    """What the daemon said when it did not open the session; None when it did after all
+    (in an answer not written as `Bridge.answer` expects)."""
+    import json
+
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return f"the daemon answered what connect cannot read: {line[:200]!r}"
+    if not isinstance(answer, dict):
+        return f"the daemon answered what connect cannot read: {line[:200]!r}"
+    return None if answer.get("success") is True else str(answer.get("error"))
 
 
 def _now() -> float:
@@ -357,7 +390,7 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def why_closed(socket_path: Path, mid_line: bool) -> str:
+def why_closed(socket_path: str, mid_line: bool) -> str:
     """Why the daemon closed our connection: it stopped (nothing answers on its socket any
     more), or it cut us off."""
     where = " in the middle of a line" if mid_line else ""
@@ -379,7 +412,7 @@ def status(argv: list[str]) -> int | None:
     if argv and not (len(argv) == 2 and argv[0] == "--socket") and not (
             len(argv) == 1 and argv[0].startswith("--socket=")):
         return None
-    socket_path = Path(argv[-1].removeprefix("--socket=")) if argv else default_socket_path()
+    socket_path = argv[-1].removeprefix("--socket=") if argv else default_socket_path()
     try:
         sock = open_daemon(socket_path)
     except ConfigError as exc:
@@ -388,6 +421,8 @@ def status(argv: list[str]) -> int | None:
     if sock is None:
         print(f"no forged daemon on {socket_path}")
         return 1
+    import json
+
     with sock:
         sock.sendall(_line({"type": "list_sessions", "id": "status"}))
         buffered = b""
@@ -404,7 +439,7 @@ def status(argv: list[str]) -> int | None:
                     return _print_status(socket_path, answer)
 
 
-def _print_status(socket_path: Path, answer: dict[str, object]) -> int:
+def _print_status(socket_path: str, answer: dict[str, object]) -> int:
     if not answer.get("success"):
         _say(str(answer.get("error")))
         return 1

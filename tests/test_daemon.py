@@ -3,6 +3,7 @@ socket and WebSocket."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import hypothesis
+import hypothesis.strategies as st
 import orjson
 import pytest
 import trio
@@ -772,10 +775,15 @@ async def test_a_plain_connection_reads_what_stdio_would(tmp_path: Path) -> None
 async def test_connect_and_status_to_a_running_daemon_load_only_the_standard_library(
         tmp_path: Path, command: list[str]) -> None:
     """The thin path (`forged._thin`): no trio, no attrs, nothing of forged beyond it, as
-    ``python -X importtime`` lists what a process imports."""
+    ``python -X importtime`` lists what a process imports; and connect adds none of the
+    costlier parts of the standard library to what the interpreter loads by itself."""
     import sys
 
     from .test_process import child_env
+
+    def imports(stderr: bytes) -> set[str]:
+        return {line.rsplit("|", 1)[-1].strip() for line in stderr.decode().splitlines()
+                if line.startswith("import time:")}
 
     async with open_daemon(tmp_path, [DONE]) as daemon:
         env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
@@ -784,15 +792,49 @@ async def test_connect_and_status_to_a_running_daemon_load_only_the_standard_lib
                 [sys.executable, "-X", "importtime", "-m", "forged", *command],
                 stdin=b'{"type":"get_state","id":"s"}\n', capture_stdout=True,
                 capture_stderr=True, check=False, env=env, cwd=tmp_path / "project")
+            bare = await trio.run_process(
+                [sys.executable, "-X", "importtime", "-c", "pass"], capture_stderr=True,
+                env=env)
     assert result.returncode == 0, result.stderr
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.decode().splitlines()
-                if line.startswith("import time:")}
+    imported = imports(result.stderr)
     ours = sorted(name for name in imported if name.startswith("forged"))
     assert ours == ["forged", "forged._entry", "forged._errors", "forged._thin",
                     "forged._version"]
     assert not {"trio", "attrs", "orjson", "cattrs"} & imported
+    if command[0] == "connect":  # the costly parts of the standard library it does without
+        assert not {"pathlib", "json"} & (imported - imports(bare.stderr))
     assert (b'"id":"s"' in result.stdout if command[0] == "connect"
             else result.stdout.startswith(b"forged daemon on "))
+
+
+async def test_connect_reads_its_commands_from_a_file(tmp_path: Path) -> None:
+    """``forged connect < commands.jsonl``: stdin a regular file (which epoll refuses) is read
+    to its end, each command answered, and connect exits 0 when the daemon has answered."""
+    from .test_process import BIN, child_env
+
+    commands = tmp_path / "commands.jsonl"
+    commands.write_bytes(b'{"type":"get_state","id":"a"}\n{"type":"get_messages","id":"b"}\n')
+    async with open_daemon(tmp_path, [DONE]) as daemon:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+        with commands.open("rb") as stdin, trio.fail_after(20):
+            result = await trio.run_process(
+                [str(BIN / "forged"), "connect", "--no-start"], stdin=stdin,
+                capture_stdout=True, capture_stderr=True, check=False, env=env,
+                cwd=tmp_path / "project")
+    assert result.returncode == 0, result.stderr
+    answers = [orjson.loads(line) for line in result.stdout.splitlines()]
+    assert [(a["id"], a["command"], a["success"]) for a in answers] == [
+        ("a", "get_state", True), ("b", "get_messages", True)]
+
+
+@hypothesis.given(st.dictionaries(st.text(), st.one_of(st.text(), st.booleans())))
+def test_the_thin_path_writes_the_json_the_json_module_reads(
+        data: dict[str, str | bool]) -> None:
+    from forged._thin import _line
+
+    line = _line(data)
+    assert line.endswith(b"\n") and b"\n" not in line[:-1]
+    assert json.loads(line) == data
 
 
 def test_the_thin_path_knows_connects_options_as_its_parser_does() -> None:

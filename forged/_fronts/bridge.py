@@ -165,7 +165,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
             data = await stream.receive_some(1 << 20)
             if not data and (splitter.holding or not input_ended.is_set()):
                 # Cut off (a client that does not keep up) or gone: never half a line.
-                failure.append(why_closed(path, splitter.holding))
+                failure.append(why_closed(str(path), splitter.holding))
                 return
             lines = list(splitter.feed(bytes(data))) if data else []
             out = bytearray()
