@@ -19,7 +19,7 @@ import trio
 # `trio.testing.wait_all_tasks_blocked`, from where it is defined: trio.testing imports pytest.
 from trio._core._generated_run import wait_all_tasks_blocked
 
-from . import _codec, _wire as w
+from . import _codec, _codecache, _wire as w
 from ._errors import ConfigError
 from ._log import log
 from ._mcp import McpConfig
@@ -149,6 +149,7 @@ async def warm_up(apis: list[str]) -> None:
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()
+    _codecache.save()
     gc.freeze()
 
 

@@ -18,5 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     from ._startup import collector_paused
 
     with collector_paused():
+        from . import _codecache
+
+        _codecache.install()
         from ._cli import main as full
     return full(argv)

@@ -12,7 +12,6 @@ file. Low in the house: it imports nothing of forged but the exception tree.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import socket
@@ -61,13 +60,7 @@ def guarded_folders(socket_path: Path) -> list[Path]:
 def runtime_dir(socket_path: Path) -> Path:
     """The socket's folder (the WebSocket token lives there too), made 0700 if needed; a
     `ConfigError` if it, or the ``/tmp`` fallback's parent, is not safely the user's."""
-    folders = guarded_folders(socket_path)
-    folders[0].parent.mkdir(parents=True, exist_ok=True)
-    for folder in folders:
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder, 0o700)
-        check_folder(folder)
-    return socket_path.parent
+    return Path(_thin.runtime_folder(str(socket_path)))
 
 
 def ws_token_path(folder: Path | None = None) -> Path:

@@ -4,7 +4,8 @@ work on this machine.
 A confined command sees the whole filesystem read-only but for the workspace (when the mode lets
 it write), the run's temp folder and the writable roots the settings add; inside the workspace,
 ``.agent-forge/``, ``.git/hooks/`` and ``.git/config`` stay read-only, so a model can neither
-trust itself nor plant a hook, while the rest of ``.git`` is writable and commits work; where
+trust itself nor plant a hook, while the rest of ``.git`` is writable and commits work, and so
+does forged's runtime folder wherever it is; where
 ``.agent-forge/`` or ``.git/hooks/`` does not exist yet, an empty read-only folder stands in its
 place (and stays, empty, afterwards). What ``sandbox.denyRead`` names is hidden (an empty
 read-only tmpfs over a folder, an empty file over a file). It has its own PID namespace, so
@@ -45,6 +46,9 @@ class Policy:
     write_workspace: bool = True
     """False in ``read-only``: only `temp` is writable."""
     writable_roots: tuple[Path, ...] = ()
+    read_only: tuple[Path, ...] = ()
+    """forged's own folders, read-only even inside a writable root: the runtime folder (the
+    daemon's socket, the code forged's next start runs)."""
     deny_read: tuple[Path, ...] = ()
     network: bool = False
     cwd: Path | None = None
@@ -63,6 +67,9 @@ class Policy:
         for root in writable:
             real = str(root.resolve())
             args += ["--bind", real, real]
+        for folder in self.read_only:
+            real = str(folder.resolve())
+            args += ["--ro-bind", real, real]
         workspace = self.workspace.resolve()
         for relative in PROTECTED:
             path = workspace / relative

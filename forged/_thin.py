@@ -101,6 +101,20 @@ def check_folder(folder: str | os.PathLike[str]) -> None:
                           f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
 
 
+def runtime_folder(socket_path: str) -> str:
+    """The socket's folder, made 0700 if needed (and the ``/tmp`` fallback's parent); a
+    `ConfigError` if one is not safely the user's, `OSError` if it cannot be made."""
+    folders = guarded_folders(socket_path)
+    os.makedirs(os.path.dirname(folders[0]), exist_ok=True)
+    for folder in folders:
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        check_folder(folder)
+    return folders[-1]
+
+
 def socket_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # pid, uid, gid

@@ -176,3 +176,22 @@ def test_protected_folders_that_do_not_exist_yet_cannot_be_made(tmp_path: Path) 
     assert (workspace / "kept").exists(), done.stderr
     assert list((workspace / ".agent-forge").iterdir()) == []
     assert list((workspace / ".git" / "hooks").iterdir()) == []
+
+
+def test_forgeds_runtime_folder_stays_read_only_inside_a_writable_workspace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder of the daemon's socket and of the code forged's next start runs
+    (`forged._codecache`): made before the command, so it cannot make it first either."""
+    from forged._tools.guard import forged_folders
+
+    workspace = tmp_path / "home"
+    workspace.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(workspace / "run"))
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = confined(Policy(workspace=workspace, temp=temp, read_only=forged_folders()), """
+        echo planted > run/forged/code-cpython; mv run/forged run/moved
+        echo ok > kept; true""")
+    assert (workspace / "kept").exists(), done.stderr
+    assert (workspace / "run" / "forged").stat().st_mode & 0o777 == 0o700
+    assert list((workspace / "run" / "forged").iterdir()) == []

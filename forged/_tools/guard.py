@@ -30,8 +30,8 @@ from pathlib import Path
 import attrs
 import trio
 
-from .. import _sandbox
-from .._errors import ToolError
+from .. import _sandbox, _thin
+from .._errors import ConfigError, ToolError
 from .._log import log
 from .._settings import DEFAULTS, Settings
 from .._ui import ALLOW_SESSION, Dialogs
@@ -117,6 +117,17 @@ async def sandbox_problem(bwrap: str | None) -> str | None:
     return _probed[key]
 
 
+def forged_folders() -> tuple[Path, ...]:
+    """forged's runtime folder (``$XDG_RUNTIME_DIR/forged``, else ``/tmp/forged-<uid>``),
+    made now if missing, so that no confined command can make it first and fill it."""
+    socket_path = _thin.default_socket_path()
+    try:
+        _thin.runtime_folder(socket_path)
+    except (OSError, ConfigError):
+        return ()
+    return (Path(_thin.guarded_folders(socket_path)[0]),)
+
+
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
@@ -149,7 +160,7 @@ class Guard:
         return _sandbox.Policy(
             workspace=self.workspace, temp=self.temp(),
             write_workspace=self.mode == "auto", writable_roots=self.sandbox.writable_roots,
-            deny_read=self.sandbox.deny_read,
+            read_only=forged_folders(), deny_read=self.sandbox.deny_read,
             network=self.sandbox.network if network is None else network, cwd=cwd)
 
     async def confine(self, argv: Sequence[str], *, network: bool | None = None,
