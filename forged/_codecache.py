@@ -6,10 +6,12 @@ its first command (~190 with trio's classes, ~30 ms), ~800 by the end of its war
 sources are the same from one run to the next, and so is what they compile to. `install`
 gives both libraries a ``compile`` (a module global, found before the builtin) that looks the
 source up in a cache first: a hit is one `marshal.loads`, ~1/20 of compiling. What runs is
-exactly what the builtin would have made: the key is a digest of the whole source with the
-filename, mode and flags, and the file is per interpreter build (as ``__pycache__``'s magic
-number). A source that defines ``__hash__`` is compiled every time: attrs writes a number that
-changes from process to process (``hash`` of a string) into each class's ``__hash__``.
+what the builtin would have made: the key is a digest of the whole source with the filename,
+mode and flags, and the file is per interpreter build (as ``__pycache__``'s magic number).
+attrs writes a number into each class's ``__hash__`` that changes from process to process
+(``hash`` of a name): the key has a placeholder in its place, and a hit gets this process's
+number put into its constants (the same instructions; only the columns a traceback would point
+at in that line may be off by the number's change of width).
 
 Trust: the file holds code forged runs, unconfined, on its next start, so it lives where
 neither another user nor a confined command can write: the daemon's folder
@@ -35,6 +37,7 @@ import hashlib
 import marshal
 import os
 import sys
+from types import CodeType
 
 from ._thin import check_folder, default_socket_path, guarded_folders, runtime_folder
 
@@ -88,32 +91,63 @@ class CachedCompile:
                  dont_inherit: bool = False, optimize: int = -1) -> object:
         global _missed
         flags |= 0 if dont_inherit else self.inherited
-        if (_done or optimize != -1 or not isinstance(source, str)
-                or "__hash__" in source):
+        seed = _seed(source, filename)
+        if _done or optimize != -1 or not isinstance(source, str) or seed == 0:
             return builtins.compile(source, filename, mode,  # type: ignore[call-overload]
                                     flags, True, optimize)
+        if seed is not None:
+            source = source.replace(str(seed), "<hash>")
         key = hashlib.blake2b(
             f"{mode}\0{flags}\0{sys.flags.optimize}\0{filename}\0{source}".encode(
                 "utf-8", "surrogatepass"), digest_size=16).digest()
-        code, blob = _cached(key)
-        if code is None:
-            code = builtins.compile(source, filename, mode, flags, True)
-            blob = marshal.dumps(code)
+        held = _cached(key)
+        if held is not None and seed is not None:
+            if not (isinstance(held, tuple) and len(held) == 2 and isinstance(held[0], int)
+                    and isinstance(held[1], CodeType)):
+                held = None
+            else:
+                held = _reseeded(held[1], held[0], seed)
+        if not isinstance(held, CodeType):
+            compiling = source if seed is None else source.replace("<hash>", str(seed))
+            held = builtins.compile(compiling, filename, mode, flags, True)
             _missed += 1
-        _used[key] = blob
-        return code
+        _used[key] = marshal.dumps(held if seed is None else (seed, held))
+        return held
 
 
-def _cached(key: bytes) -> tuple[object, bytes]:
-    """The code held for `key` and its bytes, or None."""
+def _seed(source: object, filename: str) -> int | None:
+    """The number attrs wrote into a class's ``__hash__`` (``hash`` of a name, which changes
+    from process to process); None when `source` has no ``__hash__``, 0 when its number is not
+    found (such a source is compiled each time)."""
+    if not isinstance(source, str) or "__hash__" not in source:
+        return None
+    seed = hash(filename.replace("<attrs generated methods ", "<attrs generated hash ", 1))
+    return seed if str(seed) in source and seed != 0 else 0
+
+
+def _reseeded(code: CodeType, old: int, new: int) -> CodeType:
+    """`code` with the constant `old` made `new`, in the functions it defines too."""
+    def swap(constant: object) -> object:
+        if type(constant) is int:
+            return new if constant == old else constant
+        if isinstance(constant, CodeType):
+            return _reseeded(constant, old, new)
+        if type(constant) is tuple:
+            return tuple(swap(item) for item in constant)
+        return constant
+
+    return code.replace(co_consts=tuple(swap(constant) for constant in code.co_consts))
+
+
+def _cached(key: bytes) -> object:
+    """What the cache holds for `key` (code, or a seed and code), or None."""
     global _held
     if _held is None:
         _held = _read()
-    blob = _held.get(key, b"")
     try:
-        return marshal.loads(blob), blob
+        return marshal.loads(_held.get(key, b"N"))
     except (ValueError, EOFError, TypeError):
-        return None, b""
+        return None
 
 
 def install() -> None:

@@ -90,3 +90,32 @@ def test_nothing_is_written_when_python_is_told_not_to_write_bytecode(tmp_path: 
     cache = tmp_path / "cache"
     assert answered(start(cache, write=False))
     assert not (cache / "forged").exists()
+
+
+def test_a_hit_runs_what_compiling_would_have_made_even_where_attrs_seeds_a_hash(
+        tmp_path: Path) -> None:
+    """attrs writes ``hash`` of a name, which changes with the process's hash seed, into a
+    frozen class's ``__hash__``: a process with another seed gets it from the cache, every
+    source a hit, and the same code as compiling makes (compared once the cache is off: the
+    same instructions, constants and names; where the number's width changed, the columns
+    a traceback would point at in that line differ)."""
+    code = ("import importlib, sys\n"
+            "import forged._codecache as cache\n"
+            "cache.install()\n"
+            "import forged._sandbox as sandbox\n"
+            "def of(cls):\n"
+            "    return [(f.co_code, f.co_consts, f.co_names, f.co_varnames) for f in\n"
+            "            (cls.__hash__.__code__, cls.__init__.__code__)]\n"
+            "made = of(sandbox.Policy)\n"
+            "missed = cache._missed\n"
+            "cache.save()\n"
+            "importlib.reload(sandbox)\n"
+            "print(missed, made == of(sandbox.Policy))\n")
+    env = {key: value for key, value in os.environ.items()
+           if key != "PYTHONDONTWRITEBYTECODE"}
+    env["XDG_RUNTIME_DIR"] = str(tmp_path)
+    said = [subprocess.run([sys.executable, "-c", code], capture_output=True, check=True,
+                           env={**env, "PYTHONHASHSEED": seed}).stdout.split()
+            for seed in ("1", "2")]
+    assert int(said[0][0]) > 0 and said[0][1] == b"True"
+    assert said[1] == [b"0", b"True"]
