@@ -2,8 +2,9 @@
 that already runs, on the standard library alone (`forged._entry` tries them first).
 
 A launcher spawns ``forged connect`` in place of ``forged --mode rpc``; when the daemon runs,
-nothing more than this module is loaded (no trio, no attrs, nothing else of forged, and of the
-standard library neither pathlib nor json, which cost more than the rest): it checks
+nothing more than this module is loaded (no trio, no attrs, nothing else of forged; of the
+standard library neither pathlib nor json, nor the Python modules over socket and signal): it
+checks
 the daemon's folder and that the process listening is the user's (``SO_PEERCRED``), opens a
 session on a *plain* connection (the daemon writes it as stdio would: no stamps), and copies
 bytes both ways, whole lines only to stdout. Anything else (no daemon yet, which connect
@@ -12,15 +13,22 @@ starts; options only a daemon takes; ``--acp``) goes the full way, `forged._cli.
 
 from __future__ import annotations
 
+import _socket
 import os
 import select
-import signal
-import socket
 import stat
 import sys
 import time
 
 from ._errors import ConfigError
+
+TYPE_CHECKING = False  # not typing's: it costs ~2 ms
+if TYPE_CHECKING:
+    import signal as _signal
+else:
+    import _signal
+# The C modules under socket and signal: socket.py and signal.py import enum (and socket.py
+# selectors), ~5 ms of a ~20 ms connect.
 
 CONNECT_ID = "forged-connect"
 STOP_ID = "forged-connect-stop"
@@ -115,13 +123,13 @@ def runtime_folder(socket_path: str) -> str:
     return folders[-1]
 
 
-def socket_uid(sock: socket.socket) -> int:
+def socket_uid(sock: _socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket."""
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # pid, uid, gid
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid
     return int.from_bytes(creds[4:8], sys.byteorder)
 
 
-def open_daemon(socket_path: str) -> socket.socket | None:
+def open_daemon(socket_path: str) -> _socket.socket | None:
     """A blocking connection to the user's daemon, or None when none answers now (the full
     path then waits for a busy one, or starts one). `ConfigError` for a folder or a daemon
     that is not the user's."""
@@ -130,7 +138,7 @@ def open_daemon(socket_path: str) -> socket.socket | None:
             check_folder(folder)
     except OSError:
         return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(socket_path)
     except OSError:
@@ -220,12 +228,12 @@ def connect(argv: list[str]) -> int | None:
         _say(f"{', '.join(unused)}: the daemon already runs and keeps its own options (they "
              "apply to a daemon that connect starts, or to forged serve)")
     cwd = os.path.realpath(os.path.expanduser(str(options.get("cwd") or os.getcwd())))
+    stop = STOP_COMMANDS
     if options.get("acp"):  # the daemon runs the ACP front: bytes both ways
         opening: dict[str, str | bool] = {"type": "acp", "id": CONNECT_ID, "cwd": cwd, **{
             key: options[key] for key in ("provider", "model") if key in options}}
-        with sock:
-            return Bridge(sock, socket_path, stop=b"").run(opening)
-    if options.get("attach"):
+        stop = b""
+    elif options.get("attach"):
         opening = {"type": "attach", "id": CONNECT_ID, "sessionId": options["attach"],
                    "plain": True}
     else:
@@ -238,15 +246,17 @@ def connect(argv: list[str]) -> int | None:
                    **{name: options[dest] for dest, name in names.items() if dest in options}}
         if session:
             opening["session"] = session
-    with sock:
-        return Bridge(sock, socket_path).run(opening)
+    try:
+        return Bridge(sock, socket_path, stop=stop).run(opening)
+    finally:
+        sock.close()
 
 
 class Bridge:
     """stdin to the daemon, the daemon's whole lines to stdout; one thread, one poll (not
     epoll: stdin may be a file)."""
 
-    def __init__(self, sock: socket.socket, socket_path: str, *,
+    def __init__(self, sock: _socket.socket, socket_path: str, *,
                  stop: bytes = STOP_COMMANDS) -> None:
         self.sock = sock
         self.socket_path = socket_path
@@ -268,9 +278,9 @@ class Bridge:
         self.sock.sendall(_line(opening))
         wake_read, wake_write = os.pipe()
         os.set_blocking(wake_write, False)
-        previous = signal.set_wakeup_fd(wake_write)
-        handlers = {number: signal.signal(number, lambda *_: None)
-                    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        previous = _signal.set_wakeup_fd(wake_write)
+        handlers = {number: _signal.signal(number, lambda *_: None)
+                    for number in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)}
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
         poller.register(wake_read, select.POLLIN)
@@ -301,9 +311,9 @@ class Bridge:
                     poller.register(0, select.POLLIN)
                     reading_stdin = True
         finally:
-            signal.set_wakeup_fd(previous)
+            _signal.set_wakeup_fd(previous)
             for number, handler in handlers.items():
-                signal.signal(number, handler)
+                _signal.signal(number, handler)
             os.close(wake_read)
             os.close(wake_write)
         return self._ended()
@@ -322,7 +332,7 @@ class Bridge:
         if data:
             self.sock.sendall(data)
             return True
-        self.sock.shutdown(socket.SHUT_WR)
+        self.sock.shutdown(_socket.SHUT_WR)
         self.input_ended = True
         return False
 
@@ -333,7 +343,7 @@ class Bridge:
         try:
             if not self.input_ended:
                 self.sock.sendall(self.stop)
-                self.sock.shutdown(socket.SHUT_WR)
+                self.sock.shutdown(_socket.SHUT_WR)
         except OSError:
             pass
         self.input_ended = True
@@ -437,7 +447,7 @@ def status(argv: list[str]) -> int | None:
         return 1
     import json
 
-    with sock:
+    try:
         sock.sendall(_line({"type": "list_sessions", "id": "status"}))
         buffered = b""
         while True:
@@ -451,6 +461,8 @@ def status(argv: list[str]) -> int | None:
                 answer = json.loads(line)
                 if answer.get("id") == "status":
                     return _print_status(socket_path, answer)
+    finally:
+        sock.close()
 
 
 def _print_status(socket_path: str, answer: dict[str, object]) -> int:

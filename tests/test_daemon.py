@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -487,6 +488,31 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
     assert all(orjson.loads(line) for line in output.splitlines())
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+async def test_a_signal_to_connect_on_a_running_daemon_aborts_the_run_and_exits_0(
+        tmp_path: Path, signum: signal.Signals) -> None:
+    """The thin path, as ``forged --mode rpc`` does: what is queued is dropped, the run
+    aborted, its closing events written, then connect exits 0."""
+    slow = Reply(content=[ScriptText(text="x" * 500, chunks=500, delay_ms=10)])
+    async with open_daemon(tmp_path, [slow]) as daemon:
+        bridge = await connect_to(daemon, tmp_path, b'{"type":"prompt","message":"go"}\n')
+        assert bridge.stdout is not None
+        output = b""
+        while b'"message_update"' not in output:
+            output += await bridge.stdout.receive_some(1 << 16)
+        bridge.send_signal(signum)
+        with trio.fail_after(10):  # a hang guard, not a timing
+            while data := await bridge.stdout.receive_some(1 << 16):
+                output += data
+            code = await bridge.wait()
+    events = [orjson.loads(line) for line in output.splitlines()]
+    assert code == 0
+    assert [e["type"] for e in events[-4:]] == [
+        "message_end", "turn_end", "agent_end", "agent_settled"]
+    assert events[-4]["message"]["stopReason"] == "aborted"
+    assert not [e for e in events if e.get("id") == "forged-connect-stop"]
+
+
 async def test_connect_says_the_daemon_stopped_when_it_did(tmp_path: Path) -> None:
     """A daemon that stops (SIGTERM, then the drain) closes the connection: connect says the
     daemon stopped, not that it cut off a client that stops reading."""
@@ -802,7 +828,7 @@ async def test_connect_and_status_to_a_running_daemon_load_only_the_standard_lib
                     "forged._version"]
     assert not {"trio", "attrs", "orjson", "cattrs"} & imported
     if command[0] == "connect":  # the costly parts of the standard library it does without
-        assert not {"pathlib", "json"} & (imported - imports(bare.stderr))
+        assert not {"pathlib", "json", "socket", "signal"} & (imported - imports(bare.stderr))
     assert (b'"id":"s"' in result.stdout if command[0] == "connect"
             else result.stdout.startswith(b"forged daemon on "))
 
