@@ -5,7 +5,10 @@ own index file, so two sessions in one workspace never share an index.
 
 What a capture holds: every file git would not ignore (the project's ``.gitignore`` and
 ``.ignore``, the user's global excludes), untracked ones included; files over
-`Shadow.max_file_bytes` are left out and named. Each capture is a commit kept alive by a ref
+`Shadow.max_file_bytes` are left out and named. The agent folder is never captured when it
+lies in the workspace (a home folder as the workspace holds ``~/.agent-forge/agent``): its
+checkpoints would capture themselves, and a restore must not put back old sessions, settings
+or keys. Each capture is a commit kept alive by a ref
 of its own (``refs/forged/<sha>``). git records a file's executable bit and symbolic links;
 other mode bits are not kept.
 
@@ -70,6 +73,12 @@ class Shadow:
                  max_file_bytes: int = MAX_FILE_BYTES, max_files: int = MAX_FILES) -> None:
         self.workspace = Path(os.path.realpath(workspace))
         self.git_dir = repository_for(agent_dir, workspace)
+        agent = Path(os.path.realpath(agent_dir))
+        if agent == self.workspace:  # (its own checkpoints, at least)
+            agent /= "checkpoints"
+        self.left_out = (os.fsencode(agent.relative_to(self.workspace)) + b"/"
+                         if agent.is_relative_to(self.workspace) else None)
+        """The agent folder, relative to the workspace, when it lies in it."""
         self.max_file_bytes = max_file_bytes
         self.max_files = max_files
 
@@ -133,14 +142,22 @@ class Shadow:
         index.parent.mkdir(exist_ok=True)
         # New files, and files changed or gone since this index last saw them: two walks,
         # side by side (each stats the tree; neither reads a file it need not).
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        left_out = [] if self.left_out is None else [
+            f"--exclude=/{os.fsdecode(self.left_out)}"]
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
             others = pool.submit(self._git, "ls-files", "-z", "--others",
-                                 "--exclude-standard", index=index)
+                                 "--exclude-standard", *left_out, index=index)
             modified = pool.submit(self._git, "diff-files", "--name-only", "-z",
                                    index=index)
+            held = None if self.left_out is None else pool.submit(  # from before that rule
+                self._git, "ls-files", "-z", "--cached", "--",
+                f":(top,literal){os.fsdecode(self.left_out)}", index=index)
             new_names = [name for name in others.result().split(b"\0")
-                         if name and not name.endswith(b"/")]  # (a nested repository)
+                         if name and not name.endswith(b"/")  # (a nested repository)
+                         and not self._left_out(name)]
             changed = {name for name in modified.result().split(b"\0") if name}
+            if held is not None:
+                changed.update(name for name in held.result().split(b"\0") if name)
         count = _index_entries(index) + len(new_names)
         if count > self.max_files:
             raise CheckpointError(
@@ -151,6 +168,9 @@ class Shadow:
         dropped: list[bytes] = []
         skipped: list[str] = []
         for name in sorted(changed):
+            if self._left_out(name):
+                dropped.append(name)
+                continue
             path = self.workspace / os.fsdecode(name)
             try:
                 info = path.lstat()
@@ -174,6 +194,9 @@ class Shadow:
         commit = self._git("commit-tree", tree, "-m", message).strip().decode()
         self._keep(commit)
         return Capture(commit=commit, skipped=tuple(skipped))
+
+    def _left_out(self, name: bytes) -> bool:
+        return self.left_out is not None and name.startswith(self.left_out)
 
     def _keep(self, commit: str) -> None:
         """A ref named after `commit` keeps it, written as git writes a loose ref but

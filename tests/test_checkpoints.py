@@ -342,3 +342,35 @@ def test_housekeeping_drops_old_captures_and_packs_once_a_day(tmp_path: Path) ->
     listed = subprocess.run(["git", "--git-dir", str(shadow.git_dir), "for-each-ref"],
                             capture_output=True, text=True, check=True).stdout
     assert listed == "" and kept not in listed
+
+
+def test_an_agent_folder_inside_the_workspace_is_never_captured(tmp_path: Path) -> None:
+    """A home folder as the workspace holds the agent folder: its checkpoints must not
+    capture themselves (git writing objects as it lists them), nor a restore put back old
+    sessions, settings or keys. One captured before this rule is dropped at the next."""
+    home = tmp_path / "home"
+    make_project(home)
+    agent = home / ".agent-forge" / "agent"
+    (agent / "sessions").mkdir(parents=True)
+    (agent / "auth.json").write_text('{"k": 1}')
+    (agent / "sessions" / "s.jsonl").write_text("{}\n")
+    shadow = Shadow(agent, home)
+    first = shadow.capture("one").commit
+    (home / "notes.md").write_text("changed\n")
+    second = shadow.capture("one").commit
+
+    def listed(commit: str) -> list[str]:
+        names = shadow._git("ls-tree", "-r", "--name-only", "-z", commit).split(b"\0")
+        return sorted(os.fsdecode(name) for name in names if name)
+
+    assert listed(first) == [".gitignore", "gone.txt", "image.bin", "notes.md",
+                             "old-name.txt", "src/main.py", "tool.sh"]
+    assert [c.path for c in shadow.changes(first, second)] == ["notes.md"]
+    index = shadow.git_dir / "indexes" / "one"  # an index from before: the folder in it
+    shadow._git("update-index", "--add", "-z", "--stdin", index=index,
+                stdin=b".agent-forge/agent/auth.json\0")
+    assert ".agent-forge/agent/auth.json" in listed(
+        shadow._git("commit-tree", shadow._git("write-tree", index=index).strip().decode(),
+                    "-m", "old").strip().decode())
+    assert not [name for name in listed(shadow.capture("one").commit)
+                if name.startswith(".agent-forge")]
