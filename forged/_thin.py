@@ -4,11 +4,11 @@ that already runs, on the standard library alone (`forged._entry` tries them fir
 A launcher spawns ``forged connect`` in place of ``forged --mode rpc``; when the daemon runs,
 nothing more than this module is loaded (no trio, no attrs, nothing else of forged; of the
 standard library neither pathlib nor json, nor the Python modules over socket and signal): it
-checks
-the daemon's folder and that the process listening is the user's (``SO_PEERCRED``), opens a
-session on a *plain* connection (the daemon writes it as stdio would: no stamps), and copies
-bytes both ways, whole lines only to stdout. Anything else (no daemon yet, which connect
-starts; options only a daemon takes; ``--acp``) goes the full way, `forged._cli.main`.
+checks the daemon's folder and that the process listening is the user's (``SO_PEERCRED``),
+opens a session on a *plain* connection (the daemon writes it as stdio would: no stamps), and
+copies bytes both ways, whole lines only to stdout (``--acp``: the daemon's ACP front, bytes
+both ways). Anything else (no daemon yet, which connect starts; options it does not read) goes
+the full way, `forged._cli.main`.
 """
 
 from __future__ import annotations
