@@ -100,7 +100,7 @@ class CachedCompile:
         key = hashlib.blake2b(
             f"{mode}\0{flags}\0{sys.flags.optimize}\0{filename}\0{source}".encode(
                 "utf-8", "surrogatepass"), digest_size=16).digest()
-        held = _cached(key)
+        held, blob = _cached(key)
         if held is not None and seed is not None:
             if not (isinstance(held, tuple) and len(held) == 2 and isinstance(held[0], int)
                     and isinstance(held[1], CodeType)):
@@ -110,8 +110,9 @@ class CachedCompile:
         if not isinstance(held, CodeType):
             compiling = source if seed is None else source.replace("<hash>", str(seed))
             held = builtins.compile(compiling, filename, mode, flags, True)
+            blob = marshal.dumps(held if seed is None else (seed, held))
             _missed += 1
-        _used[key] = marshal.dumps(held if seed is None else (seed, held))
+        _used[key] = blob
         return held
 
 
@@ -139,15 +140,16 @@ def _reseeded(code: CodeType, old: int, new: int) -> CodeType:
     return code.replace(co_consts=tuple(swap(constant) for constant in code.co_consts))
 
 
-def _cached(key: bytes) -> object:
-    """What the cache holds for `key` (code, or a seed and code), or None."""
+def _cached(key: bytes) -> tuple[object, bytes]:
+    """What the cache holds for `key` (code, or a seed and code, or None), and its bytes."""
     global _held
     if _held is None:
         _held = _read()
+    blob = _held.get(key, b"N")
     try:
-        return marshal.loads(_held.get(key, b"N"))
+        return marshal.loads(blob), blob
     except (ValueError, EOFError, TypeError):
-        return None
+        return None, b"N"
 
 
 def install() -> None:
