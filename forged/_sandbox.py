@@ -5,7 +5,8 @@ A confined command sees the whole filesystem read-only but for the workspace (wh
 it write), the run's temp folder and the writable roots the settings add; inside the workspace,
 ``.agent-forge/``, ``.git/hooks/`` and ``.git/config`` stay read-only, so a model can neither
 trust itself nor plant a hook, while the rest of ``.git`` is writable and commits work, and so
-does forged's runtime folder wherever it is; where
+does forged's runtime folder wherever it is (the folders above such a path, up to the writable
+root, are mount points, so none can be renamed to put a new one in its place); where
 ``.agent-forge/`` or ``.git/hooks/`` does not exist yet, an empty read-only folder stands in its
 place (and stays, empty, afterwards). What ``sandbox.denyRead`` names is hidden (an empty
 read-only tmpfs over a folder, an empty file over a file). It has its own PID namespace, so
@@ -64,21 +65,26 @@ class Policy:
         writable = [self.temp, *self.writable_roots]
         if self.write_workspace:
             writable.insert(0, self.workspace)
-        for root in writable:
-            real = str(root.resolve())
-            args += ["--bind", real, real]
+        roots = [root.resolve() for root in writable]
+        for root in roots:
+            args += ["--bind", str(root), str(root)]
+        workspace = self.workspace.resolve()
+        kept: list[list[str]] = []  # what stays read-only, and how
         for folder in self.read_only:
             real = str(folder.resolve())
-            args += ["--ro-bind", real, real]
-        workspace = self.workspace.resolve()
+            kept.append(["--ro-bind", real, real])
         for relative in PROTECTED:
             path = workspace / relative
             if path.exists():
                 real = str(path.resolve())
-                args += ["--ro-bind", real, real]
+                kept.append(["--ro-bind", real, real])
             elif self.write_workspace and relative in EMPTY_WHEN_MISSING and (
                     path.parent.is_dir() and not path.parent.is_symlink()):
-                args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+                kept.append(["--tmpfs", str(path), "--remount-ro", str(path)])
+        for folder in _pins([Path(how[-1]) for how in kept], roots):
+            args += ["--bind", str(folder), str(folder)]
+        for how in kept:
+            args += how
         for denied in self.deny_read:
             path = denied.expanduser()
             if path.is_dir():
@@ -93,6 +99,17 @@ class Policy:
     def wrap(self, bwrap: str, command: Sequence[str]) -> list[str]:
         """`command` run under this policy by the bubblewrap at `bwrap`."""
         return [bwrap, *self.bwrap_args(), "--", *command]
+
+
+def _pins(kept: list[Path], roots: list[Path]) -> list[Path]:
+    """Each folder between a writable root and a path kept read-only in it, outermost first:
+    bound onto itself, it is a mount point, which cannot be renamed, so no command can move
+    it away with the kept path inside and make a new one in its place (``mv .git .git2`` and
+    a fresh ``.git/hooks``)."""
+    pins = {folder for path in kept for root in roots if path.is_relative_to(root)
+            for folder in path.parents
+            if folder.is_relative_to(root) and folder != root and folder.is_dir()}
+    return sorted(pins, key=lambda folder: len(folder.parts))
 
 
 def problem(bwrap: str | None = None) -> str | None:

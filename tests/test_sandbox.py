@@ -195,3 +195,22 @@ def test_forgeds_runtime_folder_stays_read_only_inside_a_writable_workspace(
     assert (workspace / "kept").exists(), done.stderr
     assert (workspace / "run" / "forged").stat().st_mode & 0o777 == 0o700
     assert list((workspace / "run" / "forged").iterdir()) == []
+
+
+def test_a_kept_folder_cannot_be_moved_away_with_its_parent_and_made_anew(
+        places: dict[str, Path], tmp_path: Path) -> None:
+    """Renaming a writable parent would take a read-only mount along and leave its place
+    free: ``.git`` (holding the hooks and config), and the folders above forged's runtime
+    folder when a writable workspace holds it."""
+    ws = places["workspace"]
+    runtime = ws / "deep" / "run" / "forged"
+    runtime.mkdir(parents=True, mode=0o700)
+    done = confined(policy_for(places, read_only=(runtime,)), """
+        mv .git .git-moved; mkdir -p .git/hooks; echo hook > .git/hooks/pre-commit
+        mv deep deep-moved; mv deep/run deep/run-moved
+        mkdir -p deep/run/forged; echo planted > deep/run/forged/code
+        echo obj > .git/objects/o; echo ok > kept; true""")
+    assert (ws / "kept").exists() and (ws / ".git/objects/o").exists(), done.stderr
+    assert not (ws / ".git-moved").exists() and not (ws / ".git/hooks/pre-commit").exists()
+    assert not (ws / "deep-moved").exists() and not (ws / "deep/run-moved").exists()
+    assert list(runtime.iterdir()) == []
