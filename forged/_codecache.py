@@ -39,7 +39,7 @@ import os
 import sys
 from types import CodeType
 
-from ._thin import check_folder, default_socket_path, guarded_folders, runtime_folder
+from ._thin import check_runtime, default_socket_path, runtime_folder
 
 MAX_ENTRIES = 5000
 """A file with more entries than this (sources left by older versions) is rewritten with only
@@ -63,8 +63,7 @@ def path() -> str:
 
 def _read() -> dict[bytes, bytes]:
     try:
-        for folder in guarded_folders(default_socket_path()):
-            check_folder(folder)
+        check_runtime(default_socket_path())
         descriptor = os.open(path(), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except Exception:  # no folder of the user's alone, or no file
         return {}

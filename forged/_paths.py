@@ -21,7 +21,7 @@ import trio
 
 from . import _thin
 from ._errors import ConfigError
-from ._thin import check_folder as check_folder, socket_uid
+from ._thin import socket_uid
 
 WS_TOKEN_FILE = "ws-token"
 BUSY_RETRY_S = 2.0
@@ -50,11 +50,6 @@ def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
 
 def default_socket_path() -> Path:
     return Path(_thin.default_socket_path())
-
-
-def guarded_folders(socket_path: Path) -> list[Path]:
-    """The socket's folder, and the ``/tmp`` fallback's parent when it is in that."""
-    return [Path(folder) for folder in _thin.guarded_folders(str(socket_path))]
 
 
 def runtime_dir(socket_path: Path) -> Path:
@@ -93,8 +88,7 @@ async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
     user's and that the process listening is the user's (``SO_PEERCRED``); `ConfigError`
     otherwise, `OSError` when nothing listens (or it stays too busy to take one, for
     `BUSY_RETRY_S`)."""
-    for folder in guarded_folders(socket_path):
-        check_folder(folder)
+    _thin.check_runtime(str(socket_path))
     # Not trio.open_unix_socket: it takes EAGAIN (a full queue of connections waiting to be
     # accepted) for a connect under way, and returns a socket that is not connected.
     retry_until = trio.current_time() + BUSY_RETRY_S

@@ -109,6 +109,13 @@ def check_folder(folder: str | os.PathLike[str]) -> None:
                           f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
 
 
+def check_runtime(socket_path: str) -> None:
+    """`ConfigError` unless the socket's folder (and the ``/tmp`` fallback's parent) is safely
+    the user's; `OSError` when there is none."""
+    for folder in guarded_folders(socket_path):
+        check_folder(folder)
+
+
 def runtime_folder(socket_path: str) -> str:
     """The socket's folder, made 0700 if needed (and the ``/tmp`` fallback's parent); a
     `ConfigError` if one is not safely the user's, `OSError` if it cannot be made."""
@@ -134,8 +141,7 @@ def open_daemon(socket_path: str) -> _socket.socket | None:
     path then waits for a busy one, or starts one). `ConfigError` for a folder or a daemon
     that is not the user's."""
     try:
-        for folder in guarded_folders(socket_path):
-            check_folder(folder)
+        check_runtime(socket_path)
     except OSError:
         return None
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
