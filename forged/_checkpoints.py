@@ -8,9 +8,8 @@ What a capture holds: every file git would not ignore (the project's ``.gitignor
 `Shadow.max_file_bytes` are left out and named. The agent folder is never captured when it
 lies in the workspace (a home folder as the workspace holds ``~/.agent-forge/agent``): its
 checkpoints would capture themselves, and a restore must not put back old sessions, settings
-or keys. Each capture is a commit kept alive by a ref
-of its own (``refs/forged/<sha>``). git records a file's executable bit and symbolic links;
-other mode bits are not kept.
+or keys. Each capture is a commit kept alive by a ref of its own (``refs/forged/<sha>``). git
+records a file's executable bit and symbolic links; other mode bits are not kept.
 
 Every method runs git and blocks: callers run them in a worker thread, never on the loop.
 """
@@ -142,11 +141,13 @@ class Shadow:
         index.parent.mkdir(exist_ok=True)
         # New files, and files changed or gone since this index last saw them: two walks,
         # side by side (each stats the tree; neither reads a file it need not).
-        left_out = [] if self.left_out is None else [
+        # git's exclude spares the walk the agent folder; `_left_out` below is what decides
+        # (a pattern reads `*` or `[` in a folder's name as a wildcard).
+        exclude = [] if self.left_out is None else [
             f"--exclude=/{os.fsdecode(self.left_out)}"]
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             others = pool.submit(self._git, "ls-files", "-z", "--others",
-                                 "--exclude-standard", *left_out, index=index)
+                                 "--exclude-standard", *exclude, index=index)
             modified = pool.submit(self._git, "diff-files", "--name-only", "-z",
                                    index=index)
             held = None if self.left_out is None else pool.submit(  # from before that rule
