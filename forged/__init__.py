@@ -31,6 +31,8 @@ against the import graph). A package named here stands for all its modules::
     _wire                                the protocol's classes
     _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup
                                          the ground floor
+    _seccomp _gitfolders                 the sandbox's seccomp filter; git's folders as it
+                                         keeps them
     _codecache                           the code attrs and cattrs compile, kept between
                                          runs
     _thin _errors                        connect and status on the standard library alone;

@@ -106,6 +106,42 @@ PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 STDOUT = subprocess.STDOUT
 
+FEED_PREFIX = "\0forged-feed:"
+"""Starts an argument `feed` made: no real argument can hold a NUL character."""
+FEED_MAX_BYTES = 1 << 16
+"""What a pipe holds before its reader reads: a feed is written whole before the child runs."""
+
+
+def feed(data: bytes) -> str:
+    """An argument that `open_process` (and `open_feeds`) replaces with the number of a file
+    descriptor from which the child reads `data`: how a bubblewrap command line carries its
+    seccomp filter (``--seccomp FD``) through every caller that starts it."""
+    if len(data) > FEED_MAX_BYTES:
+        raise ValueError(f"a feed holds at most {FEED_MAX_BYTES} bytes")
+    return FEED_PREFIX + data.hex()
+
+
+def open_feeds(argv: Sequence[str]) -> tuple[list[str], list[int]]:
+    """`argv` with each `feed` replaced by a pipe's read end holding its data, and those
+    ends: the caller passes them to the child (``pass_fds``) and closes them once it is
+    started."""
+    args, fds = list(argv), []
+    try:
+        for index, arg in enumerate(args):
+            if arg.startswith(FEED_PREFIX):
+                read, write = os.pipe()
+                fds.append(read)
+                try:
+                    os.write(write, bytes.fromhex(arg[len(FEED_PREFIX):]))
+                finally:
+                    os.close(write)
+                args[index] = str(read)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return args, fds
+
 
 class Child:
     """A process `open_process` started: its pid (its process group's id too), its pipes as
@@ -156,8 +192,9 @@ async def open_process(argv: Sequence[str], *, cwd: Path | str | None = None,
                        env: Mapping[str, str] | None = None, stdin: int = DEVNULL,
                        stdout: int = PIPE, stderr: int = STDOUT) -> Child:
     """Start `argv` in a process group of its own (its pid is the group's id), told to end
-    when forged ends. `stdin`, `stdout` and `stderr` are `PIPE` (a trio stream of the
-    `Child`), `DEVNULL`, `STDOUT` (for stderr) or a file descriptor of ours."""
+    when forged ends; each `feed` in it becomes a file descriptor the child reads. `stdin`,
+    `stdout` and `stderr` are `PIPE` (a trio stream of the `Child`), `DEVNULL`, `STDOUT` (for
+    stderr) or a file descriptor of ours."""
     ends: list[int] = []  # the child's ends of our pipes, closed here once it has them
     ours: dict[str, trio.lowlevel.FdStream] = {}
 
@@ -179,9 +216,14 @@ async def open_process(argv: Sequence[str], *, cwd: Path | str | None = None,
         forged_pid = os.getpid()
 
         def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(list(argv), cwd=cwd, env=env, stdin=stdin, stdout=stdout,
-                                    stderr=stderr, start_new_session=True,
-                                    preexec_fn=partial(die_with_forged, forged_pid))
+            args, fed = open_feeds(argv)
+            try:
+                return subprocess.Popen(args, cwd=cwd, env=env, stdin=stdin, stdout=stdout,
+                                        stderr=stderr, start_new_session=True, pass_fds=fed,
+                                        preexec_fn=partial(die_with_forged, forged_pid))
+            finally:
+                for fd in fed:
+                    os.close(fd)
 
         popen = await _spawner.run(spawn)
     except BaseException:

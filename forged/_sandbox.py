@@ -19,21 +19,42 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 
-PROTECTED = (".agent-forge", ".git/hooks", ".git/config")
-"""Paths in the workspace a confined command may never write."""
-EMPTY_WHEN_MISSING = (".agent-forge", ".git/hooks")
+from . import _gitfolders, _seccomp
+from ._process import feed, open_feeds
+
+EMPTY_WHEN_MISSING = (".agent-forge", ".git")
 """Protected folders that do not exist yet: an empty read-only folder stands there while a
-command runs, so it cannot create one (bubblewrap leaves the empty folder behind)."""
+command runs, so it cannot create one (bubblewrap leaves the empty folder behind; git reads an
+empty ``.git`` as no repository and looks further up, as before)."""
 DEFAULT_DENY_READ = ("~/.ssh", "~/.gnupg", "~/.aws", "~/.config/gcloud")
+X11_SOCKETS = Path("/tmp/.X11-unix")
+MARK = "FORGED_SANDBOX"
+"""Set in a confined command's environment by bubblewrap's own arguments, which is how the
+daemon recognises a process in one of forged's sandboxes (`confined_peer`)."""
 PROBE_TIMEOUT_S = 10
+
+
+def socket_folders() -> tuple[Path, ...]:
+    """The folders of the user's Unix sockets the sandbox hides: the user's runtime folder
+    (``$XDG_RUNTIME_DIR``, ``/run/user/<uid>``: the session bus, the ssh and gpg agents,
+    Wayland, PipeWire, systemd's user instance) and X11's socket folder."""
+    found: dict[Path, None] = {}
+    for folder in (os.environ.get("XDG_RUNTIME_DIR"), f"/run/user/{os.getuid()}",
+                   str(X11_SOCKETS)):
+        if folder and os.path.isabs(folder) and os.path.isdir(folder):
+            found.setdefault(Path(os.path.realpath(folder)))
+    return tuple(found)
 
 
 @attrs.frozen(kw_only=True)
@@ -47,16 +68,23 @@ class Policy:
     write_workspace: bool = True
     """False in ``read-only``: only `temp` is writable."""
     writable_roots: tuple[Path, ...] = ()
-    read_only: tuple[Path, ...] = ()
-    """forged's own folders, read-only even inside a writable root: the runtime folder (the
-    daemon's socket, the code forged's next start runs)."""
+    hidden: tuple[Path, ...] = ()
+    """Folders behind an empty read-only tmpfs wherever they are (even inside a writable
+    root): forged's runtime folder (the daemon's socket, ``ws-token``, the code forged's next
+    start runs) and `socket_folders`."""
     deny_read: tuple[Path, ...] = ()
     network: bool = False
+    unix_sockets: tuple[Path, ...] = ()
+    """``sandbox.allowUnixSockets``: sockets bound in where they are, even inside a hidden
+    folder. Naming any lifts the filter's refusal of ``socket(AF_UNIX)`` (`forged._seccomp`)."""
     cwd: Path | None = None
     """Where the command starts (default: the workspace)."""
 
     def bwrap_args(self) -> list[str]:
-        """bubblewrap's arguments for this policy, up to the command."""
+        """bubblewrap's arguments for this policy, up to the command (the seccomp filter is
+        a `forged._process.feed`); `forged._seccomp.UnknownArchitecture` where no filter is
+        known. Reads the writable folders for git's, and writes the stand-in files their
+        git folders lack (`git_policy`): call it off the event loop."""
         args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev",
                 "--proc", "/proc"]
@@ -66,25 +94,27 @@ class Policy:
         if self.write_workspace:
             writable.insert(0, self.workspace)
         roots = [root.resolve() for root in writable]
+        hidden = sorted({str(folder.resolve()) for folder in self.hidden if folder.is_dir()},
+                        key=lambda folder: len(Path(folder).parts))  # outermost first
+        for folder in hidden:  # first, so a writable root inside one is bound over it
+            args += ["--tmpfs", folder]
         for root in roots:
             args += ["--bind", str(root), str(root)]
-        workspace = self.workspace.resolve()
-        kept: list[list[str]] = []  # what stays read-only, and how
-        for folder in self.read_only:
-            real = str(folder.resolve())
-            kept.append(["--ro-bind", real, real])
-        for relative in PROTECTED:
-            path = workspace / relative
-            if path.exists():
-                real = str(path.resolve())
-                kept.append(["--ro-bind", real, real])
-            elif self.write_workspace and relative in EMPTY_WHEN_MISSING and (
-                    path.parent.is_dir() and not path.parent.is_symlink()):
-                kept.append(["--tmpfs", str(path), "--remount-ro", str(path)])
-        for folder in _pins([Path(how[-1]) for how in kept], roots):
-            args += ["--bind", str(folder), str(folder)]
-        for how in kept:
-            args += how
+        kept, stand_ins = self._kept(roots[:1] if self.write_workspace else [])
+        for pin in _pins([Path(path) for path in [*kept, *stand_ins, *hidden]], roots):
+            args += ["--bind", str(pin), str(pin)]
+        for kept_path in kept:
+            args += ["--ro-bind", kept_path, kept_path]
+        for stand_in in stand_ins:
+            args += ["--tmpfs", stand_in, "--remount-ro", stand_in]
+        for folder in hidden:  # again where a writable root's bind showed it
+            if any(Path(folder).is_relative_to(root) for root in roots):
+                args += ["--tmpfs", folder]
+        for sock in self.unix_sockets:
+            if sock.exists():
+                args += ["--ro-bind", str(sock.resolve()), str(sock.resolve())]
+        for folder in hidden:
+            args += ["--remount-ro", folder]
         for denied in self.deny_read:
             path = denied.expanduser()
             if path.is_dir():
@@ -92,9 +122,45 @@ class Policy:
                 args += ["--tmpfs", real, "--remount-ro", real]
             elif path.exists():
                 args += ["--ro-bind", "/dev/null", str(path.resolve())]
-        start = self.cwd.resolve() if self.cwd is not None else workspace
-        args += ["--setenv", "TMPDIR", str(self.temp.resolve()), "--chdir", str(start)]
+        start = self.cwd.resolve() if self.cwd is not None else self.workspace.resolve()
+        program = _seccomp.program(unix_sockets=bool(self.unix_sockets))
+        args += ["--setenv", "TMPDIR", str(self.temp.resolve()), "--setenv", MARK, "1",
+                 "--seccomp", feed(program), "--chdir", str(start)]
         return args
+
+    def _kept(self, workspace_root: list[Path]) -> tuple[list[str], list[str]]:
+        """What is bound read-only where it is, and the missing folders an empty read-only
+        one stands in for: ``.agent-forge``, and git's folders and ``.git`` files in the
+        workspace (when writable) and the writable roots (`git_policy`); the run's temp
+        folder is nobody's repository."""
+        workspace = self.workspace.resolve()
+        kept: list[str] = []
+        stand_ins: list[str] = []
+        if self.write_workspace:
+            for relative in EMPTY_WHEN_MISSING:
+                path = workspace / relative
+                if path.exists() or path.is_symlink():
+                    if relative == ".agent-forge":
+                        kept.append(str(path.resolve()))
+                elif path.parent.is_dir() and not path.parent.is_symlink():
+                    stand_ins.append(str(path))
+
+        def add(folder: _gitfolders.Kept) -> None:
+            kept.extend(str(path) for path in folder.read_only)
+            for path in folder.stand_ins:
+                if path.name in _gitfolders.STAND_IN_FILES:
+                    if path.exists():  # written before the command (`stand_in_files`)
+                        kept.append(str(path))
+                else:
+                    stand_ins.append(str(path))
+            for sub in folder.submodules:
+                add(sub)
+
+        git, gitfiles = git_policy([*workspace_root, *self.writable_roots])
+        for folder in git:
+            add(folder)
+        kept.extend(str(path) for path in gitfiles)
+        return kept, stand_ins
 
     def wrap(self, bwrap: str, command: Sequence[str]) -> list[str]:
         """`command` run under this policy by the bubblewrap at `bwrap`."""
@@ -106,10 +172,89 @@ def _pins(kept: list[Path], roots: list[Path]) -> list[Path]:
     bound onto itself, it is a mount point, which cannot be renamed, so no command can move
     it away with the kept path inside and make a new one in its place (``mv .git .git2`` and
     a fresh ``.git/hooks``)."""
-    pins = {folder for path in kept for root in roots if path.is_relative_to(root)
-            for folder in path.parents
-            if folder.is_relative_to(root) and folder != root and folder.is_dir()}
-    return sorted(pins, key=lambda folder: len(folder.parts))
+    pins: set[str] = set()
+    for root in map(str, roots):
+        prefix = root.rstrip("/") + "/"
+        for path in map(str, kept):
+            if path.startswith(prefix):
+                parts = path[len(prefix):].split("/")[:-1]
+                pins.update(prefix + "/".join(parts[:depth]) for depth in range(1, len(parts) + 1))
+    return sorted((Path(pin) for pin in pins if os.path.isdir(pin)),
+                  key=lambda folder: len(folder.parts))
+
+
+def git_policy(roots: Sequence[Path]) -> tuple[tuple[_gitfolders.Kept, ...], tuple[Path, ...]]:
+    """The git folders and ``.git`` files in the writable `roots` (`forged._gitfolders`), with
+    their stand-in files written."""
+    real_roots = [Path(os.path.realpath(root)) for root in roots]
+    folders, gitfiles = _gitfolders.find(real_roots)
+    kept = []
+    for folder in folders:
+        if not any(folder.is_relative_to(root) for root in real_roots):
+            continue  # read-only already
+        if _gitfolders.is_git_folder(folder):
+            found = _gitfolders.keep(folder)
+            _gitfolders.stand_in_files(found)
+        else:  # a ``.git`` that is no repository (yet): none may be made of it
+            found = _gitfolders.Kept(folder, read_only=(folder,), stand_ins=())
+        kept.append(found)
+    return tuple(kept), tuple(path for path in gitfiles
+                              if any(path.is_relative_to(root) for root in real_roots))
+
+
+SO_PEERPIDFD = 77
+"""``<asm-generic/socket.h>`` (Linux 6.5): a pidfd of the peer, which a pid number is not
+(a pid freed and taken again names another process)."""
+_MARK_ARGS = f"\0--setenv\0{MARK}\0".encode()
+ANCESTRY_MAX = 4096
+
+
+def confined_peer(fd: int) -> str | None:
+    """Why the process at the other end of the Unix socket `fd` may be a confined one, or
+    None when it is not: it descends from one of forged's sandboxes, which is what every
+    process in one does (a sandbox is a PID namespace under a bubblewrap forged started, and
+    whatever a confined command forks or leaves behind stays in it), and a sandbox's
+    bubblewrap carries `MARK` in its arguments, which nothing inside can change. Fails
+    closed: a peer whose pid the kernel cannot show here (another PID namespace beside
+    ours), or that is gone before it was looked at, counts as confined."""
+    sock = socket.socket(fileno=fd)
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        try:
+            pidfd: int | None = sock.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+        except OSError:  # a kernel before 6.5: the pid alone
+            pidfd = None
+    finally:
+        sock.detach()  # the fd stays the caller's
+    try:
+        return _confined_pid(int.from_bytes(creds[:4], sys.byteorder), pidfd)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _confined_pid(pid: int, pidfd: int | None) -> str | None:
+    if pid <= 0:
+        return "its process is in a PID namespace this daemon cannot see into"
+    current = pid
+    for _ in range(ANCESTRY_MAX):
+        try:
+            with open(f"/proc/{current}/cmdline", "rb") as file:
+                if _MARK_ARGS in file.read():
+                    return f"process {pid} runs in one of forged's sandboxes"
+            with open(f"/proc/{current}/stat", "rb") as file:
+                parent = int(file.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return f"process {pid} could not be looked at"
+        if parent <= 1:
+            break
+        current = parent
+    if pidfd is not None:  # still the process that connected, not a pid taken again
+        try:
+            signal.pidfd_send_signal(pidfd, 0)
+        except OSError:
+            return f"process {pid} ended before it could be looked at"
+    return None
 
 
 def problem(bwrap: str | None = None) -> str | None:
@@ -124,16 +269,34 @@ def problem(bwrap: str | None = None) -> str | None:
                 "bubblewrap package (apt install bubblewrap, dnf install bubblewrap)")
     trial = Policy(workspace=Path("/"), temp=Path(tempfile.gettempdir()), write_workspace=False)
     try:
-        done = subprocess.run(
-            trial.wrap(found, ["true"]), capture_output=True,
-            timeout=PROBE_TIMEOUT_S, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            check=False)
+        argv = trial.wrap(found, ["true"])
+    except _seccomp.UnknownArchitecture as exc:
+        return (f"the sandbox's seccomp filter cannot be built here ({exc}); nothing runs "
+                "unconfined in its place")
+    try:
+        done = run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S,
+                   env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap ({found}) could not be run: {exc}"
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip() or f"exit {done.returncode}"
+        if "seccomp" in said.lower():
+            return (f"the kernel refused the sandbox's seccomp filter ({said}); forged needs "
+                    "a kernel with seccomp filters (CONFIG_SECCOMP_FILTER) to confine "
+                    "commands")
         return (f"bubblewrap cannot make the sandbox's namespaces here ({said}); where "
                 "unprivileged user namespaces are restricted (Ubuntu 24.04's AppArmor rule, "
                 "kernel.unprivileged_userns_clone=0), allow them for bwrap or run forged "
                 "where they are allowed")
     return None
+
+
+def run(argv: Sequence[str], **options: Any) -> subprocess.CompletedProcess[Any]:
+    """`subprocess.run` for a command line holding feeds (`forged._process.feed`), as a
+    bubblewrap one does: outside forged's loop (its probe, tests, benches)."""
+    args, fds = open_feeds(argv)
+    try:
+        return subprocess.run(args, pass_fds=fds, check=False, **options)
+    finally:
+        for fd in fds:
+            os.close(fd)

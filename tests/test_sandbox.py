@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from forged._sandbox import DEFAULT_DENY_READ, Policy, problem
+from forged._process import open_feeds
+from forged._sandbox import DEFAULT_DENY_READ, Policy, problem, run
 
 BWRAP = shutil.which("bwrap")
 
@@ -24,9 +25,9 @@ def places(tmp_path: Path) -> dict[str, Path]:
     """A workspace that is a git checkout with forged's project folder, a home with keys, a
     folder outside both, and the run's temp folder."""
     workspace = tmp_path / "ws"
-    (workspace / ".git" / "hooks").mkdir(parents=True)
+    workspace.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=workspace, check=True)
     (workspace / ".git" / "config").write_text("[core]\n")
-    (workspace / ".git" / "objects").mkdir()
     (workspace / ".agent-forge").mkdir()
     (workspace / ".agent-forge" / "settings.json").write_text("{}")
     home = tmp_path / "home"
@@ -43,8 +44,8 @@ def places(tmp_path: Path) -> dict[str, Path]:
 
 def confined(policy: Policy, script: str) -> subprocess.CompletedProcess[str]:
     assert BWRAP is not None, "bubblewrap is installed by .ci/run; install it to run these"
-    return subprocess.run(policy.wrap(BWRAP, ["sh", "-c", script]), capture_output=True,
-                          text=True, timeout=30, check=False)
+    return run(policy.wrap(BWRAP, ["sh", "-c", script]), capture_output=True, text=True,
+               timeout=30)
 
 
 def policy_for(places: dict[str, Path], **changes: object) -> Policy:
@@ -133,9 +134,12 @@ def test_killing_bwrap_ends_what_the_command_forked(places: dict[str, Path]) -> 
     assert BWRAP is not None
     name = f"fsb{os.getpid()}"[:15]  # a process name of its own: a copy of sleep
     shutil.copy(shutil.which("sleep") or "/bin/sleep", places["temp"] / name)
-    process = subprocess.Popen(
-        policy_for(places).wrap(BWRAP, ["sh", "-c", f'"$TMPDIR/{name}" 60 & echo started; wait']),
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    argv, fds = open_feeds(policy_for(places).wrap(
+        BWRAP, ["sh", "-c", f'"$TMPDIR/{name}" 60 & echo started; wait']))
+    process = subprocess.Popen(argv, pass_fds=fds, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL)
+    for fd in fds:
+        os.close(fd)
     assert process.stdout is not None
     try:
         assert process.stdout.readline() == b"started\n"
@@ -175,7 +179,7 @@ def test_protected_folders_that_do_not_exist_yet_cannot_be_made(tmp_path: Path) 
         echo ok > kept; true""")
     assert (workspace / "kept").exists(), done.stderr
     assert list((workspace / ".agent-forge").iterdir()) == []
-    assert list((workspace / ".git" / "hooks").iterdir()) == []
+    assert list((workspace / ".git").iterdir()) == []  # no repository yet: none is made
 
 
 def test_forgeds_runtime_folder_stays_read_only_inside_a_writable_workspace(
@@ -189,7 +193,7 @@ def test_forgeds_runtime_folder_stays_read_only_inside_a_writable_workspace(
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(workspace / "run"))
     temp = tmp_path / "temp"
     temp.mkdir()
-    done = confined(Policy(workspace=workspace, temp=temp, read_only=forged_folders()), """
+    done = confined(Policy(workspace=workspace, temp=temp, hidden=forged_folders()), """
         echo planted > run/forged/code-cpython; mv run/forged run/moved
         echo ok > kept; true""")
     assert (workspace / "kept").exists(), done.stderr
@@ -205,7 +209,7 @@ def test_a_kept_folder_cannot_be_moved_away_with_its_parent_and_made_anew(
     ws = places["workspace"]
     runtime = ws / "deep" / "run" / "forged"
     runtime.mkdir(parents=True, mode=0o700)
-    done = confined(policy_for(places, read_only=(runtime,)), """
+    done = confined(policy_for(places, hidden=(runtime,)), """
         mv .git .git-moved; mkdir -p .git/hooks; echo hook > .git/hooks/pre-commit
         mv deep deep-moved; mv deep/run deep/run-moved
         mkdir -p deep/run/forged; echo planted > deep/run/forged/code

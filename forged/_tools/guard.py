@@ -30,7 +30,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .. import _sandbox, _thin
+from .. import _gitfolders, _sandbox, _seccomp, _thin
 from .._errors import ConfigError, ToolError
 from .._log import log
 from .._settings import DEFAULTS, Settings
@@ -89,6 +89,8 @@ class SandboxSettings:
     writable_roots: tuple[Path, ...] = ()
     deny_read: tuple[Path, ...] = _paths(DEFAULTS["sandbox.denyRead"])
     network: bool = False
+    unix_sockets: tuple[Path, ...] = ()
+    """``allowUnixSockets``: sockets a confined command may connect to (global only)."""
 
     @classmethod
     def from_settings(cls, settings: Settings, agent_dir: Path) -> SandboxSettings:
@@ -101,7 +103,23 @@ class SandboxSettings:
         return cls(writable_roots=_paths(mine.get("writableRoots")),
                    deny_read=(*_paths(deny), *_paths(project.get("denyRead")),
                               *(agent_dir / name for name in AGENT_SECRETS)),
-                   network=mine.get("network") is True and project.get("network") is not False)
+                   network=mine.get("network") is True and project.get("network") is not False,
+                   unix_sockets=_allowed_sockets(mine.get("allowUnixSockets")))
+
+
+def _allowed_sockets(value: object) -> tuple[Path, ...]:
+    """``allowUnixSockets``, without forged's own runtime folder: the daemon refuses a
+    confined client anyway, and its ``ws-token`` stays hidden."""
+    allowed = []
+    own = [Path(os.path.realpath(folder)) for folder in forged_folders()]
+    for path in _paths(value):
+        real = Path(os.path.realpath(path))
+        if any(_inside(real, folder) for folder in own):
+            log(f"ignoring sandbox.allowUnixSockets entry {path}: it is in forged's runtime "
+                "folder, which no confined command may reach")
+        else:
+            allowed.append(path)
+    return tuple(allowed)
 
 
 _probed: dict[str, str | None] = {}
@@ -157,11 +175,14 @@ class Guard:
 
     def policy(self, *, network: bool | None = None, cwd: Path | None = None
                ) -> _sandbox.Policy:
+        """The sandbox's policy for one command."""
         return _sandbox.Policy(
-            workspace=self.workspace, temp=self.temp(),
-            write_workspace=self.mode == "auto", writable_roots=self.sandbox.writable_roots,
-            read_only=forged_folders(), deny_read=self.sandbox.deny_read,
-            network=self.sandbox.network if network is None else network, cwd=cwd)
+            workspace=self.workspace, temp=self.temp(), write_workspace=self.mode == "auto",
+            writable_roots=self.sandbox.writable_roots,
+            hidden=(*forged_folders(), *_sandbox.socket_folders()),
+            deny_read=self.sandbox.deny_read,
+            network=self.sandbox.network if network is None else network,
+            unix_sockets=self.sandbox.unix_sockets, cwd=cwd)
 
     async def confine(self, argv: Sequence[str], *, network: bool | None = None,
                       cwd: Path | None = None, doing: str = "commands") -> list[str]:
@@ -172,8 +193,12 @@ class Guard:
             raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
                             f"sandbox, and {problem}. Nothing ran unconfined.")
         assert bwrap is not None
-        # A few stats of the workspace: cheaper on the loop than a hop to a thread.
-        return self.policy(network=network, cwd=cwd).wrap(bwrap, argv)
+        policy = self.policy(network=network, cwd=cwd)
+        try:  # it reads the workspace for git's folders: in a thread
+            return await trio.to_thread.run_sync(policy.wrap, bwrap, argv)
+        except _seccomp.UnknownArchitecture as exc:
+            raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
+                            f"sandbox, and {exc}. Nothing ran unconfined.") from None
 
     # --- commands --------------------------------------------------------------------------
 
@@ -218,15 +243,23 @@ class Guard:
 
     def _writable(self, real: Path) -> bool:
         """Inside the workspace (but none of its protected paths), the temp folder or a
-        writable root; never a denied path."""
+        writable root; never a denied path, and nothing of git's (a ``.git`` folder or file
+        at any depth, or a git folder by any name: a bare repository, a submodule's)."""
         if self._denied(real):
             return False
         workspace = Path(os.path.realpath(self.workspace))
-        if _inside(real, workspace):
-            return not any(_inside(real, workspace / protected)
-                           for protected in _sandbox.PROTECTED)
-        return any(_inside(real, Path(os.path.realpath(root)))
-                   for root in (self.temp(), *self.sandbox.writable_roots))
+        roots = [Path(os.path.realpath(root))
+                 for root in (self.temp(), *self.sandbox.writable_roots)]
+        root = next((root for root in [workspace, *roots] if _inside(real, root)), None)
+        if root is None:
+            return False
+        if root == workspace and _inside(real, workspace / ".agent-forge"):
+            return False
+        inner = real.relative_to(root)
+        if ".git" in inner.parts:
+            return False
+        return not any(_gitfolders.is_git_folder(folder) for folder in real.parents
+                       if _inside(folder, root))
 
     async def read(self, path: Path) -> Path:
         """The path the file tools read for `path`: its real path (symbolic links and

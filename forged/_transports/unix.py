@@ -26,6 +26,7 @@ from .._errors import ConfigError
 from .._hub import Hub
 from .._log import log
 from .._paths import peer_uid, runtime_dir
+from .._sandbox import confined_peer
 
 
 def bind_unix(path: Path) -> trio.socket.SocketType:
@@ -121,6 +122,15 @@ async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
                 await stream.send_all(encode(response(
                     "connect", error=f"Permission denied: uid {peer} is not the daemon's "
                     f"user (uid {uid})")))
+                await stream.aclose()
+            return
+        confined = await trio.to_thread.run_sync(confined_peer, stream.socket.fileno())
+        if confined is not None:
+            log(f"refused a connection on the socket: {confined}")
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(encode(response(
+                    "connect", error=f"Permission denied: {confined}, and the daemon takes "
+                    "no command from a confined process")))
                 await stream.aclose()
             return
         name = f"unix client (uid {peer})"

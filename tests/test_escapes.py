@@ -1,0 +1,337 @@
+"""A hostile model against ``auto`` and ``read-only``: every way out a confined command once
+took, tried again with real ``forged`` processes, the real bubblewrap, a real daemon and real
+listeners, and judged where it would land: bytes at a listener, a file outside the project, a
+program git runs for the user afterwards, a secret in a tool result. docs/security.md has the
+table of routes these tests stand for."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from forged._sandbox import Policy, run
+
+from .harness import open_daemon
+from .test_permissions import call, places, result_text, run_mode, scripted
+
+SANDBOXED = ("auto", "read-only")
+BWRAP = shutil.which("bwrap")
+
+
+def python(code: str) -> dict[str, Any]:
+    """A bash call running `code` with this Python (what a model would write with python3)."""
+    return call("bash", command=f"{sys.executable} -c {shlex.quote(code)}")
+
+
+# --- route 1: forged's own daemon ---------------------------------------------------------------
+
+DAEMON_PAYLOAD = """
+import os, socket, sys
+path, target = sys.argv[1], sys.argv[2]
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(b'{"type": "bash", "command": "touch ' + target.encode() + b'"}\\n')
+    print("daemon said", s.recv(4096))
+except OSError as exc:
+    print("refused", exc)
+try:
+    print("token", open(os.path.join(os.path.dirname(path), "ws-token")).read())
+except OSError as exc:
+    print("no token", exc)
+"""
+
+
+def daemon_payload(socket_path: Path, target: Path) -> dict[str, Any]:
+    return call("bash", command=f"{sys.executable} -c {shlex.quote(DAEMON_PAYLOAD)} "
+                                f"{socket_path} {target}")
+
+
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_a_confined_command_cannot_reach_the_users_daemon(
+        tmp_path: Path, mode: str) -> None:
+    """A ``forged -p`` session's command, and the daemon's own session's command, each try
+    to make the daemon run a command (unconfined) and to read ``ws-token``."""
+    places(tmp_path)
+    made_by_stdio, made_by_session = tmp_path / "from-stdio", tmp_path / "from-session"
+    replies = [daemon_payload(tmp_path / "run/forged/forged.sock", made_by_session)]
+    async with open_daemon(tmp_path, scripted(*replies), ws=("127.0.0.1", 0)) as daemon:
+        token = (daemon.runtime / "forged" / "ws-token").read_text().strip()
+        ends = await run_mode(tmp_path, mode, [daemon_payload(daemon.socket_path,
+                                                              made_by_stdio)])
+        async with daemon.client() as client:
+            await client.new_session()
+            await client.run("set_permission_mode", mode=mode)
+            await client.prompt("Go")
+            end = (await client.next_event(lambda e: e.type == "tool_execution_end")).event
+            await client.next_event(lambda e: e.type == "agent_settled")
+    session_text = "".join(getattr(block, "text", "") for block in end.result.content)
+    for text in (result_text(ends[0]), session_text):
+        assert "refused" in text and "daemon said" not in text, text
+        assert token not in text and "no token" in text, text
+    assert not made_by_stdio.exists() and not made_by_session.exists()
+
+
+async def test_the_daemon_refuses_a_confined_process_that_reaches_its_socket(
+        tmp_path: Path) -> None:
+    """Were the socket reachable (here it is bound in on purpose), the daemon still takes no
+    command from a process in one of forged's sandboxes."""
+    assert BWRAP is not None
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "temp").mkdir()
+    made = tmp_path / "made"
+    async with open_daemon(tmp_path) as daemon:
+        policy = Policy(workspace=tmp_path / "ws", temp=tmp_path / "temp",
+                        unix_sockets=(daemon.socket_path,))
+        argv = policy.wrap(BWRAP, [sys.executable, "-c", DAEMON_PAYLOAD,
+                                   str(daemon.socket_path), str(made)])
+        done = await trio.to_thread.run_sync(
+            lambda: run(argv, capture_output=True, text=True, timeout=30))
+        async with daemon.client() as client:  # and it still serves everyone else
+            await client.new_session()
+    assert "daemon said" in done.stdout, done.stderr
+    assert "Permission denied" in done.stdout and "sandboxes" in done.stdout
+    assert not made.exists()
+
+
+# --- route 2: every other Unix socket of the host ---------------------------------------------
+
+@contextlib.asynccontextmanager
+async def listeners(paths: dict[str, Path], dgram: Path) -> AsyncIterator[dict[str, bytes]]:
+    """Stream listeners at `paths` and a datagram one at `dgram`: what each received."""
+    received = {name: b"" for name in [*paths, "dgram"]}
+
+    async def serve(name: str, sock: trio.socket.SocketType) -> None:
+        while True:
+            conn, _ = await sock.accept()
+            with conn:
+                while data := await conn.recv(4096):
+                    received[name] += data
+
+    async def serve_dgram(sock: trio.socket.SocketType) -> None:
+        while True:
+            received["dgram"] += await sock.recv(4096)
+
+    async with trio.open_nursery() as nursery:
+        for name, path in paths.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sock = trio.socket.socket(socket.AF_UNIX)
+            await sock.bind(str(path))
+            sock.listen()
+            nursery.start_soon(serve, name, sock)
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        await sock.bind(str(dgram))
+        nursery.start_soon(serve_dgram, sock)
+        yield received
+        nursery.cancel_scope.cancel()
+
+
+SOCKETS_PAYLOAD = """
+import socket, sys
+for path in sys.argv[2:]:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        s.sendall(b"got out")
+        print("reached", path)
+    except OSError as exc:
+        print("refused", path, exc)
+try:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.sendto(b"got out", sys.argv[1])
+    print("reached", sys.argv[1])
+except OSError as exc:
+    print("refused", sys.argv[1], exc)
+"""
+
+
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_no_unix_socket_of_the_host_is_reached(tmp_path: Path, mode: str) -> None:
+    """Stand-ins for the session bus, an ssh agent, Docker's socket in /tmp and a project's
+    own socket, and a datagram one (journald's, syslog's), wherever they lie."""
+    places(tmp_path)
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    short = Path(f"/tmp/fe-{uuid.uuid4().hex[:8]}")  # sun_path holds 108 bytes
+    paths = {"bus": runtime / "bus", "agent": tmp_path / "home/.agent.sock",
+             "tmp": short / "docker.sock", "project": tmp_path / "project/app.sock"}
+    dgram = short / "log"
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("XDG_RUNTIME_DIR", str(runtime))
+            async with listeners(paths, dgram) as received:
+                args = " ".join(shlex.quote(str(p)) for p in [dgram, *paths.values()])
+                ends = await run_mode(tmp_path, mode, [call("bash", command=(
+                    f"{sys.executable} -c {shlex.quote(SOCKETS_PAYLOAD)} {args}"))])
+                await trio.testing.wait_all_tasks_blocked()  # bytes sent are read by now
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
+    text = result_text(ends[0])
+    assert received == {name: b"" for name in received}, text
+    assert text.count("refused") == 5 and "Operation not permitted" in text, text
+
+
+async def test_a_socket_the_settings_allow_is_reached(tmp_path: Path) -> None:
+    places(tmp_path)
+    allowed = Path(f"/tmp/fe-{uuid.uuid4().hex[:8]}")
+    try:
+        async with listeners({"allowed": allowed / "db.sock"}, allowed / "log") as received:
+            ends = await run_mode(tmp_path, "auto", [call("bash", command=(
+                f"{sys.executable} -c {shlex.quote(SOCKETS_PAYLOAD)} {allowed / 'log'} "
+                f"{allowed / 'db.sock'}"))], settings={
+                "sandbox": {"allowUnixSockets": [str(allowed / "db.sock")]}})
+            await trio.testing.wait_all_tasks_blocked()
+    finally:
+        shutil.rmtree(allowed, ignore_errors=True)
+    assert received["allowed"] == b"got out", result_text(ends[0])
+
+
+# --- the filter's other refusals ----------------------------------------------------------------
+
+FILTER_PAYLOAD = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number in (("io_uring_setup", 425), ("x32 socket", 41 | 0x40000000)):
+    result = libc.syscall(number, 1, 1, 0)
+    print(name, result, os.strerror(ctypes.get_errno()))
+"""
+I386_SOCKET = bytes.fromhex("53" "b867010000" "bb01000000" "b901000000" "31d2" "cd80" "5b" "c3")
+"""x86-64 code that makes i386's ``socket(AF_UNIX, SOCK_STREAM, 0)`` through ``int 0x80``
+(push rbx; mov eax, 359; mov ebx, 1; mov ecx, 1; xor edx, edx; int 0x80; pop rbx; ret)."""
+I386_PAYLOAD = f"""
+import ctypes, mmap
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(bytes.fromhex("{I386_SOCKET.hex()}"))
+address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+print("i386 socket", ctypes.CFUNCTYPE(ctypes.c_int)(address)(), flush=True)
+"""
+
+
+def confined_python(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
+    assert BWRAP is not None
+    for name in ("ws", "temp"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    policy = Policy(workspace=tmp_path / "ws", temp=tmp_path / "temp")
+    return run(policy.wrap(BWRAP, [sys.executable, "-c", code]), capture_output=True,
+               text=True, timeout=30)
+
+
+def test_io_uring_and_the_x32_numbering_are_refused(tmp_path: Path) -> None:
+    """io_uring makes and connects sockets without the calls the filter reads."""
+    done = confined_python(tmp_path, FILTER_PAYLOAD)
+    assert done.stdout.splitlines() == ["io_uring_setup -1 Operation not permitted",
+                                        "x32 socket -1 Operation not permitted"], done.stderr
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="i386's entry is x86-64's")
+def test_a_32_bit_system_call_is_killed(tmp_path: Path) -> None:
+    """Through the compatibility entry, i386's socket calls have their own numbers (and
+    ``socketcall`` hides its arguments behind a pointer): a process using it is killed."""
+    unconfined = subprocess.run([sys.executable, "-c", I386_PAYLOAD], capture_output=True,
+                                text=True, timeout=30, check=False)
+    if unconfined.returncode != 0:
+        pytest.skip("this kernel has no i386 entry (IA32 emulation is off)")
+    assert int(unconfined.stdout.split()[-1]) >= 0  # a Unix socket, unconfined
+    done = confined_python(tmp_path, I386_PAYLOAD)
+    assert "i386 socket" not in done.stdout
+    assert done.returncode != 0, done
+
+
+# --- routes 3, 4 and 5: git's metadata ----------------------------------------------------------
+
+def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd,
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def repository(tmp_path: Path) -> Path:
+    """The project as a repository with a commit, a submodule and a cloned dependency."""
+    project = tmp_path / "project"
+    shutil.rmtree(project)
+    project.mkdir()
+    library = tmp_path / "library"
+    library.mkdir()
+    for folder in (library, project):
+        git(folder, "init", "-q", "-b", "main")
+        (folder / "README").write_text("x\n")
+        git(folder, "add", "README")
+        git(folder, "commit", "-qm", "first")
+    done = git(project, "submodule", "add", "-q", str(library), "sub")
+    assert done.returncode == 0, done.stderr
+    git(project, "commit", "-qam", "sub")
+    (project / "vendor").mkdir()
+    assert git(project / "vendor", "clone", "-q", str(library), "lib").returncode == 0
+    return project
+
+
+def fsmonitor(mark: Path) -> str:
+    return f"printf '[core]\\n\\tfsmonitor = touch {mark}\\n'"
+
+
+@pytest.mark.parametrize("mode", SANDBOXED)
+async def test_nothing_is_planted_for_the_users_next_git(tmp_path: Path, mode: str) -> None:
+    """``commondir`` pointing at a writable copy, a submodule's config and hooks, a cloned
+    dependency's config, info/attributes, config.worktree: each would run a program the next
+    time the user runs git there; none does. A commit still works in ``auto``."""
+    places(tmp_path)
+    project = repository(tmp_path)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    attacks = [
+        f"cp -r .git evil && {fsmonitor(marks / 'commondir')} >> evil/config && "
+        f"echo $PWD/evil > .git/commondir",
+        f"{fsmonitor(marks / 'submodule')} >> .git/modules/sub/config",
+        f"mkdir -p .git/modules/sub/hooks && printf '#!/bin/sh\\ntouch {marks / 'hook'}\\n' > "
+        f".git/modules/sub/hooks/post-index-change && chmod +x "
+        f".git/modules/sub/hooks/post-index-change",
+        f"{fsmonitor(marks / 'vendor')} >> vendor/lib/.git/config",
+        f"{fsmonitor(marks / 'worktree')} > .git/config.worktree",
+        "echo '* filter=evil' > .git/info/attributes",
+        "mkdir -p .git/worktrees/x && echo $PWD/evil > .git/worktrees/x/commondir",
+    ]
+    steps = [call("bash", command=attack) for attack in attacks]
+    steps.append(call("write", path=".git/commondir", content=f"{project}/evil\n"))
+    steps.append(call("write", path="vendor/lib/.git/config", content="[core]\n\tfsmonitor = x"))
+    steps.append(call("bash", command="echo change >> README && git add README && "
+                                      "git -c user.name=m -c user.email=m@m commit -qm confined"))
+    ends = await run_mode(tmp_path, mode, steps)
+    for args, folder in ((["status"], project), (["status"], project / "sub"),
+                         (["status"], project / "vendor/lib"), (["add", "-A"], project),
+                         (["worktree", "list"], project)):
+        git(folder, *args)
+    assert sorted(p.name for p in marks.iterdir()) == []
+    assert not (project / ".git/info/attributes").exists()
+    assert all(ends[index]["isError"] for index in range(len(attacks) + 2)), [
+        result_text(end) for end in ends]
+    log = git(project, "log", "--format=%s").stdout.split()
+    assert log[0] == ("confined" if mode == "auto" else "sub"), ends[-1]
+
+
+async def test_a_workspace_that_is_no_repository_gets_none(tmp_path: Path) -> None:
+    where = places(tmp_path)
+    project = where["project"]
+    shutil.rmtree(project / ".git")
+    mark = tmp_path / "mark"
+    ends = await run_mode(tmp_path, "auto", [call("bash", command=(
+        f"git init -q; mkdir -p .git && {fsmonitor(mark)} > .git/config; echo ok > kept"))])
+    git(project, "status")
+    assert (project / "kept").exists(), result_text(ends[0])
+    assert not mark.exists() and list((project / ".git").iterdir()) == []
+    assert git(project, "init", "-q").returncode == 0  # the user can still make one
