@@ -304,8 +304,15 @@ def config_show(argv: list[str]) -> int:
     settings = Settings(agent_dir(), cwd)
     if settings.project_untrusted_note:
         log(f"{settings.project_untrusted_note}")
+    from ._tools.environment import ShellEnvironment
+    from ._tools.guard import starting_mode
+
     rows = settings.explain()
-    rows.append(("sandbox", sandbox_problem() or "works here (bubblewrap)", "this machine"))
+    rows.append(("sandbox", sandbox_problem() or "works here (bubblewrap, seccomp)",
+                 "this machine"))
+    mode = starting_mode(None, settings)
+    rows.append(("command environment", ShellEnvironment.from_settings(settings).describe(mode),
+                 "shellEnvironment, in the permission mode a session starts in"))
     if args.json:
         for key, value, source in rows:
             print(orjson.dumps({"key": key, "value": value, "source": source}).decode())
@@ -427,7 +434,7 @@ def build_connect_parser() -> argparse.ArgumentParser:
 
 CONNECT_PER_SESSION = frozenset({
     "provider", "model", "session_name", "session", "continue_", "no_session", "cwd", "socket",
-    "mode", "acp", "no_start", "attach"})
+    "mode", "acp", "no_start", "attach", "permission_mode"})
 """connect's options that reach the session it opens (or connect itself); the others shape
 only a daemon that connect starts."""
 
@@ -438,6 +445,7 @@ def daemon_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> li
     return [next((flag for flag in action.option_strings if flag.startswith("--")),
                  action.option_strings[0]) for action in parser._actions
             if action.option_strings and action.dest not in CONNECT_PER_SESSION
+            and not action.dest.startswith("ignored_")
             and getattr(args, action.dest, None) != getattr(defaults, action.dest, None)]
 
 

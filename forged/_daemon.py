@@ -115,6 +115,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                         continue_=request.continue_recent,
                         session_name=request.session_name or options.session_name,
                         no_session=request.no_session or options.no_session,
+                        permission_mode=request.permission_mode or options.permission_mode,
                         mcp_handed=request.mcp_servers), asked)
 
                 async with trio.open_nursery() as sessions_nursery:

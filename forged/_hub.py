@@ -256,6 +256,7 @@ class SessionRequest:
     continue_recent: bool = False
     session_name: str | None = None
     no_session: bool = False
+    permission_mode: str | None = None
     mcp_servers: dict[str, Any] = attrs.Factory(dict)
     """MCP servers the client hands the session, as mcp.json entries."""
 
@@ -385,13 +386,15 @@ class Hub:
             elif isinstance(command, w.NewSession) and (
                     peer.live is None or command.cwd or command.provider or command.model
                     or command.session or command.continue_recent or command.no_session
-                    or command.session_name or command.mcp_servers):
+                    or command.session_name or command.mcp_servers
+                    or command.permission_mode):
                 peer.plain = peer.plain or command.plain
                 config = await self.session_config(SessionRequest(
                     cwd=_folder(command.cwd) if command.cwd else None,
                     provider=command.provider, model=command.model, session=command.session,
                     continue_recent=command.continue_recent,
                     session_name=command.session_name, no_session=command.no_session,
+                    permission_mode=command.permission_mode,
                     mcp_servers=command.mcp_servers or {}))
                 if peer.live is None:  # opened by the first command that needs it
                     self._make_room(unload=False)  # (refused now, if it could not be)

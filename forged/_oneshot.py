@@ -158,16 +158,42 @@ def _mcp_entry(args: Any) -> dict[str, Any] | None:
 
 
 async def _mcp_list(cwd: Path) -> int:
-    """Connect every server of `cwd` and print each: transport, status, tools."""
-    from ._mcp import CACHE_DIR, MCP_FILE, ListingCache, McpConfig, McpServers, exposed
+    """Connect every server of `cwd` as a session there would, in the permission mode it
+    would start in (a sandboxed mode: stdio servers in the sandbox), and print each:
+    transport, status, tools."""
+    from ._mcp import CACHE_DIR, MCP_FILE, ListingCache, McpConfig, McpServers
     from ._settings import PROJECT_DIR, Settings
+    from ._tools.base import ScratchDir
+    from ._tools.environment import ShellEnvironment
+    from ._tools.guard import SERVER_CACHE, Guard, SandboxSettings, starting_mode
+    from ._ui import Dialogs
 
     settings = Settings(agent_dir(), cwd)
     config = McpConfig(user_file=agent_dir() / MCP_FILE,
                        project_file=cwd / PROJECT_DIR / MCP_FILE
                        if settings.project_trusted else None)
     specs = config.load()
-    servers = McpServers(specs, cwd, cache=ListingCache(agent_dir() / CACHE_DIR))
+    scratch = ScratchDir()
+    guard = Guard(starting_mode(None, settings),
+                  SandboxSettings.from_settings(settings, agent_dir()), cwd, scratch,
+                  Dialogs(lambda _: None, interactive=False),
+                  environment=ShellEnvironment.from_settings(settings),
+                  server_cache=agent_dir() / SERVER_CACHE)
+    servers = McpServers(specs, cwd, cache=ListingCache(agent_dir() / CACHE_DIR),
+                         confine=lambda argv, folder, spec: guard.server(
+                             argv, folder, network=spec.network, sandbox=spec.sandbox))
+    if specs:
+        print(f"permission mode {guard.mode}: stdio servers start "
+              f"{'in the sandbox' if guard.sandboxed else 'unconfined'}, as a session's would")
+    try:
+        return await _list_servers(servers, specs, config)
+    finally:
+        scratch.remove()
+
+
+async def _list_servers(servers: Any, specs: list[Any], config: Any) -> int:
+    from ._mcp import MCP_FILE, exposed
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(servers.serve)
         for server in servers.servers.values():

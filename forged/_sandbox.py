@@ -68,6 +68,8 @@ class Policy:
     write_workspace: bool = True
     """False in ``read-only``: only `temp` is writable."""
     writable_roots: tuple[Path, ...] = ()
+    caches: tuple[Path, ...] = ()
+    """Writable too, as `temp` is: folders of forged's own that no repository is in."""
     hidden: tuple[Path, ...] = ()
     """Folders behind an empty read-only tmpfs wherever they are (even inside a writable
     root): forged's runtime folder (the daemon's socket, ``ws-token``, the code forged's next
@@ -90,7 +92,7 @@ class Policy:
                 "--proc", "/proc"]
         if not self.network:
             args.append("--unshare-net")
-        writable = [self.temp, *self.writable_roots]
+        writable = [self.temp, *self.caches, *self.writable_roots]
         if self.write_workspace:
             writable.insert(0, self.workspace)
         roots = [root.resolve() for root in writable]

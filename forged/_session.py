@@ -56,7 +56,8 @@ from ._store import SessionFile
 from ._switching import Maker, open_store
 from ._tools import BUILTIN_NAMES, READING_TOOLS, Tool, ToolChoice, builtin_tools, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
-from ._tools.guard import Guard, SandboxSettings, check_mode, starting_mode
+from ._tools.environment import ShellEnvironment
+from ._tools.guard import SERVER_CACHE, Guard, SandboxSettings, check_mode, starting_mode
 from ._ui import Dialogs
 
 if TYPE_CHECKING:
@@ -219,7 +220,8 @@ class DirectBash:
                     command, session.cwd,
                     lambda delta: session.emit(w.BashExecutionUpdate(id=command_id,
                                                                      delta=delta)),
-                    scope, session.shell, session.wait_for_room, session.scratch)
+                    scope, session.shell, session.wait_for_room, session.scratch,
+                    env=session.guard.environment())
                 await session.checkpoints.capture("after")
             finally:
                 self.scope = None
@@ -288,7 +290,9 @@ class Session:
         self._checkpoints: Checkpoints | None = None
         self.guard = Guard(starting_mode(config.permission_mode, settings),
                            SandboxSettings.from_settings(settings, config.agent_dir),
-                           config.cwd, self.scratch, self.ui)
+                           config.cwd, self.scratch, self.ui,
+                           environment=ShellEnvironment.from_settings(settings),
+                           server_cache=config.agent_dir / SERVER_CACHE)
         self.mcp = McpServers(files.mcp_servers, config.cwd,
                               cache=files.mcp_cache, listings=files.mcp_listings,
                               keep=config.tools.keeps_mcp,

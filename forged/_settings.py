@@ -64,6 +64,11 @@ DEFAULTS: dict[str, Any] = {
     "sandbox.network": False,
     "sandbox.writableRoots": [],
     "sandbox.denyRead": list(DEFAULT_DENY_READ),
+    "sandbox.allowUnixSockets": [],
+    "shellEnvironment.inherit": UNSET,
+    "shellEnvironment.exclude": [],
+    "shellEnvironment.include": [],
+    "shellEnvironment.set": {},
 }
 """The keys forged reads, by dotted path, with the value used when no file sets one."""
 

@@ -71,9 +71,15 @@ CONNECT_OPTIONS: tuple[tuple[tuple[str, ...], bool, str], ...] = (
 """``forged connect``'s options as its parser has them (flags, takes a value, destination),
 in its order; `tests/test_daemon.py` checks they stay the same."""
 PER_SESSION = frozenset({"provider", "model", "session_name", "session", "continue_",
-                         "no_session", "cwd", "socket", "mode", "acp", "no_start", "attach"})
+                         "no_session", "cwd", "socket", "mode", "acp", "no_start", "attach",
+                         "permission_mode"})
 """Options that reach the session connect opens (or connect itself); the others shape only
 a daemon that connect starts (`forged._cli.CONNECT_PER_SESSION`)."""
+DAEMON_WIDE = frozenset({"script", "session_dir", "api_key", "models", "plugin", "mcp_config",
+                         "no_mcp", "approve", "extension"})
+"""connect's options that shape the daemon as a whole (what a daemon it starts takes): a
+running daemon keeps its own, which connect says once. Every other option a running daemon
+cannot apply to this connection's session is refused (`refusal_of`)."""
 _BY_FLAG = {flag: (takes_value, dest) for flags, takes_value, dest in CONNECT_OPTIONS
             for flag in flags}
 
@@ -212,8 +218,29 @@ def _parse(argv: list[str]) -> tuple[dict[str, str | bool], list[str]] | None:
     elif found.get("mode", "rpc") != "rpc":
         return None
     unused = [next(f for f in flags if f.startswith("--")) for flags, _, dest in CONNECT_OPTIONS
-              if dest not in PER_SESSION and given & set(flags)]
+              if dest not in PER_SESSION and not dest.startswith("ignored_")
+              and given & set(flags)]
     return found, unused
+
+
+def refusal_of(unused: list[str], attach_with_mode: bool) -> str | None:
+    """Why connect refuses to go on with a daemon that already runs, or None: session
+    options among `unused` (those it gets only as a daemon connect starts), which this
+    connection's session cannot take, or a permission mode for a session it attaches to
+    (whose mode is its own). The daemon-wide ones are said, once, on stderr."""
+    wide = [flag for flag in unused if _BY_FLAG.get(flag, (False, ""))[1] in DAEMON_WIDE]
+    if wide:
+        _say(f"{', '.join(wide)}: the daemon already runs and keeps its own (they apply to "
+             "a daemon that connect starts, or to forged serve)")
+    session = [flag for flag in unused if flag not in wide]
+    if session:
+        return (f"{', '.join(session)}: the daemon already runs and cannot give this "
+                "connection's session these options (a daemon that connect starts takes "
+                "them, as forged serve does); leave them out, or stop the daemon first")
+    if attach_with_mode:
+        return ("--permission-mode: --attach joins a session that keeps its own mode; send "
+                "set_permission_mode to change it for every client of that session")
+    return None
 
 
 def connect(argv: list[str]) -> int | None:
@@ -230,14 +257,18 @@ def connect(argv: list[str]) -> int | None:
         return 1
     if sock is None:
         return None
-    if unused:
-        _say(f"{', '.join(unused)}: the daemon already runs and keeps its own options (they "
-             "apply to a daemon that connect starts, or to forged serve)")
+    refused = refusal_of(unused, bool(options.get("attach")) and "permission_mode" in options)
+    if refused is not None:
+        sock.close()
+        _say(refused)
+        return 2
     cwd = os.path.realpath(os.path.expanduser(str(options.get("cwd") or os.getcwd())))
     stop = STOP_COMMANDS
     if options.get("acp"):  # the daemon runs the ACP front: bytes both ways
         opening: dict[str, str | bool] = {"type": "acp", "id": CONNECT_ID, "cwd": cwd, **{
-            key: options[key] for key in ("provider", "model") if key in options}}
+            name: options[key] for key, name in (("provider", "provider"), ("model", "model"),
+                                                 ("permission_mode", "permissionMode"))
+            if key in options}}
         stop = b""
     elif options.get("attach"):
         opening = {"type": "attach", "id": CONNECT_ID, "sessionId": options["attach"],
@@ -247,7 +278,8 @@ def connect(argv: list[str]) -> int | None:
         if isinstance(session, str) and ("/" in session or session.endswith(".jsonl")):
             session = os.path.realpath(os.path.join(cwd, os.path.expanduser(session)))
         names = {"provider": "provider", "model": "model", "session_name": "sessionName",
-                 "continue_": "continueRecent", "no_session": "noSession"}
+                 "continue_": "continueRecent", "no_session": "noSession",
+                 "permission_mode": "permissionMode"}
         opening = {"type": "new_session", "id": CONNECT_ID, "cwd": cwd, "plain": True,
                    **{name: options[dest] for dest, name in names.items() if dest in options}}
         if session:

@@ -76,9 +76,13 @@ class Dialogs:
         for request in self._permissions.values():
             request.stir()
 
-    async def permission(self, title: str) -> tuple[str | None, str]:
+    async def permission(self, title: str, *, for_session: bool = True
+                         ) -> tuple[str | None, str]:
         """Ask the user to allow what `title` describes: the option chosen
-        (`ALLOW_ONCE` or `ALLOW_SESSION`), or None and why not."""
+        (`ALLOW_ONCE`, or `ALLOW_SESSION` when `for_session` offers it), or None and why
+        not. An answer that is none of the options offered is no."""
+        options = [option for option in PERMISSION_OPTIONS
+                   if for_session or option != ALLOW_SESSION]
         dialog_id = str(uuid.uuid4())
         request = self._permissions[dialog_id] = _Pending()
         sent = announced = False
@@ -89,7 +93,7 @@ class Dialogs:
                     return None, "the run was aborted"
                 if request.answer is not None:
                     value = _value(request.answer)
-                    if value in (ALLOW_ONCE, ALLOW_SESSION):
+                    if value in options and value != DENY:
                         return value, value
                     return None, "the user denied it"
                 if self.interactive:
@@ -97,7 +101,7 @@ class Dialogs:
                     if not sent:
                         self._emit(w.ExtensionUiRequest(id=dialog_id, method="select",
                                                         title=title,
-                                                        options=list(PERMISSION_OPTIONS)))
+                                                        options=options))
                         sent = announced = True
                 else:
                     sent = False  # sent again to the next client that can answer

@@ -296,8 +296,9 @@ def test_a_plugin_gate_asks_the_editor_for_permission(tmp_path: Path, how: str) 
 
 
 def test_the_permission_modes_ask_the_editor(tmp_path: Path, how: str) -> None:
-    """In auto, a command the model wants to run outside the sandbox is asked on its tool
-    call: allow always (the same command is not asked again), then reject."""
+    """In ask, a command is asked on its tool call: allow always (the same command is not
+    asked again), then reject. (An escalation out of auto's sandbox is never allowed
+    always: tests/test_escapes.py.)"""
     command, env = forged_acp(tmp_path, how)
     project = tmp_path / "project"
     outside = tmp_path / "outside"
@@ -306,7 +307,7 @@ def test_the_permission_modes_ask_the_editor(tmp_path: Path, how: str) -> None:
 
     def escalated(line: str) -> dict[str, Any]:
         return {"content": [{"type": "toolCall", "name": "bash", "arguments": {
-            "command": line, "escalate": "it writes outside the project"}}]}
+            "command": line}}]}
 
     use_script(command, tmp_path, replies=[
         escalated(append), escalated(append), escalated(f"touch {outside / 'no'}"),
@@ -323,7 +324,7 @@ def test_the_permission_modes_ask_the_editor(tmp_path: Path, how: str) -> None:
                                            cwd=str(project)) as (conn, _):
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             sid = (await conn.new_session(cwd=str(project))).session_id
-            await conn.set_session_mode(session_id=sid, mode_id="auto")
+            await conn.set_session_mode(session_id=sid, mode_id="ask")
             await conn.prompt(session_id=sid, prompt=[acp.text_block("Go")])
         return editor
 

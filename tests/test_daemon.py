@@ -595,15 +595,18 @@ async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path:
 
     said: list[str] = []
 
-    async def through_connect(daemon: Any, *options: str) -> dict[str, Any]:
+    async def through_connect(daemon: Any, *options: str, status: int = 0) -> dict[str, Any]:
         env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
         with trio.fail_after(20):
             result = await trio.run_process(
                 [str(BIN / "forged"), "connect", "--no-start", *options],
                 stdin=b'{"type":"get_state","id":"s"}\n', capture_stdout=True,
                 capture_stderr=True, check=False, env=env, cwd=tmp_path / "project")
-        assert result.returncode == 0, result.stderr
+        assert result.returncode == status, result.stderr
         said.append(result.stderr.decode())
+        if status:
+            assert result.stdout == b""
+            return {}
         (state,) = [orjson.loads(line) for line in result.stdout.splitlines()]
         return dict(state["data"])
 
@@ -615,15 +618,22 @@ async def test_connect_passes_every_session_option_to_a_running_daemon(tmp_path:
             await client.prompt_and_wait("hello")
             recent = (await client.get_state()).session_id
         continued = await through_connect(daemon, "-c")
-        await through_connect(daemon, "--tools", "read", "--thinking", "high", "--name", "x")
+        mode = await through_connect(daemon, "--permission-mode", "read-only")
+        await through_connect(daemon, "--tools", "read", "--thinking", "high", "--name", "x",
+                              status=2)
+        await through_connect(daemon, "--attach", recent, "--permission-mode", "auto",
+                              status=2)
     assert named["sessionName"] == "demo"
     assert named["sessionFile"] == str(tmp_path / "project" / "kept.jsonl")
     assert "sessionFile" not in memory
     assert continued["sessionId"] == recent
-    assert not any(said[:-1])  # each of those options reached the session
-    assert said[-1] == ("forged: --thinking, --tools: the daemon already runs and keeps its own "
-                        "options (they apply to a daemon that connect starts, or to forged "
-                        "serve)\n")
+    assert mode["permissionMode"] == "read-only"
+    assert not any(said[:-2])  # each of those options reached the session
+    assert said[-2] == ("forged: --thinking, --tools: the daemon already runs and cannot give "
+                        "this connection's session these options (a daemon that connect "
+                        "starts takes them, as forged serve does); leave them out, or stop "
+                        "the daemon first\n")
+    assert said[-1].startswith("forged: --permission-mode: --attach joins a session")
 
 
 async def test_a_dropped_connections_empty_session_goes_soon_a_conversation_stays(

@@ -57,14 +57,15 @@ def places(tmp_path: Path) -> dict[str, Path]:
 
 
 async def run_mode(tmp_path: Path, mode: str, replies: list[dict[str, Any]],
-                   settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """``forged -p --mode json`` in the project with `mode`, the home `tmp_path/home`: the
-    tool_execution_end events."""
+                   settings: dict[str, Any] | None = None,
+                   env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """``forged -p --mode json`` in the project with `mode`, the home `tmp_path/home` (and
+    `env` added to its environment): the tool_execution_end events."""
     (tmp_path / "agent" / "settings.json").write_text(json.dumps(settings or {}))
     script = tmp_path / f"script-{mode}.json"
     script.write_text(json.dumps({"replies": [*replies, {"content": [
         {"type": "text", "text": "Done."}]}]}))
-    env = child_env(tmp_path / "agent") | {"HOME": str(tmp_path / "home")}
+    env = child_env(tmp_path / "agent") | {"HOME": str(tmp_path / "home")} | (env or {})
     with trio.fail_after(60):
         done = await trio.run_process(
             [str(BIN / "forged"), "--provider", "scripted", "--script", str(script),
@@ -193,15 +194,18 @@ async def answer_next(client: Client, start: int, value: str) -> tuple[Event, in
 
 
 async def test_allow_once_allow_for_the_session_and_deny(tmp_path: Path) -> None:
+    """In ``ask``: "for this session" covers the same command text again (an escalation is
+    never allowed for the session: tests/test_escapes.py)."""
     outside = tmp_path / "outside"
     outside.mkdir()
     append = f"echo x >> {outside / 'log'}"
-    steps = [escalated(append)] * 3 + [escalated(f"touch {outside / 'denied'}")]
+    steps = [call("bash", command=append)] * 3 + [
+        call("bash", command=f"touch {outside / 'denied'}")]
     async with open_client(tmp_path, scripted(*steps)) as client:
-        assert (await client.request({"type": "set_permission_mode", "mode": "auto"}))[
+        assert (await client.request({"type": "set_permission_mode", "mode": "ask"}))[
             "success"]
         state = await client.request({"type": "get_state"})
-        assert state["data"]["permissionMode"] == "auto"
+        assert state["data"]["permissionMode"] == "ask"
         await client.send({"type": "prompt", "message": "Go"})
         first, start = await answer_next(client, 0, "Allow once")
         second, start = await answer_next(client, start, "Allow for this session")
@@ -209,7 +213,7 @@ async def test_allow_once_allow_for_the_session_and_deny(tmp_path: Path) -> None
         await client.settled()
     assert first["method"] == "select" and first["options"] == [
         "Allow once", "Allow for this session", "Deny"]
-    assert append in first["title"] and "writes outside the project" in first["title"]
+    assert append in first["title"]
     assert second["title"] == first["title"] and "denied" in denied["title"]
     assert len(client.events("extension_ui_request")) == 3
     assert (outside / "log").read_text() == "x\nx\nx\n" and not (outside / "denied").exists()

@@ -165,7 +165,7 @@ def test_config_show_says_whether_the_sandbox_works_here(tmp_path: Path, path: s
     if path == "/nowhere":
         assert "bubblewrap (bwrap), which is not installed" in value
     else:
-        assert value == "works here (bubblewrap)"
+        assert value == "works here (bubblewrap, seccomp)"
 
 
 def test_protected_folders_that_do_not_exist_yet_cannot_be_made(tmp_path: Path) -> None:

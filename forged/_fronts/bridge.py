@@ -27,9 +27,15 @@ import trio
 
 from .._errors import ConfigError
 from .._log import log, reserve_stdout
-from .._thin import CONNECT_ID, STOP_ANSWER, STOP_COMMANDS, why_closed
+from .._thin import CONNECT_ID, STOP_ANSWER, STOP_COMMANDS, refusal_of, why_closed
 
 START_TIMEOUT_S = 15.0
+ATTACH_WITH_MODE = "--permission-mode with --attach"
+"""Stands in `connect`'s list of what a running daemon cannot take for this connection."""
+
+
+class Refused(ConfigError):
+    """A running daemon cannot open this connection's session as asked: connect exits 2."""
 
 
 # --- connect -----------------------------------------------------------------------------------
@@ -44,7 +50,9 @@ def connect(args: argparse.Namespace, argv: list[str], unused: list[str]) -> int
     if args.acp or args.mode == "acp":
         return trio.run(_acp_bridge, path, cwd, {
             **({"provider": args.provider} if args.provider else {}),
-            **({"model": args.model} if args.model else {})}, start, unused, reserve_stdout())
+            **({"model": args.model} if args.model else {}),
+            **({"permission_mode": args.permission_mode} if args.permission_mode else {})},
+            start, unused, reserve_stdout())
     if args.session and ("/" in args.session or args.session.endswith(".jsonl")):
         args.session = str((cwd / Path(args.session).expanduser()).resolve())  # not the daemon's
     opening: dict[str, Any] = (
@@ -56,7 +64,10 @@ def connect(args: argparse.Namespace, argv: list[str], unused: list[str]) -> int
          **({"sessionName": args.session_name} if args.session_name else {}),
          **({"session": args.session} if args.session else {}),
          **({"continueRecent": True} if args.continue_ else {}),
-         **({"noSession": True} if args.no_session else {})})
+         **({"noSession": True} if args.no_session else {}),
+         **({"permissionMode": args.permission_mode} if args.permission_mode else {})})
+    if args.attach and args.permission_mode:
+        unused = [*unused, ATTACH_WITH_MODE]
     protocol_fd = reserve_stdout()
     return trio.run(_bridge, path, opening, start, unused, protocol_fd)
 
@@ -77,9 +88,20 @@ async def _acp_bridge(path: Path, cwd: Path, opening: dict[str, str], start: lis
         except ConfigError as exc:
             raise AcpError(INTERNAL_ERROR, str(exc)) from None
 
+    if unused:  # said now, not at the editor's first session/new
+        try:
+            await (await _open(path, None, unused)).aclose()
+        except Refused as exc:
+            log(str(exc))
+            return 2
+        except (OSError, ConfigError):
+            pass  # no daemon yet: the one connect starts takes them
+
     async with trio.open_nursery() as nursery:
         await serve_acp(InDaemon(connect, provider=opening.get("provider"),
-                                 model=opening.get("model")), nursery, open_fd_stream(0),
+                                 model=opening.get("model"),
+                                 permission_mode=opening.get("permission_mode")),
+                        nursery, open_fd_stream(0),
                         open_fd_stream(stdout_fd), default_cwd=cwd)
         nursery.cancel_scope.cancel()
     return 0
@@ -89,11 +111,11 @@ def _serve_argv(argv: list[str], path: Path) -> list[str]:
     """``forged serve`` with connect's session options, for when no daemon runs."""
     passed: list[str] = []
     arguments = iter(argv)
-    for arg in arguments:
-        if arg in ("--attach", "--socket", "--mode"):
+    for arg in arguments:  # a permission mode is the session's, not the daemon's
+        if arg in ("--attach", "--socket", "--mode", "--permission-mode"):
             next(arguments, None)  # and its value
         elif arg not in ("--no-start", "--acp") and not arg.startswith(
-                ("--attach=", "--socket=", "--mode=")):
+                ("--attach=", "--socket=", "--mode=", "--permission-mode=")):
             passed.append(arg)
     return [sys.executable, "-m", "forged", "serve", "--socket", str(path), *passed]
 
@@ -109,10 +131,12 @@ async def _open(path: Path, start: list[str] | None, unused: list[str]) -> trio.
         if start is None:
             raise ConfigError(f"no forged daemon on {path} (and --no-start)") from None
     else:
-        if unused:
-            log(f"{', '.join(unused)}: the daemon already runs and keeps its own options "
-                "(they apply to a daemon that connect starts, or to forged serve)")
-            unused.clear()
+        refused = refusal_of([flag for flag in unused if flag != ATTACH_WITH_MODE],
+                             ATTACH_WITH_MODE in unused)
+        if refused is not None:
+            await stream.aclose()
+            raise Refused(refused)
+        unused.clear()  # said once
         return stream
     log_path = _start_daemon(start, path)
     with trio.move_on_after(START_TIMEOUT_S):
@@ -145,7 +169,7 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
         stream = await _open(path, start, unused)
     except ConfigError as exc:
         log(str(exc))
-        return 1
+        return 2 if isinstance(exc, Refused) else 1
     stdin, stdout = open_fd_stream(0), open_fd_stream(stdout_fd)
     await stream.send_all(orjson.dumps(opening) + b"\n")
     opened = trio.Event()

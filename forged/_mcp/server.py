@@ -52,8 +52,29 @@ PROGRESS_PER_S = 20.0
 """A call's progress notifications become ``tool_execution_update`` events at this rate at
 most (after a burst): a server that floods them does not flood the client."""
 STDERR_TAIL_LINES = 5
-Confine = Callable[[list[str], Path, ServerSpec], Awaitable[list[str]]]
-"""A stdio server's command as it runs (in the sandbox, say), given its cwd and entry."""
+Confine = Callable[[list[str], Path, ServerSpec],
+                   Awaitable[tuple[list[str], dict[str, str] | None, str | None]]]
+"""A stdio server's command as it runs (in the sandbox, say), given its cwd and entry; the
+environment it starts with before its entry's ``env`` (None: the SDK's default one); and
+the permission mode whose sandbox it runs in (None: unconfined)."""
+_READ_ONLY = r"read-only file system"
+_QUOTED_PATH = r"""['"](/[^'"]*)['"]|(/\S+?):? [Rr]ead-only"""
+_OFFLINE = (r"EAI_AGAIN|ENOTFOUND|ENETUNREACH|getaddrinfo|Network is unreachable|"
+            r"Temporary failure in name resolution")
+
+
+def sandbox_trouble(line: str) -> str | None:
+    """What a confined server's stderr `line` says the sandbox refused it, or None."""
+    import re
+
+    if re.search(_READ_ONLY, line, re.IGNORECASE):
+        found = re.search(_QUOTED_PATH, line)
+        path = next((group for group in found.groups() if group), None) if found else None
+        return (f"it tried to write {path}, which the sandbox keeps read-only" if path
+                else "it tried to write where the sandbox keeps things read-only")
+    if re.search(_OFFLINE, line):
+        return "it tried to reach the network, which its sandbox has not"
+    return None
 
 
 class State(enum.Enum):
@@ -104,6 +125,10 @@ class McpServer:
         """Set when the connection that is up ends (the server exited, or `lose`)."""
         self._tools_changed = trio.Event()
         self._stderr_tail: list[str] = []
+        self._sandbox: str | None = None
+        """The permission mode whose sandbox the server runs in (None: unconfined)."""
+        self._trouble: str | None = None
+        """What its stderr said the sandbox refused it (`sandbox_trouble`), first."""
         self.started_at = math.inf
         self._cut: str | None = None
         """Why the transport last refused a message past ``maxResultBytes``, until a call
@@ -161,6 +186,7 @@ class McpServer:
         came up. It ends `LOST` either way, its process stopped."""
         self._lost, self._tools_changed = trio.Event(), trio.Event()
         self._stderr_tail.clear()
+        self._trouble = None
         up = False
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -188,7 +214,7 @@ class McpServer:
 
     def _failed(self, what: str, exc: BaseException) -> None:
         self.session = None
-        self.last_error = _describe(exc, self._stderr_tail)
+        self.last_error = self._why(exc)
         log(f"MCP server {self.spec.name} {what}: {self.last_error}")
         self._enter(State.LOST)
 
@@ -259,21 +285,26 @@ class McpServer:
         return self._cut
 
     async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
+        from mcp.client.stdio import get_default_environment
+
         from .stdio import stdio_transport
 
         spec = self.spec
         # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
         values = await trio.to_thread.run_sync(_stdio_values, spec, self._cwd)
         argv = [values["command"], *values["args"]]
+        base: dict[str, str] | None = None
+        self._sandbox = None
         if self._confine is not None:
-            argv = await self._confine(argv, values["cwd"], spec)
+            argv, base, self._sandbox = await self._confine(argv, values["cwd"], spec)
         read_fd, write_fd = os.pipe()
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
         nursery.start_soon(self._read_stderr, read_fd)
         try:
             return await stack.enter_async_context(stdio_transport(
-                spec.name, argv[0], argv[1:], env=values["env"],
+                spec.name, argv[0], argv[1:],
+                env={**(get_default_environment() if base is None else base), **values["env"]},
                 cwd=values["cwd"], errlog_fd=write_fd, max_bytes=spec.max_result_bytes,
                 cut=self._cut_message))
         finally:
@@ -309,7 +340,7 @@ class McpServer:
             if pending:
                 self._note_stderr(pending)
         if self.session is not None:
-            self.last_error = _describe(None, self._stderr_tail)
+            self.last_error = self._why(None)
             log(f"MCP server {self.spec.name} exited")
         self._lost.set()
 
@@ -317,6 +348,15 @@ class McpServer:
         text = line.decode("utf-8", "replace").rstrip()
         log(f"[mcp {self.spec.name}] {text}")
         self._stderr_tail = [*self._stderr_tail, text][-STDERR_TAIL_LINES:]
+        if self._sandbox is not None and self._trouble is None:
+            self._trouble = sandbox_trouble(text)
+
+    def _why(self, exc: BaseException | None) -> str:
+        """Why it failed or exited: in the sandbox, what the sandbox refused it when its
+        stderr said (not a package runner's last line)."""
+        if self._sandbox is not None and self._trouble is not None:
+            return f"failed in the sandbox ({self._sandbox}): {self._trouble}"
+        return _describe(exc, self._stderr_tail)
 
     # --- its uses ------------------------------------------------------------------------------
 

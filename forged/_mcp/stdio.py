@@ -18,7 +18,6 @@ import anyio
 import jiter
 import mcp_types as types
 import trio
-from mcp.client.stdio import get_default_environment
 from mcp.shared.message import SessionMessage
 
 from .._log import log
@@ -35,7 +34,7 @@ async def stdio_transport(name: str, command: str, args: Sequence[str], *,
                           max_bytes: int, cut: Callable[[str], str]
                           ) -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's read and write streams to a server started with `command` and `args` (its
-    environment the SDK's safe default one and `env`, its stderr `errlog_fd`).
+    environment `env`, its stderr `errlog_fd`).
 
     A line past `max_bytes` is not read: each request waiting for an answer fails with the
     error `cut` makes of it, and the server is stopped (it is started again on next use).
@@ -44,7 +43,7 @@ async def stdio_transport(name: str, command: str, args: Sequence[str], *,
     happened (stdin closed, `EXIT_WAIT_S` for it to exit, then SIGTERM to the whole group,
     whether or not its leader still runs, and SIGKILL after the grace)."""
     process = await open_process([command, *args], cwd=cwd,
-                                 env={**get_default_environment(), **env}, stdin=PIPE,
+                                 env=env, stdin=PIPE,
                                  stdout=PIPE, stderr=errlog_fd)
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)

@@ -157,11 +157,13 @@ class Execution:
     timed_out: bool = False
 
 
-def _environment(changes: Mapping[str, str | None] | None) -> dict[str, str] | None:
-    if not changes:
+def _environment(changes: Mapping[str, str | None] | None,
+                 base: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """`base` (None: forged's environment) with `changes`; None for forged's as it is."""
+    if not changes and base is None:
         return None
-    env = dict(os.environ)
-    for name, value in changes.items():
+    env = dict(os.environ if base is None else base)
+    for name, value in (changes or {}).items():
         if value is None:
             env.pop(name, None)
         else:
@@ -173,10 +175,12 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
                       on_output: Any, shell: Shell | None = None,
                       wait_for_room: Callable[[], Awaitable[None]] | None = None,
                       env: Mapping[str, str | None] | None = None,
+                      base_env: Mapping[str, str] | None = None,
                       argv: Sequence[str] | None = None) -> Execution:
     """Run `command` in its own process group, feeding output to `spool` and `on_output`
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
-    instead of filling memory). `env` changes forged's environment for it (None: unset);
+    instead of filling memory). `env` changes `base_env` (forged's environment when None:
+    the permission mode's policy, `forged._tools.environment`) for it (None: unset);
     `argv` is what runs instead of the shell's own (the command in the sandbox).
 
     Cancellation: the process group is killed (SIGTERM, then SIGKILL after a grace)
@@ -186,7 +190,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
     process = await open_process(argv or guarded(shell or Shell(), command), cwd=cwd,
-                                 env=_environment(env))
+                                 env=_environment(env, base_env))
     assert process.stdout is not None
     output_closed = trio.Event()
 
@@ -283,7 +287,8 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
                                       on_output=on_output, shell=ctx.shell, env=ctx.env,
-                                      argv=argv)
+                                      base_env=None if ctx.guard is None
+                                      else ctx.guard.environment(), argv=argv)
         text, details = format_output(spool)
         whole, cut = (await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
                       if spool.path is not None  # on disk: read in a thread
@@ -374,10 +379,12 @@ class StreamSanitizer:
 async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
                      scope: trio.CancelScope, shell: Shell | None = None,
                      wait_for_room: Callable[[], Awaitable[None]] | None = None,
-                     scratch: ScratchDir | None = None) -> w.BashExecutionMessage:
+                     scratch: ScratchDir | None = None,
+                     env: Mapping[str, str] | None = None) -> w.BashExecutionMessage:
     """A direct ``bash`` command (docs/protocol.md, Direct bash): no timeout, every chunk
-    streamed, the kept output the tail. Cancelling `scope` kills the process group and gives a
-    cancelled result instead of raising."""
+    streamed, the kept output the tail; `env` is its environment (None: forged's).
+    Cancelling `scope` kills the process group and gives a cancelled result instead of
+    raising."""
     spool = OutputSpool(scratch)
     cancelled = False
     exit_code: int | None = None
@@ -393,7 +400,7 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
             execution = await run_command(
                 command, cwd, spool, timeout_s=None,
                 on_output=stream, shell=shell,
-                wait_for_room=wait_for_room)
+                wait_for_room=wait_for_room, base_env=env)
             exit_code = execution.exit_code
         cancelled = scope.cancelled_caught
         # As the deltas were: a sequence left unfinished at the end is dropped.

@@ -22,6 +22,7 @@ cannot work, commands are refused with the reason and what to install.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from .._log import log
 from .._settings import DEFAULTS, Settings
 from .._ui import ALLOW_SESSION, Dialogs
 from .base import ScratchDir
+from .environment import ShellEnvironment
 
 MODES = ("full-access", "ask", "auto", "read-only")
 DEFAULT_MODE = str(DEFAULTS["permissionMode"])
@@ -46,6 +48,32 @@ LOWER = {"full-access": frozenset({"ask", "auto", "read-only"}),
 or change unasked that the user's mode would not (``ask`` runs nothing unasked but may, when
 asked, read what ``auto`` and ``read-only`` never read; they are not below each other)."""
 AGENT_SECRETS = ("models.json", "auth.json", "mcp.json")
+SERVER_CACHE = "sandbox-cache"
+"""`Guard.server_cache`'s folder in the agent folder."""
+SERVER_CACHES = (("XDG_CACHE_HOME", "xdg"), ("npm_config_cache", "npm"), ("UV_CACHE_DIR", "uv"),
+                 ("UV_PYTHON_INSTALL_DIR", "uv-python"), ("PIP_CACHE_DIR", "pip"))
+"""Where a confined stdio server's package runner keeps what it fetches (``npx``, ``uvx``),
+in `Guard.server_cache`: never the user's own caches, which the user's next unconfined
+``npx`` would run from."""
+TITLE_MAX_CHARS = 2000
+"""How much of the model's text (a command, a path) a dialog's title shows."""
+REASON_MAX_CHARS = 500
+_UNSHOWN = {**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))},
+            ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r",
+            **{code: f"\\u{code:04x}" for code in (0x200b, 0x200c, 0x200d, 0x2028, 0x2029,
+                                                   0xfeff, *range(0x202a, 0x202f),
+                                                   *range(0x2066, 0x206a))}}
+"""Characters a title shows escaped: controls (a terminal's escape sequences, line breaks
+that push the rest off the screen), and invisible or reordering ones."""
+
+
+def shown(text: str, limit: int = TITLE_MAX_CHARS) -> str:
+    """The model's `text` as a dialog shows it: on one line, every control character
+    escaped, and cut at `limit` characters saying how many more there were."""
+    escaped = text.translate(_UNSHOWN)
+    if len(escaped) <= limit:
+        return escaped
+    return f"{escaped[:limit]}… ({len(escaped) - limit:,} more characters not shown)"
 """Files of forged's agent dir that hold keys: hidden as ``sandbox.denyRead`` is."""
 
 
@@ -111,7 +139,7 @@ def _allowed_sockets(value: object) -> tuple[Path, ...]:
     """``allowUnixSockets``, without forged's own runtime folder: the daemon refuses a
     confined client anyway, and its ``ws-token`` stays hidden."""
     allowed = []
-    own = [Path(os.path.realpath(folder)) for folder in forged_folders()]
+    own = [Path(os.path.realpath(_thin.guarded_folders(_thin.default_socket_path())[0]))]
     for path in _paths(value):
         real = Path(os.path.realpath(path))
         if any(_inside(real, folder) for folder in own):
@@ -154,10 +182,17 @@ class Guard:
     """A session's permission mode, applied to what its model's tools do."""
 
     def __init__(self, mode: str, sandbox: SandboxSettings, workspace: Path,
-                 scratch: ScratchDir, dialogs: Dialogs) -> None:
+                 scratch: ScratchDir, dialogs: Dialogs, *,
+                 environment: ShellEnvironment | None = None,
+                 server_cache: Path | None = None) -> None:
         self.mode = check_mode(mode)
         self.sandbox = sandbox
         self.workspace = workspace
+        self.shell_environment = environment or ShellEnvironment()
+        self.server_cache = server_cache
+        """Where confined stdio MCP servers keep their package runners' caches (npm's,
+        uv's): a folder of forged's own, writable to them, that nothing unconfined runs
+        from (None: none is given)."""
         self._scratch = scratch
         self._dialogs = dialogs
         self._allowed: set[tuple[str, str]] = set()
@@ -173,19 +208,25 @@ class Guard:
         folder.mkdir(mode=0o700, exist_ok=True)
         return folder
 
-    def policy(self, *, network: bool | None = None, cwd: Path | None = None
-               ) -> _sandbox.Policy:
+    def environment(self) -> dict[str, str] | None:
+        """What a command (the ``bash`` tool's, a direct ``bash``) starts with in this mode
+        (`forged._tools.environment`); None: forged's whole environment."""
+        return self.shell_environment.environment(self.mode, os.environ)
+
+    def policy(self, *, network: bool | None = None, cwd: Path | None = None,
+               caches: tuple[Path, ...] = ()) -> _sandbox.Policy:
         """The sandbox's policy for one command."""
         return _sandbox.Policy(
             workspace=self.workspace, temp=self.temp(), write_workspace=self.mode == "auto",
-            writable_roots=self.sandbox.writable_roots,
+            writable_roots=self.sandbox.writable_roots, caches=caches,
             hidden=(*forged_folders(), *_sandbox.socket_folders()),
             deny_read=self.sandbox.deny_read,
             network=self.sandbox.network if network is None else network,
             unix_sockets=self.sandbox.unix_sockets, cwd=cwd)
 
     async def confine(self, argv: Sequence[str], *, network: bool | None = None,
-                      cwd: Path | None = None, doing: str = "commands") -> list[str]:
+                      cwd: Path | None = None, doing: str = "commands",
+                      caches: tuple[Path, ...] = ()) -> list[str]:
         """`argv` under the sandbox's policy; `ToolError` saying why when it cannot be."""
         bwrap = shutil.which("bwrap")
         problem = await sandbox_problem(bwrap)
@@ -193,7 +234,7 @@ class Guard:
             raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
                             f"sandbox, and {problem}. Nothing ran unconfined.")
         assert bwrap is not None
-        policy = self.policy(network=network, cwd=cwd)
+        policy = self.policy(network=network, cwd=cwd, caches=caches)
         try:  # it reads the workspace for git's folders: in a thread
             return await trio.to_thread.run_sync(policy.wrap, bwrap, argv)
         except _seccomp.UnknownArchitecture as exc:
@@ -206,17 +247,24 @@ class Guard:
                       escalate: str | None = None) -> list[str]:
         """How the bash tool runs `command` (`argv`): unconfined once allowed, or in the
         sandbox; `escalate` is the model's reason to run it outside. `ToolError` when it
-        may not run."""
+        may not run.
+
+        An escalation is allowed once at a time, never for the session: what a command
+        runs can change while its text does not (``sh run.sh`` after ``run.sh`` is
+        rewritten, ``make`` after the Makefile is), and the model writes files unasked."""
         if self.mode == "full-access":
             return list(argv)
         if self.mode == "ask":
             await self._ask(("bash", command), f"Allow the model to run this command?\n\n"
-                                               f"{command}")
+                                               f"{shown(command)}")
             return list(argv)
         if escalate is not None and escalate.strip():
             await self._ask(("escalate", command),
                             f"Allow the model to run this command outside the sandbox "
-                            f"({self.mode} mode)?\n\n{command}\n\nReason: {escalate.strip()}")
+                            f"({self.mode} mode)?\n\n{shown(command)}\n\n"
+                            f"The model gives this reason (its words, not forged's): "
+                            f"\"{shown(escalate.strip(), REASON_MAX_CHARS)}\"",
+                            for_session=False)
             return list(argv)
         return await self.confine(argv)
 
@@ -228,12 +276,26 @@ class Guard:
         return await self.confine(argv, network=False, cwd=cwd, doing="searches")
 
     async def server(self, argv: Sequence[str], cwd: Path, *, network: bool, sandbox: bool
-                     ) -> list[str]:
-        """How an MCP stdio server starts (in `cwd`): in a sandboxed mode, in the sandbox
-        (with the network unless its entry turns it off), unless its entry opts out."""
+                     ) -> tuple[list[str], dict[str, str] | None, str | None]:
+        """How an MCP stdio server starts (in `cwd`), the environment it starts with before
+        its entry's ``env`` (None: the SDK's default), and the mode whose sandbox it runs
+        in (None: unconfined). In a sandboxed mode it runs in the sandbox (with the network
+        unless its entry turns it off), unless its entry opts out, with caches of forged's
+        own for the package runners (`SERVER_CACHES`)."""
+        environment = self.environment()
         if self.mode not in SANDBOXED or not sandbox:
-            return list(argv)
-        return await self.confine(argv, network=network, cwd=cwd, doing="MCP servers")
+            return list(argv), environment, None
+        caches: tuple[Path, ...] = ()
+        if self.server_cache is not None:
+            cache = self.server_cache
+            await trio.to_thread.run_sync(functools.partial(
+                cache.mkdir, mode=0o700, parents=True, exist_ok=True))
+            caches = (cache,)
+            environment = {**(environment or {}),
+                           **{name: str(cache / folder) for name, folder in SERVER_CACHES}}
+        confined = await self.confine(argv, network=network, cwd=cwd, doing="MCP servers",
+                                      caches=caches)
+        return confined, environment, self.mode
 
     # --- files -----------------------------------------------------------------------------
 
@@ -273,7 +335,8 @@ class Guard:
                 raise ToolError(f"Not read: {path} is hidden from the model in the {self.mode} "
                                 "permission mode (sandbox.denyRead)")
             await self._ask(("read", str(real)),
-                            f"Allow the model to read {real}? It is in sandbox.denyRead.")
+                            f"Allow the model to read {shown(str(real))}? It is in "
+                            "sandbox.denyRead.")
         return real
 
     async def write(self, path: Path) -> Path:
@@ -289,15 +352,16 @@ class Guard:
         where = ("" if self.mode != "auto" else
                  " It is outside what the auto mode lets the model write.")
         await self._ask(("write", str(real)),
-                        f"Allow the model to write {real}?{where}")
+                        f"Allow the model to write {shown(str(real))}?{where}")
         return real
 
     # --- asking ----------------------------------------------------------------------------
 
-    async def _ask(self, key: tuple[str, str], title: str) -> None:
+    async def _ask(self, key: tuple[str, str], title: str, *, for_session: bool = True
+                   ) -> None:
         if key in self._allowed:
             return
-        allowed, why = await self._dialogs.permission(title)
+        allowed, why = await self._dialogs.permission(title, for_session=for_session)
         if allowed is None:
             raise ToolError(f"Not allowed ({self.mode} permission mode): {why}.")
         if allowed == ALLOW_SESSION:

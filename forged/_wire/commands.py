@@ -108,6 +108,8 @@ class NewSession:
     """A session file's path or an id prefix to continue (as ``--session``)."""
     continue_recent: bool = False
     """Continue the cwd's most recent session (as ``--continue``)."""
+    permission_mode: str | None = None
+    """The new session's permission mode (as ``--permission-mode``; default: the daemon's)."""
     mcp_servers: dict[str, Any] | None = None
     """MCP servers for this session beside the configured ones, as mcp.json's
     ``mcpServers`` (an ACP editor's, through ``forged connect --acp``)."""

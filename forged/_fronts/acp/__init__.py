@@ -576,12 +576,13 @@ ACP_OPENED_ID = "forged-connect"
 async def serve_in_daemon(hub: Hub, request: dict[str, Any],
                           stream: trio.abc.HalfCloseableStream, read: bytes) -> None:
     """A socket connection of the daemon that asked for ACP (``{"type": "acp", "cwd"?,
-    "provider"?, "model"?, "id"?}``, answered as an RPC response to that id): the ACP front
-    runs here, beside the sessions, each ACP session one of the daemon's on a connection of
-    its own (a socket pair: the hub serves it as any client)."""
+    "provider"?, "model"?, "permissionMode"?, "id"?}``, answered as an RPC response to that
+    id): the ACP front runs here, beside the sessions, each ACP session one of the daemon's
+    on a connection of its own (a socket pair: the hub serves it as any client)."""
     cwd = request.get("cwd")
     folder = Path(cwd) if isinstance(cwd, str) and Path(cwd).is_absolute() else hub.default_cwd
     provider, model = request.get("provider"), request.get("model")
+    mode = request.get("permissionMode")
 
     async with stream, trio.open_nursery() as nursery:
         async def connect() -> trio.abc.Stream:
@@ -592,7 +593,8 @@ async def serve_in_daemon(hub: Hub, request: dict[str, Any],
 
         await stream.send_all(encode(response("acp", request.get("id") or ACP_OPENED_ID)))
         await serve_acp(InDaemon(connect, provider=provider if isinstance(provider, str)
-                                 else None, model=model if isinstance(model, str) else None),
+                                 else None, model=model if isinstance(model, str) else None,
+                                 permission_mode=mode if isinstance(mode, str) else None),
                         nursery, Prefixed(stream, read), stream, default_cwd=folder)
         nursery.cancel_scope.cancel()
 

@@ -206,10 +206,13 @@ class InDaemon:
     stored or live one."""
 
     def __init__(self, connect: Callable[[], Awaitable[trio.abc.Stream]], *,
-                 provider: str | None = None, model: str | None = None) -> None:
+                 provider: str | None = None, model: str | None = None,
+                 permission_mode: str | None = None) -> None:
         self._connect = connect
         self._provider = provider
         self._model = model
+        self._permission_mode = permission_mode
+        """Each new session's (``connect --acp --permission-mode``); None: the daemon's."""
 
     async def auth_methods(self) -> list[AuthMethod]:
         return []
@@ -220,7 +223,8 @@ class InDaemon:
         opening: object
         if stored_id is None:
             opening = w.NewSession(cwd=str(host.cwd), provider=self._provider,
-                                   model=self._model, mcp_servers=handed)
+                                   model=self._model, mcp_servers=handed,
+                                   permission_mode=self._permission_mode)
         else:  # a file of this folder, named by its exact id, as --mode acp finds it
             path = await stored_path(host.cwd, stored_id)
             opening = (w.NewSession(cwd=str(host.cwd), session=str(path), mcp_servers=handed)
