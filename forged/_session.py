@@ -221,7 +221,7 @@ class DirectBash:
                     lambda delta: session.emit(w.BashExecutionUpdate(id=command_id,
                                                                      delta=delta)),
                     scope, session.shell, session.wait_for_room, session.scratch,
-                    env=session.guard.environment())
+                    env=session.guard.direct_environment())
                 await session.checkpoints.capture("after")
             finally:
                 self.scope = None

@@ -213,6 +213,14 @@ class Guard:
         (`forged._tools.environment`); None: forged's whole environment."""
         return self.shell_environment.environment(self.mode, os.environ)
 
+    def direct_environment(self) -> dict[str, str] | None:
+        """What a client's direct ``bash`` starts with: the policy in a sandboxed mode (the
+        client's command runs unconfined, but where the model works, forged's keys stay out
+        of the session) or where the settings have one; else forged's whole environment."""
+        if self.sandboxed or self.shell_environment.configured:
+            return self.environment()
+        return None
+
     def policy(self, *, network: bool | None = None, cwd: Path | None = None,
                caches: tuple[Path, ...] = ()) -> _sandbox.Policy:
         """The sandbox's policy for one command."""
