@@ -6,7 +6,9 @@ table of routes these tests stand for."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import uuid
+import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -165,8 +168,9 @@ except OSError as exc:
 @pytest.mark.parametrize("mode", SANDBOXED)
 async def test_no_unix_socket_of_the_host_is_reached(tmp_path: Path, mode: str) -> None:
     """Stand-ins for the session bus, an ssh agent, Docker's socket in /tmp and a project's
-    own socket, and a datagram one (journald's, syslog's), wherever they lie."""
-    places(tmp_path)
+    own socket, and a datagram one (journald's, syslog's), wherever they lie: from a command,
+    and from a stdio MCP server as it starts."""
+    where = places(tmp_path)
     runtime = tmp_path / "xdg"
     runtime.mkdir(mode=0o700)
     short = Path(f"/tmp/fe-{uuid.uuid4().hex[:8]}")  # sun_path holds 108 bytes
@@ -178,12 +182,17 @@ async def test_no_unix_socket_of_the_host_is_reached(tmp_path: Path, mode: str) 
             patch.setenv("XDG_RUNTIME_DIR", str(runtime))
             async with listeners(paths, dgram) as received:
                 args = " ".join(shlex.quote(str(p)) for p in [dgram, *paths.values()])
-                ends = await run_mode(tmp_path, mode, [call("bash", command=(
-                    f"{sys.executable} -c {shlex.quote(SOCKETS_PAYLOAD)} {args}"))])
+                probe = f"{sys.executable} -c {shlex.quote(SOCKETS_PAYLOAD)} {args}"
+                (where["agent"] / "mcp.json").write_text(json.dumps({"mcpServers": {"probe": {
+                    "command": "sh", "args": ["-c", f"{probe} >&2; exec {sys.executable} "
+                                                    f"{MCP_SERVER} stdio notes"]}}}))
+                ends = await run_mode(tmp_path, mode, [call("bash", command=probe),
+                                                       call("mcp__probe__echo", text="hi")])
                 await trio.testing.wait_all_tasks_blocked()  # bytes sent are read by now
     finally:
         shutil.rmtree(short, ignore_errors=True)
     text = result_text(ends[0])
+    assert result_text(ends[1]) == "notes echo: hi"  # the server ran its probe, and started
     assert received == {name: b"" for name in received}, text
     assert text.count("refused") == 5 and "Operation not permitted" in text, text
 
@@ -562,3 +571,41 @@ async def test_mcp_list_starts_servers_in_the_configured_mode_and_says_why_one_f
     assert "good  stdio  ready" in shown
     assert (f"bad failed in the sandbox (auto): it tried to write {tmp_path / 'home/.cache'}"
             in shown.replace("  error: ", "bad ")), shown
+
+
+def local_wheel(tmp_path: Path) -> Path:
+    """A wheel whose program starts the tests' MCP server: what ``uvx`` fetches from PyPI."""
+    name = "fe_mcp-1.0-py3-none-any.whl"
+    files = {
+        "fe_mcp/__init__.py": (f"import os\ndef main():\n    os.execv({sys.executable!r}, "
+                               f"[{sys.executable!r}, {str(MCP_SERVER)!r}, 'stdio', 'notes'])\n"),
+        "fe_mcp-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: fe-mcp\nVersion: 1.0\n",
+        "fe_mcp-1.0.dist-info/WHEEL": ("Wheel-Version: 1.0\nGenerator: tests\n"
+                                       "Root-Is-Purelib: true\nTag: py3-none-any\n"),
+        "fe_mcp-1.0.dist-info/entry_points.txt": "[console_scripts]\nfe-mcp = fe_mcp:main\n"}
+    records = []
+    with zipfile.ZipFile(tmp_path / name, "w") as wheel:
+        for path, text in files.items():
+            wheel.writestr(path, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest())
+            records.append(f"{path},sha256={digest.rstrip(b'=').decode()},{len(text)}")
+        records.append("fe_mcp-1.0.dist-info/RECORD,,")
+        wheel.writestr("fe_mcp-1.0.dist-info/RECORD", "\n".join(records) + "\n")
+    return tmp_path / name
+
+
+async def test_a_uvx_server_starts_confined_and_the_users_uv_cache_stays_untouched(
+        tmp_path: Path) -> None:
+    from .test_process import BIN
+
+    where = places(tmp_path)
+    uvx = BIN / "uvx"
+    if not uvx.exists():
+        pytest.skip("needs uv's uvx (the test extras install it)")
+    (where["agent"] / "mcp.json").write_text(json.dumps({"mcpServers": {"tool": {
+        "command": str(uvx), "args": ["--offline", "--from", str(local_wheel(tmp_path)),
+                                      "fe-mcp"]}}}))
+    ends = await run_mode(tmp_path, "auto", [call("mcp__tool__echo", text="hello")])
+    assert result_text(ends[0]) == "notes echo: hello"
+    assert not (tmp_path / "home/.cache").exists() and not (tmp_path / "home/.local").exists()
+    assert list((where["agent"] / "sandbox-cache" / "uv").iterdir())

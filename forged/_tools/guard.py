@@ -51,7 +51,8 @@ AGENT_SECRETS = ("models.json", "auth.json", "mcp.json")
 SERVER_CACHE = "sandbox-cache"
 """`Guard.server_cache`'s folder in the agent folder."""
 SERVER_CACHES = (("XDG_CACHE_HOME", "xdg"), ("npm_config_cache", "npm"), ("UV_CACHE_DIR", "uv"),
-                 ("UV_PYTHON_INSTALL_DIR", "uv-python"), ("PIP_CACHE_DIR", "pip"))
+                 ("UV_PYTHON_INSTALL_DIR", "uv-python"), ("UV_TOOL_DIR", "uv-tools"),
+                 ("PIP_CACHE_DIR", "pip"))
 """Where a confined stdio server's package runner keeps what it fetches (``npx``, ``uvx``),
 in `Guard.server_cache`: never the user's own caches, which the user's next unconfined
 ``npx`` would run from."""
