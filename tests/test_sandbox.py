@@ -162,6 +162,8 @@ def test_config_show_says_whether_the_sandbox_works_here(tmp_path: Path, path: s
             for row in map(json.loads, shown.splitlines())}
     value, source = rows["sandbox"]
     assert source == "this machine"
+    assert rows["command environment"][0] == (
+        "all of forged's environment (full-access, no shellEnvironment setting)")
     if path == "/nowhere":
         assert "bubblewrap (bwrap), which is not installed" in value
     else:
@@ -218,3 +220,21 @@ def test_a_kept_folder_cannot_be_moved_away_with_its_parent_and_made_anew(
     assert not (ws / ".git-moved").exists() and not (ws / ".git/hooks/pre-commit").exists()
     assert not (ws / "deep-moved").exists() and not (ws / "deep/run-moved").exists()
     assert list(runtime.iterdir()) == []
+
+
+def test_an_architecture_with_no_filter_gets_no_sandbox(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed: no seccomp filter for the machine, no confined command (there is no
+    other machine here to run on, so its name is what changes)."""
+    from forged import _seccomp
+
+    with pytest.raises(_seccomp.UnknownArchitecture):
+        _seccomp.program("ppc64le")
+    _seccomp.program.cache_clear()
+    monkeypatch.setattr("platform.machine", lambda: "ppc64le")
+    try:
+        said = problem()
+    finally:
+        _seccomp.program.cache_clear()
+    assert said is not None and "seccomp filter cannot be built here" in said
+    assert "not ppc64le" in said and "nothing runs unconfined" in said
