@@ -435,7 +435,7 @@ def _refusal(line: bytes) -> str | None:
 
     try:
         answer = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return f"the daemon answered what connect cannot read: {line[:200]!r}"
     if not isinstance(answer, dict):
         return f"the daemon answered what connect cannot read: {line[:200]!r}"

@@ -66,7 +66,7 @@ def _readable_id(line: bytes) -> RequestId | None:
     Python's more lenient parser (which takes lone surrogates), else the first ``"id"``."""
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # any depth: the id is still looked for
         found = _ID.search(line)
         if found is None:
             return None
