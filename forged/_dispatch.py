@@ -333,8 +333,13 @@ class Dispatcher:
             raise CommandError("Cannot restore files while a run or a bash command is "
                                "active; wait for agent_settled or abort it first")
 
-        self._in_task(reply, lambda: session.checkpoints.restore(
-            command.entry_id, force=command.force, dry_run=command.dry_run))
+        async def restore() -> object:
+            if session.settling:  # the closing checkpoint first: the present is captured
+                await session.run.wait_settled()
+            return await session.checkpoints.restore(
+                command.entry_id, force=command.force, dry_run=command.dry_run)
+
+        self._in_task(reply, restore)
 
     # --- prompting -----------------------------------------------------------------------------
 

@@ -102,6 +102,10 @@ class Runner:
         """An overflow compaction was made for the current prompt (one per prompt)."""
         self._settled = trio.Event()
         self._settled.set()
+        self.settling = False
+        """The spell's last run has ended (its ``agent_end`` written, nothing follows) and
+        what ends the spell (its closing checkpoint) still runs: not busy to a client, whose
+        next prompt starts a spell that waits for this one's ``agent_settled``."""
         self._deferred: list[w.AgentMessage] = []
 
     @property
@@ -113,9 +117,10 @@ class Runner:
         """Become busy now, and run `prompt` (or a manual compaction, with `manual` as its
         instructions) in a task."""
         self.busy = True
-        self._settled = trio.Event()
+        previous, self._settled = self._settled, trio.Event()
         self.run_scope = trio.CancelScope()
-        self._nursery.start_soon(self._drive, prompt, poll_steering, compact_manually, manual)
+        self._nursery.start_soon(self._drive, previous, prompt, poll_steering, compact_manually,
+                                 manual)
 
     async def wait_settled(self) -> None:
         await self._settled.wait()
@@ -165,13 +170,18 @@ class Runner:
 
     # --- the spell -----------------------------------------------------------------------------
 
-    async def _drive(self, prompt: list[w.AgentMessage], poll_steering: bool,
-                     compact_manually: bool, instructions: str | None) -> None:
+    async def _drive(self, previous: trio.Event, prompt: list[w.AgentMessage],
+                     poll_steering: bool, compact_manually: bool, instructions: str | None
+                     ) -> None:
         """Run `prompt` (or the manual compaction), then every retry, overflow recovery and
-        queued message that follows; ``agent_settled`` ends it when a run took place."""
+        queued message that follows; ``agent_settled`` ends it when a run took place. It
+        starts once the spell before it has settled (`previous`: a prompt may come while
+        that one is `settling`)."""
+        settled = self._settled
         decision = Decision(next="end")
         ran = aborted = False
         try:
+            await previous.wait()
             if compact_manually:
                 assert self.run_scope is not None
                 with self.run_scope as scope:
@@ -200,10 +210,14 @@ class Runner:
             raise
         finally:
             self.run_scope = None
-            if ran:  # still busy: the spell ends with its agent_settled
-                with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_S):
-                    await self._tools.settle()
-            self.busy = False
+            self.busy = False  # to a client, from its last agent_end (`settling`)
+            if ran:  # the spell still ends with its agent_settled
+                self.settling = True
+                try:
+                    with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_S):
+                        await self._tools.settle()
+                finally:
+                    self.settling = False
             self.retry_attempt = 0
             for message in self._deferred:
                 try:
@@ -213,7 +227,7 @@ class Runner:
             self._deferred.clear()
             if ran:
                 self._events.emit(w.AgentSettled(aborted=aborted))
-            self._settled.set()
+            settled.set()
 
     async def _run(self, prompt: list[w.AgentMessage], poll_steering: bool) -> Decision:
         """One run and its ``agent_end``, then what its outcome says follows it (run inside

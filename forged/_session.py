@@ -464,8 +464,14 @@ class Session:
 
     @property
     def busy(self) -> bool:
-        """From an accepted prompt (or compaction) until ``agent_settled``."""
+        """From an accepted prompt (or compaction) until its last ``agent_end`` (what
+        follows it until ``agent_settled`` is `settling`: a prompt is taken meanwhile, and
+        runs after it)."""
         return self._runner is not None and self._runner.busy
+
+    @property
+    def settling(self) -> bool:
+        return self._runner is not None and self._runner.settling
 
     @property
     def compacting(self) -> bool:
@@ -474,7 +480,8 @@ class Session:
     @property
     def idle(self) -> bool:
         """Nothing runs: no prompt, no direct bash command, no plugin command."""
-        return not self.busy and not self.bash.running and not self.plugins.running
+        return (not self.busy and not self.settling and not self.bash.running
+                and not self.plugins.running)
 
     async def wait_idle(self) -> None:
         while not self.idle:

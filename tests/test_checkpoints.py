@@ -374,3 +374,25 @@ def test_an_agent_folder_inside_the_workspace_is_never_captured(tmp_path: Path) 
                     "-m", "old").strip().decode())
     assert not [name for name in listed(shadow.capture("one").commit)
                 if name.startswith(".agent-forge")]
+
+
+async def test_a_prompt_right_after_agent_end_is_taken_while_the_checkpoint_closes(
+        tmp_path: Path) -> None:
+    """A client written before agent_settled waits for agent_end (willRetry false) and
+    prompts at once, while forged takes the run's closing checkpoint: the prompt is taken as
+    once settled, and runs after that spell's agent_settled."""
+    replies = scripted({"content": [{"type": "toolCall", "name": "write", "arguments": {
+        "path": "made.txt", "content": "x\n"}}]},
+        {"content": [{"type": "text", "text": "Done."}]},
+        {"content": [{"type": "text", "text": "Second."}]})
+    async with open_client(tmp_path, replies) as client:
+        await client.send({"type": "prompt", "message": "Write it", "id": "first"})
+        end = await client.wait_for(lambda e: e.get("type") == "agent_end")
+        assert end["willRetry"] is False
+        second = await client.request({"type": "prompt", "message": "Again", "id": "second"})
+        assert second["success"], second
+        await client.settled(2)
+    after = [e.get("type") for e in client.output[client.output.index(end):]]
+    assert after.index("agent_settled") < after.index("agent_start")
+    assert after.count("agent_settled") == 2 and after[-1] == "agent_settled"
+    assert client.count("agent_start") == 2

@@ -80,11 +80,14 @@ def surviving_processes(token: str) -> list[int]:
 
 
 async def quiesce(client: Client) -> None:
-    """Until nothing runs: no run, retry or compaction (messages queued while idle wait for
-    the next prompt)."""
+    """Until nothing runs: no run, retry or compaction, and the last run settled (a run's
+    closing checkpoint follows its agent_end while the session already takes prompts;
+    messages queued while idle wait for the next prompt)."""
     while True:
         state = (await client.request({"type": "get_state"}))["data"]
-        if not (state["isStreaming"] or state["isCompacting"]):
+        marks = [e["type"] for e in client.output
+                 if e.get("type") in ("agent_start", "agent_settled")]
+        if not (state["isStreaming"] or state["isCompacting"]) and marks[-1:] != ["agent_start"]:
             return
         await trio.sleep(0.01)
 
