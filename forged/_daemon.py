@@ -62,6 +62,7 @@ from ._log import log
 from ._paths import default_socket_path, make_ws_token, runtime_dir
 from ._session import SessionConfig
 from ._settings import DEFAULTS
+from ._tools import guard
 
 # --- the daemon --------------------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     bound = not unix_sockets
     if bound:
         unix_sockets = [bind_unix(socket_path)]
+    guard.SERVED_SOCKETS.append(socket_path)
     pid_path = runtime_dir(socket_path) / "forged.pid"
     pid_path.write_text(f"{os.getpid()}\n")
     try:

@@ -19,6 +19,7 @@ Resource handling: `find` and `keep` only read; `stand_in_files` writes the stan
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -37,6 +38,11 @@ STAND_INS = (*STAND_IN_FOLDERS, *STAND_IN_FILES)
 SCAN_ENTRIES = 20_000
 """How many entries of a writable folder are looked at for nested repositories, at most."""
 SCAN_DEPTH = 8
+
+
+class Unprotectable(Exception):
+    """A path the sandbox must keep read-only is a symbolic link in a writable folder: a
+    command could replace the link (bubblewrap can only bind what it leads to)."""
 
 
 @attrs.frozen
@@ -87,6 +93,15 @@ def keep(folder: Path) -> Kept:
         entries = {entry.name: entry for entry in os.scandir(folder)}
     except OSError:
         entries = {}
+    links = [folder / name for name, entry in entries.items()
+             if entry.is_symlink() and name not in COMMITTING]
+    if links:
+        # A link to another repository's config or hooks (git-new-workdir): the whole
+        # folder read-only keeps the links (commits then fail in the sandbox, as they
+        # must), and what they lead to is kept read-only where it is.
+        targets = (Path(os.path.realpath(link)) for link in links)
+        return Kept(folder, read_only=(folder, *(target for target in targets
+                                                 if target.exists())), stand_ins=())
     for name, entry in entries.items():
         if name in COMMITTING or name.endswith(".lock"):
             continue
@@ -119,23 +134,42 @@ def _modules(folder: Path, depth: int = 0) -> list[Kept]:
     return found
 
 
-def find(roots: Iterable[Path], *, entries: int = SCAN_ENTRIES
-         ) -> tuple[list[Path], list[Path]]:
-    """The git folders in `roots` (real paths, each once: ``.git`` folders, the folders
-    ``.git`` files name, bare repositories, and the common folders those name), and the
-    ``.git`` files, as far as `entries` entries and `SCAN_DEPTH` levels of the roots are
-    looked at. A git folder's own contents are not walked."""
+@attrs.frozen
+class Found:
+    """What `find` found in some folders."""
+
+    folders: tuple[Path, ...]
+    """Git folders (real paths, each once): ``.git`` folders, the folders ``.git`` files
+    name, bare repositories, and the common folders those name."""
+    gitfiles: tuple[Path, ...]
+    links: tuple[Path, ...]
+    """``.git`` entries that are symbolic links: nothing keeps one from being replaced."""
+    complete: bool
+    """Whether every entry was looked at (else `SCAN_ENTRIES` or `SCAN_DEPTH` ran out)."""
+    entries: int
+    """How many entries were looked at."""
+
+
+def find(roots: Iterable[Path], *, entries: int = SCAN_ENTRIES) -> Found:
+    """The git folders, ``.git`` files and ``.git`` links in `roots`, as far as `entries`
+    entries and `SCAN_DEPTH` levels of the roots are looked at. A git folder's own
+    contents are not walked."""
     folders: dict[Path, None] = {}
     gitfiles: list[Path] = []
-    budget = [entries]
+    links: list[Path] = []
+    budget = [entries, True]
     for root in roots:
         for folder, gitfile in _walk(root, budget):
+            if folder.is_symlink() and folder.name == ".git":
+                links.append(folder)
+                continue
             if gitfile is not None:
                 gitfiles.append(gitfile)
             if folder.is_dir():
                 for candidate in _with_common(folder):
                     folders.setdefault(candidate)
-    return list(folders), gitfiles
+    return Found(tuple(folders), tuple(gitfiles), tuple(links), complete=bool(budget[1]),
+                 entries=entries - int(budget[0]))
 
 
 def _with_common(folder: Path) -> Iterator[Path]:
@@ -146,9 +180,130 @@ def _with_common(folder: Path) -> Iterator[Path]:
         yield Path(os.path.realpath(common))
 
 
-def _walk(root: Path, budget: list[int], depth: int = 0
+def checkouts(folder: Path) -> list[Path]:
+    """The ``.git`` files of the submodules whose git folders `folder` holds, found by the
+    ``core.worktree`` each git folder names (however deep they lie, scanned or not)."""
+    found = []
+    for kept in _modules(folder / "modules"):
+        worktree = config_value(kept.folder / "config", "core", "worktree")
+        if worktree is not None:
+            gitfile = Path(os.path.normpath(kept.folder / worktree)) / ".git"
+            if gitfile.is_file() and not gitfile.is_symlink():
+                found.append(gitfile)
+    return found
+
+
+def config_entries(path: Path) -> list[tuple[str, str]] | None:
+    """A git config file's keys (``section.subsection.name``, lowercased but the
+    subsection) and values, or None where it cannot be read as git writes one."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    section = None
+    found = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("["):
+            header = re.fullmatch(r'\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]'
+                                  r"\s*(?:[#;].*)?", line)
+            if header is None:
+                return None
+            name, sub = header.group(1).lower(), header.group(2)
+            section = f"{name}.{sub}" if sub is not None else name
+            continue
+        key = re.fullmatch(r"([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?", line)
+        if key is None or section is None:
+            return None
+        found.append((f"{section}.{key.group(1).lower()}", (key.group(2) or "").strip()))
+    return found
+
+
+def config_value(path: Path, section: str, name: str) -> str | None:
+    for key, value in config_entries(path) or []:
+        if key == f"{section}.{name}":
+            return value.strip('"')
+    return None
+
+
+SAFE_KEYS = re.compile(
+    r"core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|"
+    r"precomposeunicode|symlinks|autocrlf|eol)|extensions\.objectformat|user\.(name|email)|"
+    r"init\.defaultbranch|branch\..+\.(remote|merge|rebase)|remote\..+\.(url|fetch)|"
+    r"submodule\..+\.(url|active)")
+"""What ``git init``, ``git clone`` and ``git checkout -b`` write in a new repository's
+config: nothing of it makes git run a program."""
+
+
+def set_aside(folder: Path) -> list[Path]:
+    """Make a git folder that a confined command made or changed harmless before anyone
+    runs git in it: a config holding more than `SAFE_KEYS` (a ``core.fsmonitor``, an alias,
+    a filter), hooks (any but git's samples), ``commondir`` and ``config.worktree`` are
+    renamed with the `SET_ASIDE` suffix. What was set aside."""
+    moved = []
+    config = folder / "config"
+    entries = config_entries(config) if config.exists() else []
+    if entries is None or any(not SAFE_KEYS.fullmatch(key) for key, _ in entries):
+        moved.append(config)
+    hooks = folder / "hooks"
+    try:
+        if hooks.is_symlink() or any(not name.endswith(".sample") for name in os.listdir(hooks)):
+            moved.append(hooks)
+    except OSError:
+        pass
+    for name in ("commondir", "config.worktree"):
+        if (folder / name).exists() or (folder / name).is_symlink():
+            moved.append(folder / name)
+    return [path for path in moved if _rename(path)]
+
+
+def _rename(path: Path) -> bool:
+    try:
+        path.rename(path.with_name(path.name + SET_ASIDE))
+    except OSError:
+        return False
+    return True
+
+
+def changed_since(paths: Iterable[Path], start_ns: int) -> bool:
+    """Whether any of `paths` was made or changed at or after `start_ns` (``st_ctime``,
+    which no command can set back)."""
+    for path in paths:
+        try:
+            if os.lstat(path).st_ctime_ns >= start_ns:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def disarm(found: Found, seen: set[Path], start_ns: int) -> list[Path]:
+    """What a confined command that started at `start_ns` left in its writable folders for
+    the user's next git, set aside (`set_aside`): git folders, ``.git`` files and ``.git``
+    links not in `seen` (those were kept read-only) that were made or changed since. What
+    was set aside."""
+    aside: list[Path] = []
+    for folder in found.folders:
+        dangerous = (folder / name for name in ("config", "hooks", "commondir",
+                                                "config.worktree"))
+        if folder not in seen and changed_since(dangerous, start_ns) and is_git_folder(folder):
+            aside += set_aside(folder)
+    for path in (*found.gitfiles, *found.links):
+        if path not in seen and changed_since([path], start_ns) and _rename(path):
+            aside.append(path)
+    return aside
+
+
+SET_ASIDE = ".set-aside-by-forged"
+
+
+def _walk(root: Path, budget: list[int | bool], depth: int = 0
           ) -> Iterator[tuple[Path, Path | None]]:
-    """Each git folder under `root`, with the ``.git`` file that named it (or None)."""
+    """Each git folder under `root`, with the ``.git`` file that named it (or None), and each
+    ``.git`` link (as its own path). `budget` is what is left of the entries to look at,
+    and whether nothing was left out."""
     try:
         entries = list(os.scandir(root))
     except OSError:
@@ -160,18 +315,21 @@ def _walk(root: Path, budget: list[int], depth: int = 0
         return
     for entry in entries:
         if entry.name == ".git":
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
                 yield Path(entry.path), None
             elif entry.is_file(follow_symlinks=False):
                 named = read_gitfile(Path(entry.path))
                 yield (named or Path(entry.path)), Path(entry.path)
-    if depth >= SCAN_DEPTH:
+    folders = [entry for entry in entries
+               if entry.name != ".git" and entry.is_dir(follow_symlinks=False)]
+    if folders and (depth >= SCAN_DEPTH or budget[0] <= 0):
+        budget[1] = False
         return
-    for entry in entries:
+    for entry in folders:
         if budget[0] <= 0:
+            budget[1] = False
             return
-        if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
-            yield from _walk(Path(entry.path), budget, depth + 1)
+        yield from _walk(Path(entry.path), budget, depth + 1)
 
 
 def stand_in_files(kept: Kept) -> None:

@@ -37,7 +37,9 @@ EMPTY_WHEN_MISSING = (".agent-forge", ".git")
 """Protected folders that do not exist yet: an empty read-only folder stands there while a
 command runs, so it cannot create one (bubblewrap leaves the empty folder behind; git reads an
 empty ``.git`` as no repository and looks further up, as before)."""
-DEFAULT_DENY_READ = ("~/.ssh", "~/.gnupg", "~/.aws", "~/.config/gcloud")
+DEFAULT_DENY_READ = ("~/.ssh", "~/.gnupg", "~/.aws", "~/.config/gcloud", "~/.config/gh",
+                     "~/.git-credentials", "~/.netrc", "~/.npmrc", "~/.pypirc", "~/.docker",
+                     "~/.kube")
 X11_SOCKETS = Path("/tmp/.X11-unix")
 MARK = "FORGED_SANDBOX"
 """Set in a confined command's environment by bubblewrap's own arguments, which is how the
@@ -81,6 +83,10 @@ class Policy:
     folder. Naming any lifts the filter's refusal of ``socket(AF_UNIX)`` (`forged._seccomp`)."""
     cwd: Path | None = None
     """Where the command starts (default: the workspace)."""
+    git_seen: set[Path] = attrs.field(factory=set, eq=False)
+    """The git folders and ``.git`` files earlier commands' scans found, which stay kept;
+    `bwrap_args` adds what it finds (a session's `forged._tools.guard.Guard` passes its
+    own)."""
 
     def bwrap_args(self) -> list[str]:
         """bubblewrap's arguments for this policy, up to the command (the seccomp filter is
@@ -119,11 +125,16 @@ class Policy:
             args += ["--remount-ro", folder]
         for denied in self.deny_read:
             path = denied.expanduser()
-            if path.is_dir():
-                real = str(path.resolve())
+            if not path.exists():
+                continue
+            real = str(path.resolve())
+            if any(real.startswith(folder.rstrip("/") + "/") or real == folder
+                   for folder in hidden):
+                continue  # hidden already (and nothing can be bound in a read-only tmpfs)
+            if os.path.isdir(real):
                 args += ["--tmpfs", real, "--remount-ro", real]
-            elif path.exists():
-                args += ["--ro-bind", "/dev/null", str(path.resolve())]
+            else:
+                args += ["--ro-bind", "/dev/null", real]
         start = self.cwd.resolve() if self.cwd is not None else self.workspace.resolve()
         program = _seccomp.program(unix_sockets=bool(self.unix_sockets))
         args += ["--setenv", "TMPDIR", str(self.temp.resolve()), "--setenv", MARK, "1",
@@ -141,7 +152,11 @@ class Policy:
         if self.write_workspace:
             for relative in EMPTY_WHEN_MISSING:
                 path = workspace / relative
-                if path.exists() or path.is_symlink():
+                if path.is_symlink():
+                    raise _gitfolders.Unprotectable(
+                        f"{path} is a symbolic link, which the sandbox cannot keep from being "
+                        "replaced; make it a folder")
+                if path.exists():
                     if relative == ".agent-forge":
                         kept.append(str(path.resolve()))
                 elif path.parent.is_dir() and not path.parent.is_symlink():
@@ -158,7 +173,7 @@ class Policy:
             for sub in folder.submodules:
                 add(sub)
 
-        git, gitfiles = git_policy([*workspace_root, *self.writable_roots])
+        git, gitfiles = git_policy([*workspace_root, *self.writable_roots], self.git_seen)
         for folder in git:
             add(folder)
         kept.extend(str(path) for path in gitfiles)
@@ -185,23 +200,45 @@ def _pins(kept: list[Path], roots: list[Path]) -> list[Path]:
                   key=lambda folder: len(folder.parts))
 
 
-def git_policy(roots: Sequence[Path]) -> tuple[tuple[_gitfolders.Kept, ...], tuple[Path, ...]]:
+def git_policy(roots: Sequence[Path], seen: set[Path] | None = None
+               ) -> tuple[tuple[_gitfolders.Kept, ...], tuple[Path, ...]]:
     """The git folders and ``.git`` files in the writable `roots` (`forged._gitfolders`), with
-    their stand-in files written."""
+    their stand-in files written: those found now, those in `seen` (found by an earlier
+    command's scan: a command may hide one behind more entries than a scan looks at), and
+    the checkouts of submodules the git folders name. `seen` gets what was found.
+    `forged._gitfolders.Unprotectable` for a ``.git`` that is a symbolic link."""
     real_roots = [Path(os.path.realpath(root)) for root in roots]
-    folders, gitfiles = _gitfolders.find(real_roots)
+
+    def writable(path: Path) -> bool:
+        return any(path.is_relative_to(root) for root in real_roots)
+
+    found = _gitfolders.find(real_roots)
+    if found.links:
+        raise _gitfolders.Unprotectable(
+            f"{found.links[0]} is a symbolic link, which the sandbox cannot keep from being "
+            "replaced (with a repository whose config runs a program for the user's next "
+            "git); make it a folder or a .git file")
+    folders = dict.fromkeys(found.folders)
+    gitfiles = dict.fromkeys(found.gitfiles)
+    for path in seen or ():
+        if path.name == ".git" and path.is_file() and not path.is_symlink():
+            gitfiles.setdefault(path)
+        elif path.is_dir() and not path.is_symlink():
+            folders.setdefault(path)
     kept = []
     for folder in folders:
-        if not any(folder.is_relative_to(root) for root in real_roots):
+        if not writable(folder):
             continue  # read-only already
         if _gitfolders.is_git_folder(folder):
-            found = _gitfolders.keep(folder)
-            _gitfolders.stand_in_files(found)
+            found_here = _gitfolders.keep(folder)
+            _gitfolders.stand_in_files(found_here)
+            gitfiles.update(dict.fromkeys(_gitfolders.checkouts(folder)))
         else:  # a ``.git`` that is no repository (yet): none may be made of it
-            found = _gitfolders.Kept(folder, read_only=(folder,), stand_ins=())
-        kept.append(found)
-    return tuple(kept), tuple(path for path in gitfiles
-                              if any(path.is_relative_to(root) for root in real_roots))
+            found_here = _gitfolders.Kept(folder, read_only=(folder,), stand_ins=())
+        kept.append(found_here)
+    if seen is not None:
+        seen.update(folders, gitfiles)
+    return tuple(kept), tuple(path for path in gitfiles if writable(path))
 
 
 SO_PEERPIDFD = 77

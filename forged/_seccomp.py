@@ -6,6 +6,8 @@ host however the filesystem is mounted (a read-only bind does not stop ``connect
 
 - ``socket(AF_UNIX, ...)``: no new Unix socket, so nothing can connect to one by path
   (forged's daemon, the session bus, an ssh or gpg agent, Docker);
+- ``socket(AF_VSOCK, ...)``, even where Unix sockets are allowed: vsock reaches the
+  hypervisor and the other machines of a VM host, and no network namespace covers it;
 - ``socketpair`` of any type but ``SOCK_STREAM`` and ``SOCK_SEQPACKET``: such pairs are made
   connected and cannot be pointed elsewhere, while a datagram one could ``sendto`` any
   datagram socket by path (journald, syslog's ``/dev/log``);
@@ -57,6 +59,7 @@ RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 EPERM = 1
 AF_UNIX = 1
+AF_VSOCK = 40
 SOCK_STREAM = 1
 SOCK_SEQPACKET = 5
 SOCK_TYPE_MASK = 0xF
@@ -124,14 +127,16 @@ def program(machine: str | None = None, *, unix_sockets: bool = False) -> bytes:
         emit(_JGE_K, X32_SYSCALL_BIT, "deny", 0)
     for number in arch.io_uring:
         emit(_JEQ_K, number, "deny", 0)
+    emit(_JEQ_K, arch.socket, "socket", 0)
     if not unix_sockets:
-        emit(_JEQ_K, arch.socket, "socket", 0)
         emit(_JEQ_K, arch.socketpair, "socketpair", 0)
     emit(_RET_K, RET_ALLOW)
+    label("socket")
+    emit(_LD_W_ABS, _arg(0))
+    emit(_JEQ_K, AF_VSOCK, "deny", 0)
+    emit(_JEQ_K, AF_UNIX, 0 if unix_sockets else "deny", "allow")
+    emit(_RET_K, RET_ALLOW)
     if not unix_sockets:
-        label("socket")
-        emit(_LD_W_ABS, _arg(0))
-        emit(_JEQ_K, AF_UNIX, "deny", "allow")
         label("socketpair")
         emit(_LD_W_ABS, _arg(1))
         emit(_AND_K, SOCK_TYPE_MASK)

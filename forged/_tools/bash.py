@@ -284,6 +284,8 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
             "fullOutputPath": spool.path}))
 
     started = time.perf_counter()
+    started_ns = time.time_ns()
+    aside = ""
     try:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
                                       on_output=on_output, shell=ctx.shell, env=ctx.env,
@@ -299,6 +301,11 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         raise
     finally:
         spool.close()
+        if ctx.guard is not None:  # even when aborted: what it left must not run later
+            with trio.CancelScope(shield=True):
+                aside = await ctx.guard.after_command(started_ns)
+    if aside:
+        text = f"{text}\n\n{aside}"
     if execution.timed_out:
         raise ToolError(f"{_ahead(text)}Command timed out after {params.timeout:g} seconds",
                         details)

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,6 +50,7 @@ LOWER = {"full-access": frozenset({"ask", "auto", "read-only"}),
 or change unasked that the user's mode would not (``ask`` runs nothing unasked but may, when
 asked, read what ``auto`` and ``read-only`` never read; they are not below each other)."""
 AGENT_SECRETS = ("models.json", "auth.json", "mcp.json")
+"""Files of forged's agent dir that hold keys: hidden as ``sandbox.denyRead`` is."""
 SERVER_CACHE = "sandbox-cache"
 """`Guard.server_cache`'s folder in the agent folder."""
 SERVER_CACHES = (("XDG_CACHE_HOME", "xdg"), ("npm_config_cache", "npm"), ("UV_CACHE_DIR", "uv"),
@@ -56,26 +59,54 @@ SERVER_CACHES = (("XDG_CACHE_HOME", "xdg"), ("npm_config_cache", "npm"), ("UV_CA
 """Where a confined stdio server's package runner keeps what it fetches (``npx``, ``uvx``),
 in `Guard.server_cache`: never the user's own caches, which the user's next unconfined
 ``npx`` would run from."""
+CTIME_SLACK_NS = 50_000_000
+"""How much earlier than a command's start a change may be stamped and still count as the
+command's: file times come from a coarse clock, a few milliseconds behind."""
+SMALL_ENTRIES = 500
 TITLE_MAX_CHARS = 2000
 """How much of the model's text (a command, a path) a dialog's title shows."""
 REASON_MAX_CHARS = 500
-_UNSHOWN = {**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))},
-            ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r",
-            **{code: f"\\u{code:04x}" for code in (0x200b, 0x200c, 0x200d, 0x2028, 0x2029,
-                                                   0xfeff, *range(0x202a, 0x202f),
-                                                   *range(0x2066, 0x206a))}}
-"""Characters a title shows escaped: controls (a terminal's escape sequences, line breaks
-that push the rest off the screen), and invisible or reordering ones."""
+SPACES_SHOWN = 8
+"""A run of more plain spaces than this is shown counted (a command pushed off the screen
+behind a wall of spaces)."""
+_HIDDEN = frozenset({"Cc", "Cf", "Co", "Cn", "Zl", "Zp", "Zs"})
+
+
+class _Escapes(dict[int, str]):
+    """`str.translate`'s table for `shown`, filled as characters are first met."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        if char == " " or unicodedata.category(char) not in _HIDDEN:
+            shown_as = char
+        elif code < 0x100:
+            shown_as = f"\\x{code:02x}"
+        else:
+            shown_as = f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+        self[code] = shown_as
+        return shown_as
+
+
+_ESCAPES = _Escapes({ord("\n"): "\\n", ord("\t"): "\\t", ord("\r"): "\\r"})
+
+
+def _spaces(run: re.Match[str]) -> str:
+    return f"⟨{len(run.group())} spaces⟩"
 
 
 def shown(text: str, limit: int = TITLE_MAX_CHARS) -> str:
-    """The model's `text` as a dialog shows it: on one line, every control character
-    escaped, and cut at `limit` characters saying how many more there were."""
-    escaped = text.translate(_UNSHOWN)
+    """The model's `text` as a dialog shows it: on one line, every control, format,
+    unassigned and non-plain space character escaped (a terminal's escape sequences, line
+    breaks and invisible or reordering characters), long runs of spaces counted, and cut at
+    `limit` characters keeping its start and its end (where a command's payload would
+    hide), saying how many were left out."""
+    escaped = re.sub(f" {{{SPACES_SHOWN + 1},}}", _spaces, text.translate(_ESCAPES))
     if len(escaped) <= limit:
         return escaped
-    return f"{escaped[:limit]}… ({len(escaped) - limit:,} more characters not shown)"
-"""Files of forged's agent dir that hold keys: hidden as ``sandbox.denyRead`` is."""
+    head, tail = escaped[:limit * 3 // 4], escaped[-(limit // 4):]
+    return f"{head}… ({len(escaped) - len(head) - len(tail):,} more characters not shown) …{tail}"
+
+
 
 
 def check_mode(mode: str) -> str:
@@ -164,6 +195,11 @@ async def sandbox_problem(bwrap: str | None) -> str | None:
     return _probed[key]
 
 
+SERVED_SOCKETS: list[Path] = []
+"""The sockets this process serves as a daemon (`forged._daemon` adds them): their
+``ws-token`` is hidden from every confined command and file tool."""
+
+
 def forged_folders() -> tuple[Path, ...]:
     """forged's runtime folder (``$XDG_RUNTIME_DIR/forged``, else ``/tmp/forged-<uid>``),
     made now if missing, so that no confined command can make it first and fill it."""
@@ -198,6 +234,12 @@ class Guard:
         self._dialogs = dialogs
         self._allowed: set[tuple[str, str]] = set()
         """What the user allowed for this session: (kind, the command or real path)."""
+        self._small = False
+        """Whether the writable folders held at most `SMALL_ENTRIES` entries when last
+        scanned: scanning them again then costs less than a thread's hop."""
+        self._git_seen: set[Path] = set()
+        """Git folders and ``.git`` files the sandbox found in the writable folders, kept
+        read-only from then on (`forged._sandbox.git_policy`)."""
 
     @property
     def sandboxed(self) -> bool:
@@ -229,9 +271,9 @@ class Guard:
             workspace=self.workspace, temp=self.temp(), write_workspace=self.mode == "auto",
             writable_roots=self.sandbox.writable_roots, caches=caches,
             hidden=(*forged_folders(), *_sandbox.socket_folders()),
-            deny_read=self.sandbox.deny_read,
+            deny_read=self._deny_read(),
             network=self.sandbox.network if network is None else network,
-            unix_sockets=self.sandbox.unix_sockets, cwd=cwd)
+            unix_sockets=self.sandbox.unix_sockets, cwd=cwd, git_seen=self._git_seen)
 
     async def confine(self, argv: Sequence[str], *, network: bool | None = None,
                       cwd: Path | None = None, doing: str = "commands",
@@ -244,11 +286,38 @@ class Guard:
                             f"sandbox, and {problem}. Nothing ran unconfined.")
         assert bwrap is not None
         policy = self.policy(network=network, cwd=cwd, caches=caches)
-        try:  # it reads the workspace for git's folders: in a thread
+        try:  # it reads the workspace for git's folders: in a thread, unless it is small
+            if self._small:
+                return policy.wrap(bwrap, argv)
             return await trio.to_thread.run_sync(policy.wrap, bwrap, argv)
-        except _seccomp.UnknownArchitecture as exc:
+        except (_seccomp.UnknownArchitecture, _gitfolders.Unprotectable) as exc:
             raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
                             f"sandbox, and {exc}. Nothing ran unconfined.") from None
+
+    def _writable_roots(self) -> list[Path]:
+        return [*([self.workspace] if self.mode == "auto" else []), *self.sandbox.writable_roots]
+
+    async def after_command(self, start_ns: int) -> str:
+        """After a command of a sandboxed mode that started at `start_ns` (``time.time_ns``):
+        what it left in the writable folders for the user's next git to run (a repository it
+        made with a ``core.fsmonitor``, a ``.git`` file or link naming one) set aside
+        (`forged._gitfolders.disarm`), and a note saying so for the tool's result ("":
+        nothing was)."""
+        if self.mode not in SANDBOXED:
+            return ""
+
+        def disarm() -> list[Path]:
+            found = _gitfolders.find(Path(os.path.realpath(root))
+                                     for root in self._writable_roots())
+            self._small = found.entries <= SMALL_ENTRIES
+            return _gitfolders.disarm(found, self._git_seen, start_ns - CTIME_SLACK_NS)
+
+        aside = disarm() if self._small else await trio.to_thread.run_sync(disarm)
+        if not aside:
+            return ""
+        return ("[forged set aside what this command left for git to run the next time anyone "
+                "runs git there, renamed with the suffix "
+                f"{_gitfolders.SET_ASIDE}: {', '.join(shown(str(path), 300) for path in aside)}]")
 
     # --- commands --------------------------------------------------------------------------
 
@@ -308,9 +377,15 @@ class Guard:
 
     # --- files -----------------------------------------------------------------------------
 
+    def _deny_read(self) -> tuple[Path, ...]:
+        """``denyRead``, and the WebSocket token of every socket this process serves (a
+        daemon's ``--socket`` may be anywhere, outside the hidden runtime folder)."""
+        return (*self.sandbox.deny_read, *(Path(socket).parent / "ws-token"
+                                           for socket in SERVED_SOCKETS))
+
     def _denied(self, real: Path) -> bool:
         return any(_inside(real, Path(os.path.realpath(denied)))
-                   for denied in self.sandbox.deny_read)
+                   for denied in self._deny_read())
 
     def _writable(self, real: Path) -> bool:
         """Inside the workspace (but none of its protected paths), the temp folder or a
