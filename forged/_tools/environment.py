@@ -21,7 +21,9 @@ widening keys are.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+import functools
+import re
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -42,8 +44,16 @@ SANDBOXED = frozenset({"auto", "read-only"})
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+    return _matcher(patterns)(name.upper()) is not None
+
+
+@functools.cache
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], re.Match[str] | None]:
+    """One regular expression for all of `patterns` (case-insensitive shell patterns)."""
+    if not patterns:
+        return lambda _: None
+    return re.compile("|".join(fnmatch.translate(pattern.upper())
+                               for pattern in patterns)).match
 
 
 def _strings(value: object) -> tuple[str, ...]:
