@@ -18,6 +18,7 @@ Each saves its entry under auth.json's lock (`forged._auth`), the others untouch
 from __future__ import annotations
 
 import base64
+import difflib
 import getpass
 import hashlib
 import secrets
@@ -43,14 +44,43 @@ CODEX_DEVICE_REDIRECT = "https://auth.openai.com/deviceauth/callback"
 DEVICE_TIMEOUT_S = 15 * 60
 
 
+SIGN_INS = ("anthropic", "openai-codex", "github-copilot")
+"""Providers signed in to with an account (a browser or a device code); any other known
+provider takes an API key."""
+
+
+def usage(command: str) -> str:
+    return (f"usage: forged {command} PROVIDER\n"
+            f"  sign in with an account: {', '.join(SIGN_INS)}\n"
+            "  or save an API key (read from stdin) for any other provider of the catalogue "
+            "or of models.json:\n"
+            f"  {', '.join(sorted(set(known_providers()) - set(SIGN_INS)))}")
+
+
+def known_providers() -> list[str]:
+    """Every provider forged can use: its own, the catalogue's and models.json's."""
+    from ._models import ModelRegistry, catalogue_providers
+
+    registry = ModelRegistry()
+    registry.load_models_json(agent_dir() / "models.json")
+    return sorted({*SIGN_INS, *registry.providers, *catalogue_providers()})
+
+
 def main(command: str, argv: list[str]) -> int:
     """``forged login`` / ``forged logout``: the exit code."""
     if len(argv) != 1 or argv[0].startswith("-"):
-        log(f"usage: forged {command} PROVIDER (anthropic, openai-codex, or a provider whose "
-            "API key to save)")
-        return 2
+        help_asked = argv in (["--help"], ["-h"])
+        print(usage(command), file=sys.stdout if help_asked else sys.stderr)
+        return 0 if help_asked else 2
     provider = argv[0]
     auth = AuthFile(agent_dir() / "auth.json")
+    if command == "login" and provider not in (known := known_providers()):
+        nearest = difflib.get_close_matches(provider, known, n=3, cutoff=0.5)
+        log(f"forged login: unknown provider {provider!r}"
+            + (f" (did you mean {' or '.join(nearest)}?)" if nearest else "")
+            + f"; `forged login --help` lists them (a provider of your own goes in "
+            f"{agent_dir() / 'models.json'})")
+        return 2
     try:
         if command == "logout":
             removed = trio.run(auth.delete, provider)

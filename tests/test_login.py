@@ -137,3 +137,33 @@ async def test_a_key_is_saved_and_logout_removes_it(tmp_path: Path) -> None:
     assert logout.stdout == b"Signed out of mistral\n"
     assert again.stdout == b"No sign-in for mistral\n"
     assert json.loads(path.read_text()) == {"groq": {"type": "api_key", "key": "gsk-kept"}}
+
+
+async def test_an_unknown_provider_is_refused_with_the_nearest_names(tmp_path: Path) -> None:
+    """``forged login gorq`` saves nothing for a provider nothing knows, and names the
+    nearest; ``--help`` lists every provider, sign-ins first; a provider of models.json takes
+    its key."""
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "models.json").write_text(json.dumps({"providers": {"mine": {
+        "baseUrl": "http://127.0.0.1:9/v1", "api": "openai-completions", "apiKey": "MINE_KEY",
+        "models": [{"id": "m1"}]}}}))
+    env = child_env(tmp_path / "agent")
+    with trio.fail_after(30):
+        wrong = await trio.run_process([str(BIN / "forged"), "login", "gorq"], stdin=b"k\n",
+                                       capture_stdout=True, capture_stderr=True, env=env,
+                                       check=False)
+        helped = await trio.run_process([str(BIN / "forged"), "login", "--help"],
+                                        capture_stdout=True, env=env)
+        mine = await trio.run_process([str(BIN / "forged"), "login", "mine"], stdin=b"mk\n",
+                                      capture_stdout=True, capture_stderr=True, env=env,
+                                      check=False)
+    assert wrong.returncode == 2 and b"Signed in" not in wrong.stdout
+    assert b"unknown provider 'gorq' (did you mean groq" in wrong.stderr, wrong.stderr
+    assert not (tmp_path / "agent" / "auth.json").exists() or "gorq" not in (
+        tmp_path / "agent" / "auth.json").read_text()
+    listed = helped.stdout.decode()
+    assert "anthropic, openai-codex, github-copilot" in listed
+    assert all(name in listed for name in ("groq", "mistral", "mine", "openai"))
+    assert mine.returncode == 0, mine.stderr.decode()
+    saved = json.loads((tmp_path / "agent" / "auth.json").read_text())
+    assert saved["mine"] == {"type": "api_key", "key": "mk"}
