@@ -91,6 +91,15 @@ def main(command: str, argv: list[str]) -> int:
     except (ConfigError, ProviderError) as exc:
         log(str(exc))
         return 1
+    except (OSError, ValueError, ExceptionGroup) as exc:
+        while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        if not isinstance(exc, OSError | ValueError):
+            raise
+        doing = "read" if isinstance(exc, ValueError) else "change"
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        log(f"{command}: could not {doing} {auth.path}: {what}; it is left as it was")
+        return 1
     except KeyboardInterrupt:
         log("login cancelled")
         return 130

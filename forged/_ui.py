@@ -35,6 +35,12 @@ PERMISSION_OPTIONS = (ALLOW_ONCE, ALLOW_SESSION, DENY)
 NOBODY = "no client can answer a permission request here"
 
 
+def one_line(text: str) -> str:
+    """`text` as one line of a log: its line breaks and runs of white space as one space,
+    escape characters shown escaped."""
+    return " ".join(text.split()).replace("\x1b", "\\x1b")
+
+
 class _Pending:
     __slots__ = ("aborted", "answer", "changed", "done")
 
@@ -106,7 +112,7 @@ class Dialogs:
                 else:
                     sent = False  # sent again to the next client that can answer
                     if self.client_wait_s is None:
-                        log(f"{NOBODY}: {title!r} is denied")
+                        log(f"{NOBODY}, so it is denied: {one_line(title)}")
                         return None, NOBODY
                     if deadline == math.inf:
                         deadline = trio.current_time() + self.client_wait_s

@@ -198,3 +198,20 @@ def test_a_deep_file_is_read_with_its_usual_error(tmp_path: Path, reader: str,
         assert done.returncode == 1 and "Cannot read script" in done.stderr
         return
     assert done.returncode == 0 and '"id":"last"' in done.stdout, done.stderr
+
+
+def test_ill_typed_params_are_invalid_params_not_an_internal_error(tmp_path: Path) -> None:
+    """A list, a string or a number as an ACP request's params: -32602 saying so, no
+    traceback, and the next request answered."""
+    (tmp_path / "agent").mkdir()
+    lines = [json.dumps({"jsonrpc": "2.0", "id": index, "method": method, "params": params})
+             for index, (method, params) in enumerate([
+                 ("initialize", [1]), ("session/new", "x"), ("session/prompt", 3),
+                 ("authenticate", [])], start=1)]
+    done = run_forged(["--mode", "acp", "--no-session"], [*lines, INITIALIZE],
+                      child_env(tmp_path / "agent"), tmp_path)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert [answer["error"]["code"] for answer in answers[:4]] == [-32602] * 4, answers
+    assert "takes an object, not list" in answers[0]["error"]["message"]
+    assert answers[4]["id"] == 9 and "result" in answers[4]

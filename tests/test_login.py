@@ -167,3 +167,20 @@ async def test_an_unknown_provider_is_refused_with_the_nearest_names(tmp_path: P
     assert mine.returncode == 0, mine.stderr.decode()
     saved = json.loads((tmp_path / "agent" / "auth.json").read_text())
     assert saved["mine"] == {"type": "api_key", "key": "mk"}
+
+
+async def test_a_broken_auth_json_is_one_line_and_left_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    path = tmp_path / "agent" / "auth.json"
+    path.write_text('{"groq": [')
+    env = child_env(tmp_path / "agent")
+    with trio.fail_after(30):
+        runs = [await trio.run_process([str(BIN / "forged"), *args], stdin=b"k\n",
+                                       capture_stdout=True, capture_stderr=True, env=env,
+                                       check=False)
+                for args in (["logout", "groq"], ["login", "groq"])]
+    for done in runs:
+        said = done.stderr.decode()
+        assert done.returncode == 1 and "Traceback" not in said, said
+        assert f"could not read {path}" in said and "left as it was" in said
+    assert path.read_text() == '{"groq": ['

@@ -361,3 +361,22 @@ def test_a_trusted_project_may_lower_the_mode_never_raise_it(
         {"permissionMode": project} if project else {}))
     assert starting_mode(None, Settings(agent, cwd)) == chosen
     assert starting_mode("read-only", Settings(agent, cwd)) == "read-only"
+
+
+async def test_print_mode_says_a_denial_on_one_line(tmp_path: Path) -> None:
+    """``-p`` in ``ask``: nobody can answer, and stderr says what was denied on one line,
+    not a title's line breaks as ``\\n``."""
+    places(tmp_path)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [call("bash", command="echo hi"), {
+        "content": [{"type": "text", "text": "Done."}]}]}))
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [str(BIN / "forged"), "--provider", "scripted", "--script", str(script),
+             "--permission-mode", "ask", "-p", "Go"], capture_stdout=True,
+            capture_stderr=True, check=False, env=child_env(tmp_path / "agent"),
+            cwd=tmp_path / "project")
+    said = done.stderr.decode()
+    assert ("no client can answer a permission request here, so it is denied: Allow the "
+            "model to run this command? echo hi\n") in said, said
+    assert "\\n" not in said

@@ -172,7 +172,14 @@ class Peer:
                       INVALID_REQUEST, "Invalid Request: expected a JSON-RPC 2.0 message")
             return
         request_id = message.get("id")
-        params = message.get("params") or {}
+        params = message.get("params")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):  # every ACP method takes an object
+            if request_id is not None:
+                self.fail(request_id, INVALID_PARAMS, f"Invalid params: {message['method']} "
+                          f"takes an object, not {type(params).__name__}")
+            return
         try:
             result = await self._handler(message["method"], params, request_id)
         except Exception as exc:
