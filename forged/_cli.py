@@ -552,9 +552,22 @@ def main(argv: list[str] | None = None) -> int:
                 "piped input")
             return 2
     elif messages:
+        if args.mode is None and len(messages) == 1 and messages[0].isidentifier():
+            import difflib
+
+            known = [*SUBCOMMANDS, "config", "mcp"]
+            nearest = difflib.get_close_matches(messages[0], known, n=3, cutoff=0.4)
+            log(f"unknown command {messages[0]!r}"
+                + (f" (did you mean {' or '.join(nearest)}?)" if nearest else "")
+                + f"; the commands are {', '.join(known)} (forged --help); to send it as a "
+                f"prompt: forged -p {messages[0]}")
+            return 2
         log(f"MESSAGE arguments need -p or --mode json (in {mode} mode prompts come "
             "on stdin)")
         return 2
+    elif mode == "rpc" and sys.stdin.isatty():
+        log("reading JSON commands, one per line, on stdin (the RPC protocol: docs/protocol.md; "
+            "Ctrl-D ends); to ask one thing from a terminal, try forged -p \"your question\"")
     if mode == "acp":
         with collector_paused():
             from ._fronts.acp import run_acp

@@ -324,3 +324,29 @@ async def test_a_huge_direct_bash_output_keeps_memory_flat(tmp_path: Path) -> No
     assert kept == 38_888_896
     assert not Path(response["data"]["fullOutputPath"]).exists()  # gone with the session
     assert grown < 20 * 1024, f"peak memory grew by {grown} kB"
+
+
+def test_a_word_where_a_command_goes_is_an_unknown_command() -> None:
+    done = subprocess.run([str(BIN / "forged"), "stop"], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 2
+    assert "unknown command 'stop' (did you mean status?)" in done.stderr, done.stderr
+
+
+def test_plain_forged_on_a_terminal_says_what_it_waits_for(tmp_path: Path) -> None:
+    """stdin a terminal: one line on stderr saying forged reads JSON commands, and how to try
+    -p; then it reads on as ever (the terminal's end ends it)."""
+    leader, follower = pty.openpty()
+    (tmp_path / "agent").mkdir()
+    with subprocess.Popen([str(BIN / "forged"), "--no-session"], stdin=follower,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=child_env(tmp_path / "agent"), cwd=tmp_path) as process:
+        os.close(follower)
+        os.write(leader, b'{"type": "get_state", "id": "s"}\n')
+        os.write(leader, b"\x04")  # Ctrl-D: the end of input
+        out, err = process.communicate(timeout=30)
+    os.close(leader)
+    assert process.returncode == 0, err
+    assert "reading JSON commands, one per line, on stdin" in err and "forged -p" in err, err
+    answer = json.loads(out.splitlines()[0])
+    assert answer["id"] == "s" and answer["success"] is True
