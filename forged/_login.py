@@ -54,7 +54,9 @@ def usage(command: str) -> str:
             f"  sign in with an account: {', '.join(SIGN_INS)}\n"
             "  or save an API key (read from stdin) for any other provider of the catalogue "
             "or of models.json:\n"
-            f"  {', '.join(sorted(set(known_providers()) - set(SIGN_INS)))}")
+            f"  {', '.join(sorted(set(known_providers()) - set(SIGN_INS)))}\n"
+            f"saved in {agent_dir() / 'auth.json'} (pi's is ~/.pi/agent/auth.json: to share "
+            "it, run forged with PI_CODING_AGENT_DIR=~/.pi/agent)")
 
 
 def known_providers() -> list[str]:

@@ -504,14 +504,14 @@ class ModelRegistry:
         """Why no model could be chosen, and what would give one."""
         keys = " or ".join(sorted(str(config.api_key) for config in BUILTIN_PROVIDERS.values()))
         return (f"No model selected: set {keys}, or add a provider to "
-                f"{agent_dir() / 'models.json'}")
+                f"{agent_dir() / 'models.json'}{first_use_hints()}")
 
     def no_models_available(self) -> str:
         """What ``--list-models`` says when no provider has a key, and how to add one."""
         keys = " or ".join(sorted(str(config.api_key) for config in BUILTIN_PROVIDERS.values()))
         return (f"No models available: no provider has an API key. Set {keys} (or another "
                 f"provider's key variable: OPENROUTER_API_KEY, GROQ_API_KEY, ...), or add a "
-                f"provider with its apiKey to {agent_dir() / 'models.json'}")
+                f"provider with its apiKey to {agent_dir() / 'models.json'}{first_use_hints()}")
 
     def _match(self, pattern: str, provider: str | None) -> w.Model | None:
         """The model `pattern` names, among `provider`'s (else every provider's: the
@@ -573,6 +573,25 @@ class ModelRegistry:
                 if model.provider == name and model.id == model_id:
                     return model
         return available[0] if available else None
+
+
+PI_AGENT_DIR = Path("~/.pi/agent")
+"""Where pi keeps its auth.json and models.json (forged keeps its own in `agent_dir`)."""
+
+
+def first_use_hints() -> str:
+    """The rest of a no-model message: pi's keys where pi has some that forged does not read,
+    ``forged login``, and the scripted provider for trying forged without a key."""
+    pi = PI_AGENT_DIR.expanduser()
+    hints = []
+    if pi.resolve() != agent_dir().resolve() and any(
+            (pi / name).is_file() for name in ("auth.json", "models.json")):
+        hints.append(f"pi's keys and models are in {pi}, which forged reads only with "
+                     f"PI_CODING_AGENT_DIR={pi} set")
+    hints.append("`forged login PROVIDER` signs in or saves a key")
+    hints.append("to try forged without a key: --provider scripted --script FILE "
+                 "(README, The scripted provider)")
+    return "; " + "; ".join(hints)
 
 
 def _merged(base: dict[str, Any] | None, over: dict[str, Any] | None) -> dict[str, Any] | None:

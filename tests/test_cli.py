@@ -214,3 +214,23 @@ async def test_the_collector_runs_once_started_with_start_ups_objects_frozen(
             cwd=tmp_path)
     answer = json.loads(done.stdout.splitlines()[0])
     assert answer["error"] == "Command /collector failed: on=True frozen=True"
+
+
+async def test_with_no_model_forged_says_where_pis_keys_are_and_how_to_start(
+        tmp_path: Path) -> None:
+    """pi keeps auth.json in ~/.pi/agent, forged in its own folder: with no usable model and
+    pi's file there, ``-p`` says how to share it, ``forged login`` and the scripted
+    provider."""
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "home" / ".pi" / "agent").mkdir(parents=True)
+    (tmp_path / "home" / ".pi" / "agent" / "auth.json").write_text("{}")
+    with trio.fail_after(30):
+        result = await trio.run_process(
+            [str(BIN / "forged"), "-p", "hi"], capture_stdout=True, capture_stderr=True,
+            check=False, env={**child_env(tmp_path / "agent"), "HOME": str(tmp_path / "home")},
+            cwd=tmp_path)
+    said = result.stderr.decode()
+    assert result.returncode == 1
+    assert (f"pi's keys and models are in {tmp_path / 'home/.pi/agent'}, which forged reads "
+            f"only with PI_CODING_AGENT_DIR={tmp_path / 'home/.pi/agent'} set") in said, said
+    assert "forged login PROVIDER" in said and "--provider scripted --script FILE" in said

@@ -41,7 +41,9 @@ async def test_no_model_is_null_and_prompt_is_refused(tmp_path: Path) -> None:
     assert prompt == {"id": prompt["id"], "type": "response", "command": "prompt",
                       "success": False, "error": (
                           "No model selected: set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add "
-                          f"a provider to {tmp_path / 'agent' / 'models.json'}")}
+                          f"a provider to {tmp_path / 'agent' / 'models.json'}; `forged login "
+                          "PROVIDER` signs in or saves a key; to try forged without a key: "
+                          "--provider scripted --script FILE (README, The scripted provider)")}
     assert client.output[after:] == [probe]  # a refused prompt has no events
 
 
