@@ -374,8 +374,7 @@ SUBCOMMANDS = ("serve", "connect", "status", "login", "logout")
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket", type=Path, metavar="PATH",
-                        help="the daemon's Unix socket (default "
-                        "$XDG_RUNTIME_DIR/forged/forged.sock)")
+                        help=f"the daemon's Unix socket (default {_thin.default_socket_path()})")
 
 
 def _host_port(value: str) -> tuple[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -234,3 +235,12 @@ async def test_with_no_model_forged_says_where_pis_keys_are_and_how_to_start(
     assert (f"pi's keys and models are in {tmp_path / 'home/.pi/agent'}, which forged reads "
             f"only with PI_CODING_AGENT_DIR={tmp_path / 'home/.pi/agent'} set") in said, said
     assert "forged login PROVIDER" in said and "--provider scripted --script FILE" in said
+
+
+def test_help_prints_the_socket_that_would_be_used() -> None:
+    """With no XDG_RUNTIME_DIR, the default the help names is the /tmp folder forged uses."""
+    env = {name: value for name, value in os.environ.items() if name != "XDG_RUNTIME_DIR"}
+    done = subprocess.run([str(BIN / "forged"), "serve", "--help"], capture_output=True,
+                          text=True, env=env, timeout=30, check=True)
+    assert f"/tmp/forged-{os.getuid()}/forged/forged.sock" in " ".join(done.stdout.split())
+    assert "$XDG_RUNTIME_DIR" not in done.stdout
