@@ -137,6 +137,14 @@ def _read_key(provider: str) -> str:
     return sys.stdin.readline().strip()
 
 
+def seconds(value: object, default: float) -> float:
+    """A server's number of seconds (``0`` and ``"0"`` included: zero), else `default`."""
+    try:
+        return float(value) if isinstance(value, int | float | str) else default
+    except ValueError:
+        return default
+
+
 def say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -152,7 +160,7 @@ async def codex_device_flow() -> Entry:
         raise ProviderError(f"OpenAI answered no device code: {device}")
     say(f"To sign in to ChatGPT, open {CODEX_VERIFICATION_URL} and enter the code "
         f"{device['user_code']}")
-    interval = float(device.get("interval") or 5)
+    interval = seconds(device.get("interval"), 5)
     deadline = trio.current_time() + DEVICE_TIMEOUT_S
     while True:
         if trio.current_time() >= deadline:
@@ -188,8 +196,8 @@ async def copilot_device_flow() -> Entry:
         raise ProviderError(f"GitHub answered no device code ({status}): {device}")
     say(f"To sign in to GitHub Copilot, open {device.get('verification_uri')} and enter the "
         f"code {device['user_code']}")
-    interval = float(device.get("interval") or 5)
-    deadline = trio.current_time() + float(device.get("expires_in") or DEVICE_TIMEOUT_S)
+    interval = seconds(device.get("interval"), 5)
+    deadline = trio.current_time() + seconds(device.get("expires_in"), DEVICE_TIMEOUT_S)
     while True:
         await trio.sleep(max(interval, 0.2))
         if trio.current_time() >= deadline:
@@ -201,7 +209,7 @@ async def copilot_device_flow() -> Entry:
             break
         error = answer.get("error")
         if error == "slow_down":
-            interval = float(answer.get("interval") or interval + 5)
+            interval = seconds(answer.get("interval"), interval + 5)
         elif error != "authorization_pending":
             raise ProviderError(f"The GitHub sign-in failed ({status}): {answer}")
     return {"type": "oauth", **await copilot.copilot_token(answer["access_token"])}
