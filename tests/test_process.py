@@ -169,12 +169,9 @@ async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path,
     assert bash["result"]["content"][0]["text"] == "Hello, world!\n"
 
 
-def test_the_readme_first_command_shows_a_trace_on_a_terminal(tmp_path: Path) -> None:
-    """``forged -p`` with stderr on a terminal: each tool call in a line or two, then the
-    reply on stdout; piped, stderr stays quiet."""
-    (tmp_path / "agent").mkdir()
-    command = [str(BIN / "forged"), "-p", "--provider", "scripted", "--script", str(EXAMPLE),
-               "--cwd", str(tmp_path), "Write a greeting program and run it"]
+def on_a_terminal(command: list[str], tmp_path: Path
+                  ) -> tuple[subprocess.CompletedProcess[bytes], list[str]]:
+    """`command` run with stderr on a terminal: what it did, and the terminal's lines."""
     leader, follower = pty.openpty()
     try:
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=follower, timeout=60,
@@ -194,8 +191,18 @@ def test_the_readme_first_command_shows_a_trace_on_a_terminal(tmp_path: Path) ->
         os.close(leader)
         if follower >= 0:
             os.close(follower)
+    return done, shown.decode().replace("\r\n", "\n").splitlines()
+
+
+def test_the_readme_first_command_shows_a_trace_on_a_terminal(tmp_path: Path) -> None:
+    """``forged -p`` with stderr on a terminal: each tool call in a line or two, then the
+    reply on stdout; piped, stderr stays quiet."""
+    (tmp_path / "agent").mkdir()
+    command = [str(BIN / "forged"), "-p", "--provider", "scripted", "--script", str(EXAMPLE),
+               "--cwd", str(tmp_path), "Write a greeting program and run it"]
+    done, shown = on_a_terminal(command, tmp_path)
     assert done.returncode == 0
-    assert shown.decode().replace("\r\n", "\n").splitlines() == [
+    assert shown == [
         "[write] greet.py", "[read] greet.py", "[edit] greet.py", "[bash] python3 greet.py",
         "    Hello, world!"]
     assert done.stdout == b"Done: `greet.py` now prints **Hello, world!**\n"
@@ -350,3 +357,16 @@ def test_plain_forged_on_a_terminal_says_what_it_waits_for(tmp_path: Path) -> No
     assert "reading JSON commands, one per line, on stdin" in err and "forged -p" in err, err
     answer = json.loads(out.splitlines()[0])
     assert answer["id"] == "s" and answer["success"] is True
+
+
+def test_the_trace_says_how_much_of_a_commands_output_it_left_out(tmp_path: Path) -> None:
+    (tmp_path / "agent").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [
+        {"content": [{"type": "toolCall", "name": "bash", "arguments": {"command": "seq 10"}}]},
+        {"content": [{"type": "text", "text": "Counted."}]}]}))
+    done, shown = on_a_terminal([str(BIN / "forged"), "-p", "--provider", "scripted",
+                                 "--script", str(script), "--cwd", str(tmp_path), "Count"],
+                                tmp_path)
+    assert done.returncode == 0
+    assert shown == ["[bash] seq 10", "    1", "    2", "    3", "    … 7 more lines"]

@@ -105,7 +105,11 @@ class Trace:
         if event.is_error:
             lines.append(f"    failed: {next(iter(text.strip().splitlines()), '')}")
         elif event.tool_name == "bash":
-            lines += [f"    {out}" for out in text.strip().splitlines()[:TRACE_OUTPUT_LINES]]
+            output = text.strip().splitlines()
+            lines += [f"    {out}" for out in output[:TRACE_OUTPUT_LINES]]
+            if len(output) > TRACE_OUTPUT_LINES:
+                more = len(output) - TRACE_OUTPUT_LINES
+                lines.append(f"    … {more} more line{'s' if more > 1 else ''}")
         log_plain("\n".join(lines))
 
 
