@@ -144,8 +144,6 @@ class Found:
     gitfiles: tuple[Path, ...]
     links: tuple[Path, ...]
     """``.git`` entries that are symbolic links: nothing keeps one from being replaced."""
-    complete: bool
-    """Whether every entry was looked at (else `SCAN_ENTRIES` or `SCAN_DEPTH` ran out)."""
     entries: int
     """How many entries were looked at."""
 
@@ -157,7 +155,7 @@ def find(roots: Iterable[Path], *, entries: int = SCAN_ENTRIES) -> Found:
     folders: dict[Path, None] = {}
     gitfiles: list[Path] = []
     links: list[Path] = []
-    budget = [entries, True]
+    budget = [entries]
     for root in roots:
         for folder, gitfile in _walk(root, budget):
             if folder.is_symlink() and folder.name == ".git":
@@ -168,8 +166,7 @@ def find(roots: Iterable[Path], *, entries: int = SCAN_ENTRIES) -> Found:
             if folder.is_dir():
                 for candidate in _with_common(folder):
                     folders.setdefault(candidate)
-    return Found(tuple(folders), tuple(gitfiles), tuple(links), complete=bool(budget[1]),
-                 entries=entries - int(budget[0]))
+    return Found(tuple(folders), tuple(gitfiles), tuple(links), entries=entries - budget[0])
 
 
 def _with_common(folder: Path) -> Iterator[Path]:
@@ -180,16 +177,17 @@ def _with_common(folder: Path) -> Iterator[Path]:
         yield Path(os.path.realpath(common))
 
 
-def checkouts(folder: Path) -> list[Path]:
-    """The ``.git`` files of the submodules whose git folders `folder` holds, found by the
+def checkouts(kept: Kept) -> list[Path]:
+    """The ``.git`` files of the submodules whose git folders `kept` holds, found by the
     ``core.worktree`` each git folder names (however deep they lie, scanned or not)."""
     found = []
-    for kept in _modules(folder / "modules"):
-        worktree = config_value(kept.folder / "config", "core", "worktree")
+    for sub in kept.submodules:
+        worktree = config_value(sub.folder / "config", "core", "worktree")
         if worktree is not None:
-            gitfile = Path(os.path.normpath(kept.folder / worktree)) / ".git"
+            gitfile = Path(os.path.normpath(sub.folder / worktree)) / ".git"
             if gitfile.is_file() and not gitfile.is_symlink():
                 found.append(gitfile)
+        found += checkouts(sub)
     return found
 
 
@@ -299,11 +297,10 @@ def disarm(found: Found, seen: set[Path], start_ns: int) -> list[Path]:
 SET_ASIDE = ".set-aside-by-forged"
 
 
-def _walk(root: Path, budget: list[int | bool], depth: int = 0
+def _walk(root: Path, budget: list[int], depth: int = 0
           ) -> Iterator[tuple[Path, Path | None]]:
     """Each git folder under `root`, with the ``.git`` file that named it (or None), and each
-    ``.git`` link (as its own path). `budget` is what is left of the entries to look at,
-    and whether nothing was left out."""
+    ``.git`` link (as its own path). `budget` is what is left of the entries to look at."""
     try:
         entries = list(os.scandir(root))
     except OSError:
@@ -320,16 +317,13 @@ def _walk(root: Path, budget: list[int | bool], depth: int = 0
             elif entry.is_file(follow_symlinks=False):
                 named = read_gitfile(Path(entry.path))
                 yield (named or Path(entry.path)), Path(entry.path)
-    folders = [entry for entry in entries
-               if entry.name != ".git" and entry.is_dir(follow_symlinks=False)]
-    if folders and (depth >= SCAN_DEPTH or budget[0] <= 0):
-        budget[1] = False
+    if depth >= SCAN_DEPTH:
         return
-    for entry in folders:
+    for entry in entries:
         if budget[0] <= 0:
-            budget[1] = False
             return
-        yield from _walk(Path(entry.path), budget, depth + 1)
+        if entry.name != ".git" and entry.is_dir(follow_symlinks=False):
+            yield from _walk(Path(entry.path), budget, depth + 1)
 
 
 def stand_in_files(kept: Kept) -> None:

@@ -232,7 +232,7 @@ def git_policy(roots: Sequence[Path], seen: set[Path] | None = None
         if _gitfolders.is_git_folder(folder):
             found_here = _gitfolders.keep(folder)
             _gitfolders.stand_in_files(found_here)
-            gitfiles.update(dict.fromkeys(_gitfolders.checkouts(folder)))
+            gitfiles.update(dict.fromkeys(_gitfolders.checkouts(found_here)))
         else:  # a ``.git`` that is no repository (yet): none may be made of it
             found_here = _gitfolders.Kept(folder, read_only=(folder,), stand_ins=())
         kept.append(found_here)
