@@ -4,12 +4,16 @@ is never read or written: the shadow repository has its own ``GIT_DIR``, and eac
 own index file, so two sessions in one workspace never share an index.
 
 What a capture holds: every file git would not ignore (the project's ``.gitignore`` and
-``.ignore``, the user's global excludes), untracked ones included; files over
-`Shadow.max_file_bytes` are left out and named. The agent folder is never captured when it
-lies in the workspace (a home folder as the workspace holds ``~/.agent-forge/agent``): its
-checkpoints would capture themselves, and a restore must not put back old sessions, settings
-or keys. Each capture is a commit kept alive by a ref of its own (``refs/forged/<sha>``). git
-records a file's executable bit and symbolic links; other mode bits are not kept.
+``.ignore``, the user's global excludes), untracked ones included, and the files of nested
+repositories (a cloned dependency with a ``.git`` of its own, which git alone records as one
+gitlink: their own ignores apply, their git folders are left out); files over
+`Shadow.max_file_bytes` are left out and named. A path that changes kind (folder, file,
+link) is recorded as what it is now, and never followed through a link. The agent folder
+is never captured when it lies in the workspace (a home folder as the workspace holds
+``~/.agent-forge/agent``): its checkpoints would capture themselves, and a restore must not
+put back old sessions, settings or keys. Each capture is a commit kept alive by a ref of its
+own (``refs/forged/<sha>``). git records a file's executable bit and symbolic links; other
+mode bits are not kept.
 
 Every method runs git and blocks: callers run them in a worker thread, never on the loop.
 """
@@ -21,6 +25,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -94,7 +99,9 @@ class Shadow:
         return env
 
     def _git(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
-             env: dict[str, str] | None = None) -> bytes:
+             env: dict[str, str] | None = None, work_tree: Path | None = None) -> bytes:
+        if work_tree is not None:
+            env = self._env(index) | {"GIT_WORK_TREE": str(work_tree)}
         try:
             done = subprocess.run(["git", *args], input=stdin, capture_output=True,
                                   env=env or self._env(index), cwd=self.workspace,
@@ -153,9 +160,7 @@ class Shadow:
             held = None if self.left_out is None else pool.submit(  # from before that rule
                 self._git, "ls-files", "-z", "--cached", "--",
                 f":(top,literal){os.fsdecode(self.left_out)}", index=index)
-            new_names = [name for name in others.result().split(b"\0")
-                         if name and not name.endswith(b"/")  # (a nested repository)
-                         and not self._left_out(name)]
+            new_names = self._untracked(others.result(), b"")
             changed = {name for name in modified.result().split(b"\0") if name}
             if held is not None:
                 changed.update(name for name in held.result().split(b"\0") if name)
@@ -169,32 +174,48 @@ class Shadow:
         dropped: list[bytes] = []
         skipped: list[str] = []
         for name in sorted(changed):
-            if self._left_out(name):
-                dropped.append(name)
-                continue
-            path = self.workspace / os.fsdecode(name)
-            try:
-                info = path.lstat()
-            except FileNotFoundError:
-                update.append(name)  # deleted: --remove drops it
-                continue
-            if info.st_size > self.max_file_bytes and not path.is_symlink():
+            info = None if self._left_out(name) else _present(self.workspace, name)
+            if info is None or stat.S_ISDIR(info.st_mode):
+                dropped.append(name)  # gone, out of reach behind a link, or a folder now
+            elif info.st_size > self.max_file_bytes and not stat.S_ISLNK(info.st_mode):
                 skipped.append(os.fsdecode(name))
                 dropped.append(name)
             else:
                 update.append(name)
-        if update:
-            self._git("update-index", "--add", "--remove", "-z", "--stdin", index=index,
-                      stdin=b"\0".join(update) + b"\0")
+        # Removals first, then additions that replace what stands in their way: a file
+        # where a folder's files were (`rm -rf d && touch d`), or the reverse.
         if dropped:
             self._git("update-index", "--force-remove", "-z", "--stdin", index=index,
                       stdin=b"\0".join(dropped) + b"\0")
+        if update:
+            self._git("update-index", "--add", "--replace", "-z", "--stdin", index=index,
+                      stdin=b"\0".join(update) + b"\0")
         tree = self._git("write-tree", index=index).strip().decode()
         if previous is not None and self.tree_of(previous) == tree:
             return Capture(commit=previous, skipped=tuple(skipped))
         commit = self._git("commit-tree", tree, "-m", message).strip().decode()
         self._keep(commit)
         return Capture(commit=commit, skipped=tuple(skipped))
+
+    def _untracked(self, listed: bytes, folder: bytes) -> list[bytes]:
+        """The files `git ls-files --others` listed under `folder` (relative to the workspace),
+        and those of the nested repositories it listed as folders (``vendor/lib/``): git
+        does not look inside one, so each is listed on its own, as a work tree of the shadow
+        repository with no index yet (its files are in none: git would have walked into it)."""
+        found: list[bytes] = []
+        for name in listed.split(b"\0"):
+            if not name or self._left_out(folder + name):
+                continue
+            if not name.endswith(b"/"):
+                found.append(folder + name)
+                continue
+            nested = folder + name
+            with tempfile.TemporaryDirectory(dir=self.git_dir) as scratch:
+                inner = self._git("ls-files", "-z", "--others", "--exclude-standard",
+                                  index=Path(scratch) / "index",
+                                  work_tree=self.workspace / os.fsdecode(nested))
+            found.extend(self._untracked(inner, nested))
+        return found
 
     def _left_out(self, name: bytes) -> bool:
         return self.left_out is not None and name.startswith(self.left_out)
@@ -238,7 +259,9 @@ class Shadow:
         for change in changes:
             if change.status == "A":
                 created = self.workspace / change.path
-                created.unlink(missing_ok=True)
+                info = _present(self.workspace, os.fsencode(change.path))
+                if info is not None and not stat.S_ISDIR(info.st_mode):
+                    created.unlink()
                 _prune_empty(created.parent, self.workspace)
         if back:
             with tempfile.TemporaryDirectory(dir=self.git_dir) as scratch:
@@ -271,15 +294,42 @@ def _prune_empty(folder: Path, top: Path) -> None:
         folder = folder.parent
 
 
+def _present(top: Path, name: bytes) -> os.stat_result | None:
+    """`name`'s own status (a link's, not its target's), or None when it is gone or lies
+    behind something that is not a folder: a link (whatever it points to is not the
+    workspace's) or a file."""
+    *folders, last = name.split(b"/")
+    place = top
+    try:
+        for part in folders:
+            place /= os.fsdecode(part)
+            if not stat.S_ISDIR(place.lstat().st_mode):
+                return None
+        return (place / os.fsdecode(last)).lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def _clear_for(path: Path, top: Path) -> None:
-    """Make way for writing the file `path`: a folder where it goes, or a file where one of
-    its folders goes, is removed (it was created since the capture)."""
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+    """Make way for writing the file `path`, never through a link: a link or a file where
+    one of its folders goes, and a folder where it goes, are removed (they were made since
+    the capture)."""
     for parent in reversed(path.relative_to(top).parents):
         place = top / parent
-        if place != top and (place.is_symlink() or place.is_file()):
+        if place == top:
+            continue
+        try:
+            mode = place.lstat().st_mode
+        except FileNotFoundError:
+            return  # nothing below it either
+        if not stat.S_ISDIR(mode):
             place.unlink()
+            return
+    try:
+        if stat.S_ISDIR(path.lstat().st_mode):
+            shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
 
 
 def due(agent_dir: Path, workspace: Path) -> bool:

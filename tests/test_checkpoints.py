@@ -396,3 +396,77 @@ async def test_a_prompt_right_after_agent_end_is_taken_while_the_checkpoint_clos
     assert after.index("agent_settled") < after.index("agent_start")
     assert after.count("agent_settled") == 2 and after[-1] == "agent_settled"
     assert client.count("agent_start") == 2
+
+
+@pytest.mark.parametrize(("first", "then"), [
+    ("mkdir -p d && echo KEEP > d/x", "rm -rf d && ln -s e d"),
+    ("mkdir -p d && echo KEEP > d/x", "rm -rf d && echo file > d"),
+    ("mkdir -p d && echo KEEP > d/x", "rm -rf d && ln -s ../outside d"),
+    ("echo KEEP > d", "rm d && mkdir d && echo inside > d/x"),
+    ("ln -s ../outside d", "rm d && mkdir d && echo inside > d/x"),
+    ("mkdir -p d && echo KEEP > d/x", "rm -rf d && mkdir -p d/x && echo deeper > d/x/y"),
+], ids=["folder-to-link", "folder-to-file", "folder-to-outside-link", "file-to-folder",
+        "link-to-folder", "file-to-folder-inside"])
+async def test_a_path_that_changes_kind_is_captured_and_restored_as_it_was(
+        tmp_path: Path, first: str, then: str) -> None:
+    """What a destructive model does (`rm -rf src && touch src`): the closing checkpoint
+    records the new kind, a restore puts back the old one on either side, and nothing is
+    ever written through a link (the folder it points to stays as it was)."""
+    project = tmp_path / "project"
+    make_project(project)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").write_text("the outside's own\n")
+    replies = scripted(bash(first), said("One."), bash(then), said("Two."))
+    async with open_client(tmp_path, replies) as client:
+        await client.prompt_and_settle("First")
+        kept = snapshot(project)
+        await client.prompt_and_settle("Then")
+        changed = snapshot(project)
+        assert not [event for event in client.events("extension_ui_request")
+                    if event.get("method") == "notify"]
+        listed = await checkpoints(client)
+        assert [item["kind"] for item in listed] == ["before", "after", "before", "after"]
+        await request(client, "restore_checkpoint", entryId=listed[2]["entryId"])
+        assert snapshot(project) == kept
+        assert snapshot(outside) == {"x": ("file", 0, hashlib.sha256(
+            b"the outside's own\n").hexdigest())}
+        restored = (await checkpoints(client))[-1]
+        await request(client, "restore_checkpoint", entryId=restored["entryId"])
+        assert snapshot(project) == changed
+        await request(client, "restore_checkpoint", entryId=listed[0]["entryId"])
+    assert "d" not in snapshot(project) and snapshot(outside)["x"][0] == "file"
+
+
+def test_files_of_a_nested_repository_are_captured_and_restored(tmp_path: Path) -> None:
+    """A cloned dependency with a `.git` of its own: git alone records it as one gitlink and
+    none of its files; a capture holds them (its own ignores kept, its git folder left out),
+    and a restore after `rm -rf vendor` brings them back."""
+    project = tmp_path / "project"
+    make_project(project)
+    lib = project / "vendor" / "lib"
+    (lib / "src").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(lib)], check=True)
+    (lib / "src" / "code.c").write_text("int main;\n")
+    (lib / ".gitignore").write_text("*.o\n")
+    (lib / "src" / "code.o").write_bytes(b"object")
+    inner = lib / "plugins" / "inner"
+    inner.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(inner)], check=True)
+    (inner / "p.txt").write_text("plugin\n")
+    shadow = Shadow(tmp_path / "agent", project)
+    first = shadow.capture("session")
+    names = shadow._git("ls-tree", "-r", "--name-only", "-z", first.commit).split(b"\0")
+    assert {os.fsdecode(n) for n in names if n.startswith(b"vendor")} == {
+        "vendor/lib/.gitignore", "vendor/lib/src/code.c", "vendor/lib/plugins/inner/p.txt"}
+    (lib / "src" / "code.c").write_text("int main(void);\n")
+    (inner / "new.txt").write_text("new\n")
+    second = shadow.capture("session")
+    assert {(c.status, c.path) for c in shadow.changes(first.commit, second.commit)} == {
+        ("M", "vendor/lib/src/code.c"), ("A", "vendor/lib/plugins/inner/new.txt")}
+    subprocess.run(["rm", "-rf", str(project / "vendor")], check=True)
+    now = shadow.capture("session")
+    shadow.restore(first.commit, now.commit)
+    assert (lib / "src" / "code.c").read_text() == "int main;\n"
+    assert (inner / "p.txt").read_text() == "plugin\n" and not (inner / "new.txt").exists()
+    assert not (lib / ".git").exists() and not (lib / "src" / "code.o").exists()
