@@ -30,14 +30,24 @@ import subprocess
 import tempfile
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 
 import attrs
+
+from ._process import die_with_forged
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_FILES = 100_000
 HOUSEKEEPING_S = 86400
 """Old captures are dropped, and the repository packed, once a day at most."""
+
+
+ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding\n"
+"""The shadow repository's own attributes, which outrank the project's: bytes are captured
+and written back as they are, never converted (line endings, encodings, ``$Id$``) nor passed
+through a filter program (a ``.gitattributes`` the model wrote, naming one the user's git
+configuration defines)."""
 
 
 class CheckpointError(Exception):
@@ -105,7 +115,8 @@ class Shadow:
         try:
             done = subprocess.run(["git", *args], input=stdin, capture_output=True,
                                   env=env or self._env(index), cwd=self.workspace,
-                                  check=False)
+                                  check=False,
+                                  preexec_fn=partial(die_with_forged, os.getpid()))
         except FileNotFoundError:
             raise CheckpointError("checkpoints need git, which is not installed: install "
                                   "the git package") from None
@@ -117,6 +128,8 @@ class Shadow:
     def _ensure(self) -> None:
         """Make the repository, once, whoever else is making it."""
         if (self.git_dir / "ready").exists():
+            if not (self.git_dir / "info" / "attributes").exists():  # (one made before)
+                _write_whole(self.git_dir / "info" / "attributes", ATTRIBUTES)
             return
         self.git_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.git_dir.parent / f"{self.git_dir.name}.lock", "a") as lock:
@@ -132,6 +145,7 @@ class Shadow:
                 self._git("config", key, value)
             (self.git_dir / "info").mkdir(exist_ok=True)
             (self.git_dir / "info" / "exclude").write_text(".git\n")
+            _write_whole(self.git_dir / "info" / "attributes", ATTRIBUTES)
             (self.git_dir / "workspace").write_text(str(self.workspace) + "\n")
             (self.git_dir / "ready").write_text("")
 
@@ -227,9 +241,7 @@ class Shadow:
         write its ref: each write is whole)."""
         ref = self.git_dir / "refs" / "forged" / commit
         ref.parent.mkdir(parents=True, exist_ok=True)
-        partial = ref.with_name(f".{commit}.{uuid.uuid4().hex}")
-        partial.write_text(commit + "\n")
-        partial.replace(ref)
+        _write_whole(ref, commit + "\n")
 
     def tree_of(self, commit: str) -> str:
         return self._git("rev-parse", f"{commit}^{{tree}}").strip().decode()
@@ -272,6 +284,14 @@ class Shadow:
                 self._git("checkout-index", "-f", "-z", "--stdin", index=index,
                           stdin=b"\0".join(os.fsencode(path) for path in back) + b"\0")
         return changes
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `path` through a file of its own renamed into place: a reader never sees it half
+    written."""
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 def _index_entries(index: Path) -> int:

@@ -21,7 +21,7 @@ from forged._checkpoints import Shadow
 from forged._providers.scripted import Reply
 
 from .harness import Client, Event, open_client
-from .test_process import BIN, child_env
+from .test_process import BIN, child_env, running, spawn
 
 BINARY = bytes(range(256)) * 4
 
@@ -470,3 +470,77 @@ def test_files_of_a_nested_repository_are_captured_and_restored(tmp_path: Path) 
     assert (lib / "src" / "code.c").read_text() == "int main;\n"
     assert (inner / "p.txt").read_text() == "plugin\n" and not (inner / "new.txt").exists()
     assert not (lib / ".git").exists() and not (lib / "src" / "code.o").exists()
+
+
+def git_children(parent: int) -> list[int]:
+    """The git processes whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (entry / "comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if int(fields[1]) == parent and name == "git":
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_restores_git_ends_with_a_killed_forged(tmp_path: Path) -> None:
+    """forged killed while a restore's git writes 4,000 files back: git ends with it, and
+    stops writing into the workspace (it used to write them all). Their names fit in a pipe:
+    git has them all before forged is killed."""
+    project, agent_dir = tmp_path / "project", tmp_path / "agent"
+    (project / "m").mkdir(parents=True)
+    agent_dir.mkdir()
+    for n in range(4_000):
+        (project / "m" / str(n)).write_bytes(b"%d\n" % n * 2000)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [bash("rm -rf m"), said("Gone.")]}))
+    child = await spawn(["--provider", "scripted", "--script", str(script)], project,
+                        child_env(agent_dir))
+    with trio.fail_after(60):
+        await child.send({"id": "p", "type": "prompt", "message": "go"})
+        await child.read_until("agent_settled")
+        await child.send({"id": "c", "type": "get_checkpoints"})
+        listed = (await child.read_until("response", id="c"))["data"]["checkpoints"]
+        await child.send({"id": "r", "type": "restore_checkpoint",
+                          "entryId": listed[0]["entryId"]})
+        # The checkout is under way once a file is back.
+        while not (project / "m").exists() or not any(  # noqa: ASYNC110 (files: no event)
+                (project / "m").iterdir()):
+            await trio.sleep(0.001)
+        writers = git_children(child.process.pid)
+        child.process.kill()
+        await child.process.wait()
+        assert writers
+        while any(running(pid) for pid in writers):  # noqa: ASYNC110 (outside this run)
+            await trio.sleep(0.01)
+    assert len(list((project / "m").iterdir())) < 4_000
+
+
+def test_the_projects_attributes_do_not_change_what_comes_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `.gitattributes` asking for line-ending conversion or a filter (the model can write
+    one): captures keep the bytes as they are, and a restore writes them back unchanged,
+    running nothing."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".gitattributes").write_text("* text eol=crlf filter=run ident\n")
+    (project / "unix.txt").write_bytes(b"one\ntwo\n$Id$\n")
+    (project / "dos.txt").write_bytes(b"one\r\ntwo\r\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        f"[filter \"run\"]\n\tclean = touch {tmp_path}/ran\n\tsmudge = touch {tmp_path}/ran\n")
+    monkeypatch.setenv("HOME", str(home))  # the user's git configuration defines the filter
+    shadow = Shadow(tmp_path / "agent", project)
+    first = shadow.capture("session")
+    (project / "unix.txt").unlink()
+    (project / "dos.txt").unlink()
+    shadow.restore(first.commit, shadow.capture("session").commit)
+    assert (project / "unix.txt").read_bytes() == b"one\ntwo\n$Id$\n"
+    assert (project / "dos.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert not (tmp_path / "ran").exists()
