@@ -378,7 +378,11 @@ def test_undo_puts_the_files_back_and_asks_about_drift(tmp_path: Path, how: str)
     assert (project / "notes.txt").read_text() == "hello\n"
     assert not (project / "made.txt").exists() and not (project / "mine.txt").exists()
     assert "Not undone" in editor.said() and "Undone: the files are back" in editor.said()
-    assert "Checkpoints, oldest first" in editor.said()
+    listing = editor.said().split("Checkpoints, oldest first:\n")[1].splitlines()
+    assert listing[0].endswith(" before the run of “Change things”")
+    assert listing[1].endswith(" after the run: 2 files changed (made.txt, notes.txt)")
+    assert listing[2].endswith(" a restore (the files just before it): 3 files changed by "
+                               "the restore (made.txt, mine.txt, notes.txt)")
 
 
 def test_the_tools_read_and_edit_the_editors_buffers(tmp_path: Path) -> None:

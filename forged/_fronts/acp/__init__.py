@@ -209,10 +209,7 @@ class AcpSession:
         listed = (await call(self.link, w.GetCheckpoints(), w.CheckpointList)).checkpoints
         if not listed:
             return "No checkpoints yet: no run has changed a file."
-        lines = [f"{item.timestamp} {item.kind}: "
-                 f"{len(item.files)} file{'s' if len(item.files) != 1 else ''} changed"
-                 f"{' (' + item.prompt[:60] + ')' if item.prompt else ''}" for item in listed]
-        return "Checkpoints, oldest first:\n" + "\n".join(lines)
+        return "Checkpoints, oldest first:\n" + "\n".join(map(_checkpoint_line, listed))
 
     async def _undo(self) -> str:
         """The files back to before the last run; with drift, the user is asked first."""
@@ -606,3 +603,26 @@ async def run_acp(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> No
                         open_fd_stream(stdin_fd), open_fd_stream(stdout_fd),
                         default_cwd=options.cwd)
         process_nursery.cancel_scope.cancel()
+
+
+def _checkpoint_line(item: w.Checkpoint) -> str:
+    """One checkpoint as ``/checkpoints`` lists it: what it was taken before or after, and
+    the files changed since the one before it (a ``before`` capture usually has none: the
+    run's own changes are its ``after``'s), or by the restore it was taken for."""
+    if item.kind == "before":
+        said = f"before the run of “{item.prompt[:60]}”" if item.prompt else "before a run"
+        since = "since the checkpoint before"
+    elif item.kind == "after":
+        said, since = "after the run", ""
+    else:
+        said, since = "a restore (the files just before it)", "by the restore"
+    line = f"{item.timestamp} {said}"
+    if item.files:
+        count = len(item.files)
+        names = ", ".join(change.path for change in item.files[:5])
+        more = f", and {count - 5} more" if count > 5 else ""
+        line += (f": {count} file{'s' if count != 1 else ''} changed {since}".rstrip()
+                 + f" ({names}{more})")
+    elif item.kind == "after":
+        line += ": no file changed"
+    return line
