@@ -54,7 +54,10 @@ other commands:
   forged connect [--socket PATH] [--no-start] ...
                       a stdio bridge to the daemon, in place of forged --mode rpc
   forged status [--socket PATH]
-                      whether a daemon runs, its sessions and clients
+                      whether a daemon runs: its pid, log, sessions and clients
+  forged stop [--socket PATH]
+                      stop the daemon as SIGTERM does (runs under way get
+                      daemon.drainSeconds to finish), and wait until it has
   forged mcp list | add NAME (--url URL | -- COMMAND ARGS...) | remove NAME
                       the MCP servers sessions connect (mcp.json)
   forged login PROVIDER | forged logout PROVIDER
@@ -369,7 +372,7 @@ def options_from(args: argparse.Namespace) -> Options:
                          exclude=args.exclude_tools or []))
 
 
-SUBCOMMANDS = ("serve", "connect", "status", "login", "logout")
+SUBCOMMANDS = ("serve", "connect", "status", "stop", "login", "logout")
 
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
@@ -448,15 +451,20 @@ def daemon_only(parser: argparse.ArgumentParser, args: argparse.Namespace) -> li
             and getattr(args, action.dest, None) != getattr(defaults, action.dest, None)]
 
 
-def build_status_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="forged status", description="Whether a daemon "
-                                     "runs, and its sessions and clients.")
+def build_status_parser(command: str = "status") -> argparse.ArgumentParser:
+    description = {
+        "status": "Whether a daemon runs: its pid, socket and log, its sessions and their "
+                  "clients (exit 1 when none runs).",
+        "stop": "Stop the daemon as SIGTERM does: runs under way get daemon.drainSeconds to "
+                "finish (then are aborted), every client gets the closing events; then wait "
+                "until the process has ended, and say so (exit 1 when none runs)."}[command]
+    parser = argparse.ArgumentParser(prog=f"forged {command}", description=description)
     _socket_option(parser)
     return parser
 
 
 def run_subcommand(command: str, argv: list[str]) -> int:
-    """``forged serve``, ``connect``, ``status``, ``login`` or ``logout``."""
+    """``forged serve``, ``connect``, ``status``, ``stop``, ``login`` or ``logout``."""
     if command in ("login", "logout"):
         _tls.start()
         from ._login import main as login
@@ -472,8 +480,9 @@ def run_subcommand(command: str, argv: list[str]) -> int:
             parser = build_connect_parser()
             args = parser.parse_args(argv)
             return _bridge.connect(args, argv, daemon_only(parser, args))
-        socket_path = build_status_parser().parse_args(argv).socket
-        return _thin.status(["--socket", str(socket_path)] if socket_path else []) or 0
+        socket_path = build_status_parser(command).parse_args(argv).socket
+        given = ["--socket", str(socket_path)] if socket_path else []
+        return (_thin.stop(given) if command == "stop" else _thin.status(given)) or 0
     except ConfigError as exc:
         log(str(exc))
         return 2

@@ -467,14 +467,78 @@ def why_closed(socket_path: str, mid_line: bool) -> str:
             "reading; its log says why)")
 
 
-# --- status ------------------------------------------------------------------------------------
+# --- status and stop ---------------------------------------------------------------------------
+
+STOP_WAIT_S = 120.0
+"""How long ``forged stop`` waits for the daemon to drain and end: its runs get
+``daemon.drainSeconds`` (30 s by default), then are aborted."""
+
 
 def status(argv: list[str]) -> int | None:
-    """``forged status``: None for any option but ``--socket`` (the full path's)."""
+    """``forged status``: whether a daemon runs, its pid, socket and log, its sessions and
+    their clients (exit 1 when none runs). None for any option but ``--socket`` (the full
+    path's)."""
+    socket_path = _socket_option(argv)
+    if socket_path is None:
+        return None
+    found = _find_daemon(socket_path)
+    if isinstance(found, int):
+        return found
+    pid, sessions = found
+    print(f"forged daemon on {socket_path}: {len(sessions)} live session(s)")
+    print(f"  pid {pid}, log: {_log_of(pid)}")
+    for item in sessions:
+        name = f" {item['sessionName']!r}" if item.get("sessionName") else ""
+        print(f"  {item['sessionId']}{name}  {item['state']}  {item['clients']} client(s)  "
+              f"{item['cwd']}")
+    return 0
+
+
+def stop(argv: list[str]) -> int:
+    """``forged stop``: SIGTERM to the daemon, which drains (its runs get
+    ``daemon.drainSeconds`` to end, then are aborted, and every client gets the closing
+    events), then waits until the process has ended and says so. Exit 1 when none runs, or
+    when it has not ended after `STOP_WAIT_S`; 2 for an option it does not take."""
+    socket_path = _socket_option(argv)
+    if socket_path is None:
+        _say("usage: forged stop [--socket PATH]")
+        return 2
+    found = _find_daemon(socket_path)
+    if isinstance(found, int):
+        return found
+    pid, sessions = found
+    running = sum(1 for item in sessions if item.get("state") != "idle")
+    try:
+        ended = os.pidfd_open(pid)
+        os.kill(pid, _signal.SIGTERM)
+    except ProcessLookupError:
+        print(f"the forged daemon on {socket_path} (pid {pid}) had already ended")
+        return 0
+    print(f"stopping the forged daemon on {socket_path} (pid {pid}): {len(sessions)} live "
+          f"session(s), {running} running" + (
+              "; runs under way get daemon.drainSeconds to finish" if running else ""),
+          flush=True)
+    try:
+        if not select.select([ended], [], [], STOP_WAIT_S)[0]:
+            _say(f"the daemon (pid {pid}) is still running after {STOP_WAIT_S:g} s; its log "
+                 f"says what it waits for: {_log_of(pid)}")
+            return 1
+    finally:
+        os.close(ended)
+    print("stopped")
+    return 0
+
+
+def _socket_option(argv: list[str]) -> str | None:
+    """The socket ``--socket PATH`` names, else the default; None for any other option."""
     if argv and not (len(argv) == 2 and argv[0] == "--socket") and not (
             len(argv) == 1 and argv[0].startswith("--socket=")):
         return None
-    socket_path = argv[-1].removeprefix("--socket=") if argv else default_socket_path()
+    return argv[-1].removeprefix("--socket=") if argv else default_socket_path()
+
+
+def _find_daemon(socket_path: str) -> tuple[int, list[dict[str, object]]] | int:
+    """The daemon on `socket_path`: its pid and live sessions; else the exit status, said."""
     try:
         sock = open_daemon(socket_path)
     except ConfigError as exc:
@@ -486,6 +550,7 @@ def status(argv: list[str]) -> int | None:
     import json
 
     try:
+        pid = _daemon_pid(socket_path, sock)
         sock.sendall(_line({"type": "list_sessions", "id": "status"}))
         buffered = b""
         while True:
@@ -497,21 +562,49 @@ def status(argv: list[str]) -> int | None:
             *lines, buffered = buffered.split(b"\n")
             for line in lines:
                 answer = json.loads(line)
-                if answer.get("id") == "status":
-                    return _print_status(socket_path, answer)
+                if answer.get("id") != "status":
+                    continue
+                if not answer.get("success"):
+                    _say(str(answer.get("error")))
+                    return 1
+                data = answer.get("data")
+                return pid, (data.get("sessions", []) if isinstance(data, dict) else [])
     finally:
         sock.close()
 
 
-def _print_status(socket_path: str, answer: dict[str, object]) -> int:
-    if not answer.get("success"):
-        _say(str(answer.get("error")))
-        return 1
-    data = answer.get("data")
-    sessions = data.get("sessions", []) if isinstance(data, dict) else []
-    print(f"forged daemon on {socket_path}: {len(sessions)} live session(s)")
-    for item in sessions:
-        name = f" {item['sessionName']!r}" if item.get("sessionName") else ""
-        print(f"  {item['sessionId']}{name}  {item['state']}  {item['clients']} client(s)  "
-              f"{item['cwd']}")
-    return 0
+def _daemon_pid(socket_path: str, sock: _socket.socket) -> int:
+    """The daemon's pid: the process at the socket's other end (``SO_PEERCRED``), unless
+    that is the service manager that made the socket (systemd's socket activation): then the
+    one the daemon wrote beside its socket, if that process is a forged of this user's."""
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    peer = int.from_bytes(creds[:4], sys.byteorder)
+    try:
+        with open(os.path.join(os.path.dirname(socket_path), "forged.pid")) as file:
+            written = int(file.read().strip())
+        with open(f"/proc/{written}/cmdline", "rb") as file:
+            command = file.read()
+        mine = os.stat(f"/proc/{written}").st_uid == os.getuid()
+    except (OSError, ValueError):
+        return peer
+    return written if mine and b"forged" in command else peer
+
+
+def _log_of(pid: int) -> str:
+    """Where the daemon's log goes: the file its stderr is, or the systemd journal."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/2")
+    except OSError:
+        return "unknown (its stderr cannot be seen)"
+    if target.startswith("/") and target != "/dev/null":
+        return target.removesuffix(" (deleted)")
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as file:
+            managed = b"\0INVOCATION_ID=" in b"\0" + file.read()
+        with open(f"/proc/{pid}/cgroup") as file:
+            unit = file.read().strip().rsplit("/", 1)[-1]
+    except OSError:
+        managed, unit = False, ""
+    if managed and unit.endswith(".service"):
+        return f"the systemd journal (journalctl --user -u {unit})"
+    return f"none that can be read ({target})"

@@ -253,6 +253,19 @@ async def wait_gone(pid: int) -> None:
         os.close(descriptor)
 
 
+async def started(name: str, count: int) -> dict[int, bytes]:
+    """The `count` processes named `name` once they all run, each with its first argument."""
+    with trio.fail_after(10):
+        while True:
+            found = await trio.run_process(["pgrep", "-x", name], capture_stdout=True,
+                                           check=False)
+            pids = {int(pid): Path(f"/proc/{pid.decode()}/cmdline").read_bytes().split(
+                b"\0")[1] for pid in found.stdout.split()}
+            if len(pids) >= count:
+                return pids
+            await trio.sleep(0.001)
+
+
 @pytest.mark.parametrize("mode", ["full-access", "auto", "read-only"])
 async def test_abort_mid_command_leaves_no_process(tmp_path: Path, mode: str) -> None:
     """A command forks one child in its process group and one in a session of its own:
@@ -266,10 +279,7 @@ async def test_abort_mid_command_leaves_no_process(tmp_path: Path, mode: str) ->
         await client.send({"type": "prompt", "message": "Go"})
         await client.wait_for(lambda e: e.get("type") == "tool_execution_update"
                               and "started" in result_text({"result": e["partialResult"]}))
-        found = await trio.run_process(["pgrep", "-x", name], capture_stdout=True,
-                                       check=False)
-        pids = {int(pid): Path(f"/proc/{pid.decode()}/cmdline").read_bytes().split(b"\0")[1]
-                for pid in found.stdout.split()}
+        pids = await started(name, 2)  # (forked before "started", not yet run)
         assert sorted(pids.values()) == [b"61", b"62"]
         await client.request({"type": "abort"})
         await client.settled()

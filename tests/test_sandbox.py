@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,10 @@ def test_killing_bwrap_ends_what_the_command_forked(places: dict[str, Path]) -> 
     assert process.stdout is not None
     try:
         assert process.stdout.readline() == b"started\n"
-        assert subprocess.run(["pgrep", "-x", name], check=False).returncode == 0
+        deadline = time.monotonic() + 10  # forked before "started", run soon after
+        while subprocess.run(["pgrep", "-x", name], check=False).returncode != 0:
+            assert time.monotonic() < deadline, f"{name} never ran"
+            time.sleep(0.001)
     finally:
         process.kill()
         process.wait()
