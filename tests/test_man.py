@@ -64,7 +64,7 @@ def test_an_install_puts_the_pages_where_man_finds_them(tmp_path: Path) -> None:
     assert install is not None
     given = [str(source) if arg == "." else arg for arg in install[1].split()]
     prefix = tmp_path / "prefix"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-I",
                     "--no-build-isolation", "--prefix", str(prefix), *given],
                    check=True, capture_output=True)
     env = {"PATH": f"{prefix / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
