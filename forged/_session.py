@@ -57,7 +57,15 @@ from ._switching import Maker, open_store
 from ._tools import BUILTIN_NAMES, READING_TOOLS, Tool, ToolChoice, builtin_tools, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
 from ._tools.environment import ShellEnvironment
-from ._tools.guard import SERVER_CACHE, Guard, SandboxSettings, check_mode, starting_mode
+from ._tools.guard import (
+    SERVER_CACHE,
+    Guard,
+    SandboxSettings,
+    check_mode,
+    record_mode,
+    recorded_mode,
+    starting_mode,
+)
 from ._ui import Dialogs
 
 if TYPE_CHECKING:
@@ -288,7 +296,14 @@ class Session:
         self.scratch = ScratchDir()
         self.ui = Dialogs(self.emit, interactive=config.interactive)
         self._checkpoints: Checkpoints | None = None
-        self.guard = Guard(starting_mode(config.permission_mode, settings),
+        self._mode_chosen = config.permission_mode is not None
+        """``--permission-mode`` (or a daemon client's) was given: it wins over the mode a
+        session file records."""
+        mode = starting_mode(config.permission_mode, settings)
+        self._default_mode = starting_mode(None, settings) if self._mode_chosen else mode
+        """The mode a session starts in when nothing chooses one: a branch that records no
+        mode is in it."""
+        self.guard = Guard(mode,
                            SandboxSettings.from_settings(settings, config.agent_dir),
                            config.cwd, self.scratch, self.ui,
                            environment=ShellEnvironment.from_settings(settings),
@@ -333,16 +348,32 @@ class Session:
         self._arm(self.guard.mode)
 
     def set_permission_mode(self, mode: str) -> None:
-        """Apply `mode` from the next tool call on (`forged._tools.guard`); running stdio MCP
-        servers start again when it changes whether they are confined."""
+        """Apply `mode` from the next tool call on (`forged._tools.guard`), and record it in
+        the session file; running stdio MCP servers start again when it changes whether they
+        are confined."""
         try:
             check_mode(mode)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
+        self._take_mode(mode)
+        record_mode(self.store, mode)
+
+    def _take_mode(self, mode: str) -> None:
         was = self.guard.sandboxed
         self._arm(mode)
         if self.guard.sandboxed != was:
             self.mcp.restart_stdio(f"the permission mode became {mode}")
+
+    def _install_mode(self, store: SessionFile) -> None:
+        """The mode `store`'s branch records, unless one was chosen at start (a trusted
+        project's settings may still lower it, as at start); then the mode is recorded where
+        it is not what the branch says (nor, in a branch that says nothing, the mode a
+        session starts in)."""
+        recorded = recorded_mode(store)
+        if recorded is not None and not self._mode_chosen:
+            self._take_mode(starting_mode(recorded, self.settings))
+        if self.guard.mode != (recorded or self._default_mode):
+            record_mode(store, self.guard.mode)
 
     @property
     def own_tools(self) -> dict[str, Tool]:
@@ -380,6 +411,7 @@ class Session:
         self.totals = UsageTotals()
         self.session_name = stored_name(store)
         self.choice.restore(store, restore=restore)
+        self._install_mode(store)
 
     @property
     def messages(self) -> list[w.AgentMessage]:

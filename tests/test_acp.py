@@ -117,6 +117,7 @@ def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path, how: st
                                            cwd=project) as (conn, _):
             await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             sid = (await conn.new_session(cwd=project)).session_id
+            await conn.set_session_mode(session_id=sid, mode_id="read-only")
             await conn.prompt(session_id=sid, prompt=[acp.text_block(
                 "What does notes.txt say?")])
             return str(sid)
@@ -127,11 +128,12 @@ def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path, how: st
                                            cwd=project) as (conn, _):
             init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
             listed = await conn.list_sessions(cwd=project)
-            await conn.load_session(cwd=project, session_id=sid)
+            loaded = await conn.load_session(cwd=project, session_id=sid)
             replayed = list(editor.updates)
             again = await conn.prompt(session_id=sid, prompt=[acp.text_block("Once more")])
             return {"load": init.agent_capabilities.load_session, "listed": listed.sessions,
-                    "replayed": replayed, "again": again.stop_reason}
+                    "replayed": replayed, "again": again.stop_reason,
+                    "mode": loaded.modes.current_mode_id if loaded.modes else None}
 
     sid = asyncio.run(asyncio.wait_for(first(), 60))
     seen = asyncio.run(asyncio.wait_for(second(sid), 60))
@@ -145,6 +147,7 @@ def test_a_session_is_listed_and_loaded_in_a_new_process(tmp_path: Path, how: st
     assert seen["replayed"][0].content.text == "What does notes.txt say?"
     assert seen["replayed"][-1].content.text == "It says hello."
     assert seen["again"] == "end_turn"
+    assert seen["mode"] == "read-only"  # kept with the session
 
 
 def test_permission_modes_are_modes_and_thinking_and_model_config_options(

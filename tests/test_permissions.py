@@ -21,7 +21,7 @@ from forged import _codec, _wire as w
 from forged._providers.scripted import Reply
 
 from .harness import Client, Event, open_client, open_daemon
-from .test_process import BIN, child_env, running
+from .test_process import BIN, child_env, running, spawn
 
 MODES = ("full-access", "ask", "auto", "read-only")
 SECRET = "SECRET KEY MATERIAL"
@@ -390,3 +390,46 @@ async def test_print_mode_says_a_denial_on_one_line(tmp_path: Path) -> None:
     assert ("no client can answer a permission request here, so it is denied: Allow the "
             "model to run this command? echo hi\n") in said, said
     assert "\\n" not in said
+
+
+async def test_the_permission_mode_is_kept_with_the_session(tmp_path: Path) -> None:
+    """`set_permission_mode ask`, then the session continued (`-c`) in a new process: it is
+    still in `ask`, as its model is; `--permission-mode` given again wins (and is what the
+    session keeps from then on); a session switched to takes the mode it recorded."""
+    project, agent_dir = tmp_path / "project", tmp_path / "agent"
+    project.mkdir()
+    agent_dir.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [{"content": [{"type": "text", "text": "Hi."}]}]
+                                  * 4}))
+    base = ["--provider", "scripted", "--script", str(script)]
+
+    async def mode_of(*args: str, commands: tuple[dict[str, Any], ...] = ()) -> str:
+        child = await spawn([*base, *args], project, child_env(agent_dir))
+        try:
+            with trio.fail_after(30):
+                for command in commands:
+                    await child.send(command)
+                    if command["type"] == "prompt":
+                        await child.read_until("agent_settled")
+                    else:
+                        await child.read_until("response", id=command["id"])
+                await child.send({"id": "state", "type": "get_state"})
+                state = await child.read_until("response", id="state")
+        finally:
+            assert child.process.stdin is not None
+            await child.process.stdin.aclose()
+            await child.process.wait()
+        return str(state["data"]["permissionMode"])
+
+    assert await mode_of(commands=(
+        {"id": "m", "type": "set_permission_mode", "mode": "ask"},
+        {"id": "p", "type": "prompt", "message": "hello"})) == "ask"
+    assert await mode_of("-c") == "ask"
+    assert await mode_of("-c", "--permission-mode", "auto") == "auto"
+    assert await mode_of("-c") == "auto"
+    (first,) = (agent_dir / "sessions").rglob("*.jsonl")
+    assert await mode_of("--permission-mode", "read-only", commands=(
+        {"id": "p", "type": "prompt", "message": "another"},)) == "read-only"
+    assert await mode_of(commands=(
+        {"id": "s", "type": "switch_session", "sessionPath": str(first)},)) == "auto"

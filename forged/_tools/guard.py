@@ -37,6 +37,7 @@ from .. import _gitfolders, _sandbox, _seccomp, _thin
 from .._errors import ConfigError, ToolError
 from .._log import log
 from .._settings import DEFAULTS, Settings
+from .._store import SessionFile
 from .._ui import ALLOW_SESSION, Dialogs
 from .base import ScratchDir
 from .environment import ShellEnvironment
@@ -107,6 +108,30 @@ def shown(text: str, limit: int = TITLE_MAX_CHARS) -> str:
     return f"{head}… ({len(escaped) - len(head) - len(tail):,} more characters not shown) …{tail}"
 
 
+
+
+MODE_ENTRY = "forged.permissionMode"
+"""The ``customType`` of the session entry recording a permission mode (pi and older
+readers skip ``custom`` entries), as ``model_change`` records a model."""
+
+
+def recorded_mode(store: SessionFile) -> str | None:
+    """The permission mode `store`'s active branch last recorded, or None."""
+    for position in reversed(store.path_to_leaf()):
+        if store.kind(position) != "custom":
+            continue
+        entry = store.entry(position)
+        if entry.get("customType") == MODE_ENTRY:
+            data = entry.get("data")
+            mode = data.get("mode") if isinstance(data, dict) else None
+            return mode if mode in MODES else None
+    return None
+
+
+def record_mode(store: SessionFile, mode: str) -> None:
+    """Append `mode` to `store`'s branch unless it is the one the branch records."""
+    if recorded_mode(store) != mode:
+        store.append("custom", customType=MODE_ENTRY, data={"mode": mode})
 
 
 def check_mode(mode: str) -> str:
