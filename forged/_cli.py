@@ -77,8 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="list the models forged has keys for (those matching SEARCH), "
                         "then exit")
     parser.add_argument("--export", nargs="+", metavar=("FILE", "OUT"),
-                        help="write the session file FILE as an HTML page (to OUT, else "
-                        "beside the current directory's name for it), then exit")
+                        help="write the session file FILE (a path, or the start of a "
+                        "session's id) as an HTML page (to OUT, else beside the current "
+                        "directory's name for it), then exit")
     parser.add_argument("--mode", choices=["rpc", "json", "text", "acp"], default=None,
                         help="rpc (default): JSON commands in on stdin, responses and events "
                         "out on stdout; json: run the MESSAGES and print the session header "
@@ -429,7 +430,8 @@ def build_connect_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-start", action="store_true",
                         help="fail if no daemon runs instead of starting one")
     parser.add_argument("--attach", metavar="SESSION-ID",
-                        help="attach to this live or stored session instead of a new one")
+                        help="attach to this live or stored session (its id, or the start "
+                        "of one) instead of a new one")
     add_session_options(parser)
     return parser
 

@@ -20,7 +20,7 @@ import trio
 from trio._core._generated_run import wait_all_tasks_blocked
 
 from . import _codec, _codecache, _wire as w
-from ._errors import ConfigError
+from ._errors import CommandError, ConfigError
 from ._log import log
 from ._mcp import McpConfig
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scripted
@@ -282,18 +282,33 @@ def list_stored(cwd: Path) -> list[w.StoredSessionInfo]:
     return found
 
 
-def find_stored(session_id: str) -> tuple[Path, Path] | None:
-    """The file of a stored session of any cwd, and the cwd its header names. The id is
-    literal: never a pattern, never a path."""
-    if not session_id or "/" in session_id or "\0" in session_id:
-        return None
-    name = f"*_{glob.escape(session_id)}.jsonl"
+def find_stored(id_prefix: str) -> dict[str, tuple[Path, Path]]:
+    """The stored sessions of any cwd whose id starts with `id_prefix` (taken literally:
+    never a pattern, never a path): each id's file, and the cwd its header names."""
+    found: dict[str, tuple[Path, Path]] = {}
+    if not id_prefix or "/" in id_prefix or "\0" in id_prefix:
+        return found
+    name = f"*_{glob.escape(id_prefix)}*.jsonl"
     configured = sessions_folder(Path.cwd(), Settings(agent_dir()))
     for path in [*configured.glob(name), *(agent_dir() / "sessions").glob(f"*/{name}")]:
+        session_id = path.stem.rpartition("_")[2]
+        if not session_id.startswith(id_prefix) or session_id in found:
+            continue
         try:
             with open(path, "rb") as file:
                 header = orjson.loads(file.readline())
-            return path, Path(header["cwd"])
+            found[session_id] = (path, Path(header["cwd"]))
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
             continue
-    return None
+    return found
+
+
+def one_session(id_prefix: str, ids: set[str]) -> str:
+    """The one of `ids` (those `id_prefix` matched); `CommandError` for none or several."""
+    if len(ids) == 1:
+        return next(iter(ids))
+    if not ids:
+        raise CommandError(f"No session {id_prefix}")
+    listed = ", ".join(sorted(ids)[:5]) + (", …" if len(ids) > 5 else "")
+    raise CommandError(f"{id_prefix!r} is the start of {len(ids)} sessions' ids ({listed}); "
+                       "give more of it")

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import trio
 
 from . import _codec, _wire as w
-from ._config import daemon_setting, find_stored, list_stored
+from ._config import daemon_setting, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
 from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError
@@ -110,6 +111,13 @@ class Peer(Connection):
             self.cut_off("the connection broke")
 
 
+def _unstamped(line: bytes) -> bytes:
+    """A kept event as a plain client gets it: without the daemon's stamps."""
+    data = orjson.loads(line)
+    del data["sessionId"], data["seq"]
+    return encode_line(data)
+
+
 def _no_reply(_: w.Response) -> None:
     """A live session's commands each name their client's reply sink."""
 
@@ -126,6 +134,8 @@ class LiveSession:
         self.seq = 0
         self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self._replay_bytes = 0
+        self._open_message: int | None = None
+        """The seq of the ``message_start`` of a message still streaming."""
         self.unload_scope = trio.CancelScope()
         self._unclaimed = trio.Event()
         """Set while no client is attached."""
@@ -143,6 +153,10 @@ class LiveSession:
         client gets it as stdio would."""
         self._stirred.set()
         self.seq += 1
+        if isinstance(event, w.MessageStart):
+            self._open_message = self.seq
+        elif isinstance(event, (w.MessageEnd, w.AgentEnd)):
+            self._open_message = None
         data = _codec.unstructure(event)
         stamped = encode_line({"sessionId": self.id, "seq": self.seq, **data})
         plain = (None if isinstance(event, w.ExtensionUiResolved)
@@ -157,8 +171,12 @@ class LiveSession:
             elif plain is not None:
                 peer.put_line(plain)
 
-    def attach(self, peer: Peer, since_seq: int | None) -> w.AttachResult:
-        """Add `peer`; with `since_seq`, first give it the kept events after that seq."""
+    def attach(self, peer: Peer, since_seq: int | None
+               ) -> tuple[w.AttachResult, list[bytes]]:
+        """Add `peer`; with `since_seq`, first give it the kept events after that seq.
+        Without, a peer that joins while a message streams gets that message's events from
+        its ``message_start`` on: they are returned, for the caller to send right after the
+        answer to ``attach`` (a bridge reads nothing before it), before any later event."""
         replayed: list[bytes] = []
         missed = False
         if since_seq is not None and not peer.plain:
@@ -167,6 +185,14 @@ class LiveSession:
             replayed = [line for seq, line in self._replay if seq > since_seq]
         for line in replayed:
             peer.put_line(line)
+        open_message: list[bytes] = []
+        started = self._open_message
+        if (since_seq is None and started is not None and peer not in self.clients
+                and self._replay and self._replay[0][0] <= started):
+            kept = [line for seq, line in self._replay if seq >= started]
+            open_message = kept if not peer.plain else [
+                _unstamped(line) for line in kept
+                if b'"type":"extension_ui_resolved"' not in line]
         if peer not in self.clients:
             self.clients.append(peer)
         if self._unclaimed.is_set():
@@ -174,8 +200,9 @@ class LiveSession:
         self._stirred.set()
         peer.live = self
         self.update_interactive()
-        return w.AttachResult(session_id=self.id, seq=self.seq, replayed=len(replayed),
-                              missed=missed)
+        return w.AttachResult(session_id=self.id, seq=self.seq,
+                              replayed=len(replayed) + len(open_message),
+                              missed=missed), open_message
 
     def detach(self, peer: Peer) -> None:
         if peer in self.clients:
@@ -377,7 +404,11 @@ class Hub:
                 reply.ok(self.list_sessions(cwd))
             elif isinstance(command, w.Attach):
                 peer.plain = peer.plain or command.plain
-                reply.ok(await self.attach(peer, command.session_id, command.since_seq))
+                attached, open_message = await self.attach(peer, command.session_id,
+                                                           command.since_seq)
+                reply.ok(attached)
+                for line in open_message:  # before any event that follows: no await between
+                    peer.put_line(line)
             elif isinstance(command, w.Detach):
                 peer.opening = None
                 if peer.live is not None:
@@ -412,24 +443,30 @@ class Hub:
         except Exception as exc:  # a bug or an unforeseen input: this command's, not the daemon's
             reply.failed(exc)
 
-    def _move(self, peer: Peer, live: LiveSession, since_seq: int | None = None
-              ) -> w.AttachResult:
+    def _move(self, peer: Peer, live: LiveSession) -> None:
+        if peer.live is not None and peer.live is not live:
+            peer.live.detach(peer)
+        live.attach(peer, None)
+
+    async def attach(self, peer: Peer, session_id: str, since_seq: int | None
+                     ) -> tuple[w.AttachResult, list[bytes]]:
+        """`peer` attached to the session `session_id` names (its id, or the start of one
+        session's id, live or stored); what `LiveSession.attach` gives."""
+        live = self.find_live(session_id)
+        if live is None:
+            lives = {live.id: live for live in self.live
+                     if session_id and live.id.startswith(session_id)}
+            stored = find_stored(session_id)
+            chosen = one_session(session_id, {*lives, *stored})
+            live = lives.get(chosen)
+            if live is None:
+                path, cwd = stored[chosen]
+                live = await self.open_live(await self.session_config(
+                    SessionRequest(cwd=cwd, session_path=path)))
+        peer.opening = None
         if peer.live is not None and peer.live is not live:
             peer.live.detach(peer)
         return live.attach(peer, since_seq)
-
-    async def attach(self, peer: Peer, session_id: str, since_seq: int | None
-                     ) -> w.AttachResult:
-        live = self.find_live(session_id)
-        if live is None:
-            stored = find_stored(session_id)
-            if stored is None:
-                raise CommandError(f"No session {session_id}")
-            path, cwd = stored
-            live = await self.open_live(await self.session_config(
-                SessionRequest(cwd=cwd, session_path=path)))
-        peer.opening = None
-        return self._move(peer, live, since_seq)
 
 
 def _folder(text: str, *, existing: bool = True) -> Path:

@@ -72,11 +72,18 @@ def _tokens(count: int) -> str:
 
 
 def export(path: str, output: str | None) -> int:
-    """Write the session file at `path` as an HTML page (to `output`, else
-    ``forged-session-<name>.html`` in the current directory); print where."""
+    """Write the session file at `path` (or the one whose session id `path` starts, in any
+    folder's sessions) as an HTML page (to `output`, else ``forged-session-<name>.html`` in
+    the current directory); print where."""
     cwd = Path.cwd()
     try:
-        store = SessionFile.snapshot(Path(path).expanduser())
+        file = Path(path).expanduser()
+        if not file.exists() and "/" not in path and not path.endswith(".jsonl"):
+            from ._config import find_stored, one_session
+
+            stored = find_stored(path)
+            file = stored[one_session(path, set(stored))][0]
+        store = SessionFile.snapshot(file)
         try:
             written = trio.run(lambda: export_html(store, cwd, output, name=stored_name(store),
                                                    model=None))

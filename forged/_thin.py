@@ -597,7 +597,7 @@ def _log_of(pid: int) -> str:
     except OSError:
         return "unknown (its stderr cannot be seen)"
     if target.startswith("/") and target != "/dev/null":
-        return target.removesuffix(" (deleted)")
+        return target  # (a file removed since ends " (deleted)", as the kernel says)
     try:
         with open(f"/proc/{pid}/environ", "rb") as file:
             managed = b"\0INVOCATION_ID=" in b"\0" + file.read()

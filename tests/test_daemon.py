@@ -325,7 +325,8 @@ async def test_forged_status_reports_the_daemon_its_sessions_and_clients(
     assert result.returncode == 0
     lines = result.stdout.decode().splitlines()
     assert lines[0] == f"forged daemon on {tmp_path / 'run' / 'f.sock'}: 1 live session(s)"
-    assert lines[1].split() == [session_id, "'review'", "idle", "1", "client(s)",
+    assert lines[1].startswith(f"  pid {os.getpid()}, log: ")  # (this test runs the daemon)
+    assert lines[2].split() == [session_id, "'review'", "idle", "1", "client(s)",
                                 str(tmp_path / "project")]
 
 
@@ -882,3 +883,72 @@ def test_the_thin_path_knows_connects_options_as_its_parser_does() -> None:
                    if action.option_strings and action.dest != "help")
     assert parsed == CONNECT_OPTIONS
     assert PER_SESSION == CONNECT_PER_SESSION
+
+
+async def test_attach_takes_the_start_of_an_id_and_joins_a_message_at_its_start(
+        tmp_path: Path) -> None:
+    """A client attaching (without sinceSeq) while a message streams gets it from its
+    `message_start`, right after the answer to `attach`, then what follows; `forged connect
+    --attach` with the start of the id too, unstamped. The start of several ids, or of
+    none, is refused saying so; `--export` takes the start of an id as well."""
+    from .test_process import BIN, child_env
+
+    waiting = Reply(content=[ScriptText(text="first "),
+                             ScriptText(text="never", delay_ms=600_000)])
+    async with open_daemon(tmp_path, [waiting]) as daemon:
+        async with daemon.client() as owner, daemon.client() as joiner:
+            await owner.new_session(cwd=str(tmp_path / "project"))
+            session_id = (await owner.get_state()).session_id
+            await owner.prompt("talk")
+            await owner.next_event(lambda e: e.type == "message_update")
+            prefix = session_id[:8]
+            attached = await joiner.attach(prefix)
+            joined = [await joiner.next_event() for _ in range(attached.replayed)]
+            env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+            with trio.fail_after(30):
+                connect = await trio.lowlevel.open_process(
+                    [str(BIN / "forged"), "connect", "--no-start", "--attach", prefix],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                    cwd=tmp_path / "project")
+                assert connect.stdin is not None and connect.stdout is not None
+                await connect.stdin.send_all(b'{"type":"get_state","id":"s"}\n')
+                heard = b""
+                while b'"id":"s"' not in heard:
+                    heard += await connect.stdout.receive_some(1 << 16)
+                await owner.abort()
+                await connect.stdin.aclose()
+                while chunk := await connect.stdout.receive_some(1 << 16):
+                    heard += chunk
+                await connect.wait()
+        async with daemon.client() as other:
+            await other.new_session(cwd=str(tmp_path / "project"))
+            await other.prompt_and_wait("hello")
+            refused = [await other.request("attach", session_id="zz"),
+                       await other.request("attach", session_id="")]
+    assert attached.session_id == session_id and attached.replayed >= 2
+    assert [e.type for e in joined][:2] == ["message_start", "message_update"]
+    assert {e.type for e in joined} == {"message_start", "message_update"}
+    assert all((e.seq or 0) <= attached.seq for e in joined)
+    lines = [orjson.loads(line) for line in heard.splitlines()]
+    assert [line["type"] for line in lines][:2] == ["message_start", "message_update"]
+    assert not [line for line in lines if "seq" in line or "sessionId" in line]
+    state = next(line for line in lines if line.get("id") == "s")
+    assert state["data"]["sessionId"] == session_id
+    assert [line["type"] for line in lines][-1] == "agent_settled"
+    assert [r["error"] for r in refused] == ["No session zz", "No session "]
+    stored = Path(state["data"]["sessionFile"])
+    for twin in ("abc00001-aaaa", "abc00002-bbbb"):  # two ids that start alike
+        header, rest = stored.read_text().split("\n", 1)
+        (stored.parent / f"2026-01-01T00-00-00-000Z_{twin}.jsonl").write_text(
+            header.replace(session_id, twin) + "\n" + rest)
+    exports = []
+    for n, name in enumerate((session_id[:8], "abc0", "abc00002")):
+        with trio.fail_after(60):
+            exports.append(await trio.run_process(
+                [str(BIN / "forged"), "--export", name, str(tmp_path / f"{n}.html")],
+                capture_stdout=True, capture_stderr=True, env=env, cwd=tmp_path,
+                check=False))
+    assert [done.returncode for done in exports] == [0, 1, 0]
+    assert "'abc0' is the start of 2 sessions' ids (abc00001-aaaa, abc00002-bbbb)" in (
+        exports[1].stderr.decode())
+    assert (tmp_path / "0.html").exists() and (tmp_path / "2.html").exists()
