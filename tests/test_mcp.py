@@ -72,7 +72,7 @@ class Forged(Child):
 
 @asynccontextmanager
 async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Reply],
-                      *args: str, read_stderr: bool = True
+                      *args: str, read_stderr: bool = True, env: dict[str, str] | None = None
                       ) -> AsyncIterator[tuple[Forged, ScriptedServer]]:
     """forged on these MCP `servers`, the model's `replies` scripted; its stderr is read as it
     comes unless not `read_stderr` (then from when `Forged.read_stderr` is started)."""
@@ -88,7 +88,8 @@ async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Rep
             "models": [{"id": "m"}]}}}))
         process = await trio.lowlevel.open_process(
             [*RPC, "--model", "local/m", "--cwd", str(project), *args],
-            env=child_env(agent_dir), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env={**child_env(agent_dir), **(env or {})}, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE)
         child = Forged(process)
         if read_stderr:
@@ -295,6 +296,31 @@ async def test_a_server_that_never_answers_delays_only_the_calls_to_it(
     assert listed["mute"]["status"] == "starting"  # the turn waited 0.5 s for it, no more
     assert listed["brief"]["status"] == "failed" and listed["brief"]["lastError"]
     assert listed["local"]["status"] == "ready"
+
+
+async def test_servers_that_cannot_start_or_exit_at_once_hold_up_no_prompt(
+        tmp_path: Path) -> None:
+    """A server whose command does not exist and one that exits at once: each is failed as
+    soon as that is so, and the first prompt goes to the model without waiting for the MCP
+    SDK to load (here held for as long as the test likes), nor for their startup timeouts."""
+    gate = tmp_path / "sdk-may-load"
+    servers = {"missing": {"command": str(tmp_path / "no-such-server"),
+                           "startupTimeout": 600},
+               "quits": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"],
+                         "startupTimeout": 600}}
+    env = {"PYTHONPATH": str(Path(__file__).with_name("gated_sdk")),
+           "FORGED_TEST_SDK_GATE": str(gate)}
+    async with forged_with(tmp_path, servers, [DONE], env=env) as (forged, provider):
+        await forged.send({"type": "prompt", "message": "hello"})
+        with trio.fail_after(30):  # the SDK is held until after the model's request
+            await provider.wait_for_requests(1)
+            await forged.read_until("agent_settled")
+        listed = {s["name"]: s for s in (await forged.call("get_mcp_servers"))["servers"]}
+        gate.touch()
+    assert listed["quits"]["status"] == "failed"
+    assert listed["quits"]["lastError"].startswith("it exited with status 3 before it answered")
+    assert listed["missing"]["status"] == "failed"
+    assert "No such file or directory" in listed["missing"]["lastError"]
 
 
 async def test_a_server_is_offered_with_the_tools_it_listed_last_time(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ import trio
 from .. import _wire as w
 from .._errors import ToolError
 from .._log import log, log_exception
+from .._process import PIPE, kill_process_group, open_process
 from .._tools import ToolContext, text_result
 from .._tools.base import ScratchDir
 from .._version import __version__
@@ -164,7 +166,6 @@ class McpServer:
             return
         failures = 0
         try:
-            await trio.to_thread.run_sync(_load_sdk)  # 0.6 s of imports, off the loop
             while True:
                 self._wanted = trio.Event()
                 self.started_at = trio.current_time()
@@ -219,13 +220,14 @@ class McpServer:
         self._enter(State.LOST)
 
     async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
-        from mcp.client.session import ClientSession
-        from mcp.types import Implementation
-
         if self.spec.transport == "stdio":
             streams = await self._stdio(stack)
         else:
+            await _sdk_loaded()
             streams = await self._http(stack)
+        from mcp.client.session import ClientSession
+        from mcp.types import Implementation
+
         sieve = Sieve(self.spec.name, *streams)
         session = await stack.enter_async_context(ClientSession(
             sieve.read, sieve.write,
@@ -285,10 +287,9 @@ class McpServer:
         return self._cut
 
     async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
-        from mcp.client.stdio import get_default_environment
-
-        from .stdio import stdio_transport
-
+        """The server's process, started while the SDK loads (0.6 s of imports the first
+        time, in a thread): one that exits, or cannot start, fails at once, without waiting
+        for them."""
         spec = self.spec
         # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
         values = await trio.to_thread.run_sync(_stdio_values, spec, self._cwd)
@@ -302,13 +303,32 @@ class McpServer:
         stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
         nursery.start_soon(self._read_stderr, read_fd)
         try:
-            return await stack.enter_async_context(stdio_transport(
-                spec.name, argv[0], argv[1:],
-                env={**(get_default_environment() if base is None else base), **values["env"]},
-                cwd=values["cwd"], errlog_fd=write_fd, max_bytes=spec.max_result_bytes,
-                cut=self._cut_message))
+            process = await open_process(
+                argv, cwd=values["cwd"], env={**(_default_environment() if base is None
+                                                 else base), **values["env"]},
+                stdin=PIPE, stdout=PIPE, stderr=write_fd)
         finally:
             os.close(write_fd)  # the server has its own copy
+        try:
+            async with trio.open_nursery() as race:
+                async def exits() -> None:
+                    await process.wait()
+                    race.cancel_scope.cancel()
+
+                race.start_soon(exits)
+                await _sdk_loaded()
+                race.cancel_scope.cancel()
+            if process.returncode is not None:
+                raise ServerExited(f"it exited with status {process.returncode} before it "
+                                   "answered")
+            from .stdio import stdio_transport
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await kill_process_group(process)
+                await process.aclose()
+            raise
+        return await stack.enter_async_context(stdio_transport(
+            spec.name, process, max_bytes=spec.max_result_bytes, cut=self._cut_message))
 
     async def _http(self, stack: contextlib.AsyncExitStack) -> Any:
         import httpx2
@@ -485,6 +505,48 @@ def _listed(tool: Any) -> ListedTool | None:
         return None
     return ListedTool(name=tool.name, description=tool.description,
                       input_schema={"type": "object", **schema})
+
+
+class ServerExited(Exception):
+    """A stdio server's process ended before it answered anything."""
+
+
+_sdk_imported = threading.Event()
+_sdk_failure: list[BaseException] = []
+_sdk_start = threading.Lock()
+_sdk_started = False
+
+
+async def _sdk_loaded() -> None:
+    """Until the SDK is imported: once a process, by a thread of its own (0.6 s of imports,
+    off the loop), which every server waits for; a wait cancelled (a server that exited
+    meanwhile) leaves the import going."""
+    global _sdk_started
+    if not _sdk_imported.is_set():
+        with _sdk_start:
+            if not _sdk_started:
+                threading.Thread(target=_import_sdk, name="forged-mcp-sdk", daemon=True).start()
+                _sdk_started = True
+        await trio.to_thread.run_sync(_sdk_imported.wait, abandon_on_cancel=True)
+    if _sdk_failure:
+        raise _sdk_failure[0]
+
+
+def _import_sdk() -> None:
+    try:
+        _load_sdk()
+    except BaseException as exc:  # said to each server that waits
+        _sdk_failure.append(exc)
+    finally:
+        _sdk_imported.set()
+
+
+def _default_environment() -> dict[str, str]:
+    """What of forged's environment a server that is not confined gets, as the SDK's
+    ``get_default_environment`` gives it (without importing the SDK)."""
+    names = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
+    return {name: value for name in names
+            if (value := os.environ.get(name)) is not None and not value.startswith("()")}
 
 
 def _load_sdk() -> None:

@@ -10,8 +10,7 @@ group only while its leader lives.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -21,7 +20,7 @@ import trio
 from mcp.shared.message import SessionMessage
 
 from .._log import log
-from .._process import PIPE, Child, kill_process_group, open_process
+from .._process import Child, kill_process_group
 
 READ_CHUNK_BYTES = 1 << 20
 EXIT_WAIT_S = 2.0
@@ -29,12 +28,10 @@ EXIT_WAIT_S = 2.0
 
 
 @contextlib.asynccontextmanager
-async def stdio_transport(name: str, command: str, args: Sequence[str], *,
-                          env: Mapping[str, str], cwd: Path, errlog_fd: int,
-                          max_bytes: int, cut: Callable[[str], str]
-                          ) -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's read and write streams to a server started with `command` and `args` (its
-    environment `env`, its stderr `errlog_fd`).
+async def stdio_transport(name: str, process: Child, *, max_bytes: int,
+                          cut: Callable[[str], str]) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's read and write streams to a server's `process` (started by
+    `forged._process.open_process` with pipes for stdin and stdout), which it then owns.
 
     A line past `max_bytes` is not read: each request waiting for an answer fails with the
     error `cut` makes of it, and the server is stopped (it is started again on next use).
@@ -42,9 +39,6 @@ async def stdio_transport(name: str, command: str, args: Sequence[str], *,
     Resource handling: the server's process group is stopped when the block ends, whatever
     happened (stdin closed, `EXIT_WAIT_S` for it to exit, then SIGTERM to the whole group,
     whether or not its leader still runs, and SIGKILL after the grace)."""
-    process = await open_process([command, *args], cwd=cwd,
-                                 env=env, stdin=PIPE,
-                                 stdout=PIPE, stderr=errlog_fd)
     read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
     waiting: set[types.RequestId] = set()
