@@ -169,13 +169,13 @@ async def test_the_scripted_example_runs_the_readme_scenario(tmp_path: Path,
     assert bash["result"]["content"][0]["text"] == "Hello, world!\n"
 
 
-def on_a_terminal(command: list[str], tmp_path: Path
+def on_a_terminal(command: list[str], tmp_path: Path, env: dict[str, str] | None = None
                   ) -> tuple[subprocess.CompletedProcess[bytes], list[str]]:
     """`command` run with stderr on a terminal: what it did, and the terminal's lines."""
     leader, follower = pty.openpty()
     try:
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=follower, timeout=60,
-                              env=child_env(tmp_path / "agent"), check=False)
+                              env=env or child_env(tmp_path / "agent"), check=False)
         os.close(follower)
         follower = -1
         shown = b""
@@ -427,3 +427,69 @@ def test_the_trace_says_how_much_of_a_commands_output_it_left_out(tmp_path: Path
                                 tmp_path)
     assert done.returncode == 0
     assert shown == ["[bash] seq 10", "    1", "    2", "    3", "    … 7 more lines"]
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (it was just let go)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("through", ["direct", "proxy"])
+def test_a_connection_that_cannot_be_made_is_said_with_each_retry(tmp_path: Path,
+                                                                 through: str) -> None:
+    """`-p` on a terminal, its provider unreachable: each retry is shown as it starts (what
+    failed, when the next try is, which of how many), and every message names the provider,
+    the host, why in words and the proxy it went through; `auto_retry_start` says the
+    same."""
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}" if through == "direct" else "https://models.example"
+    (agent / "models.json").write_text(json.dumps({"providers": {"local": {
+        "baseUrl": url, "api": "anthropic-messages", "apiKey": "k",
+        "models": [{"id": "m"}]}}}))
+    (agent / "settings.json").write_text(json.dumps({"retry": {"baseDelayMs": 1,
+                                                               "maxRetries": 2}}))
+    env = {k: v for k, v in child_env(agent).items() if not k.lower().endswith("_proxy")}
+    if through == "proxy":
+        env["HTTPS_PROXY"] = f"http://127.0.0.1:{port}"
+    done, shown = on_a_terminal([str(BIN / "forged"), "-p", "--model", "local/m", "hi"],
+                                tmp_path, env)
+    why = ("cannot reach local at 127.0.0.1:" + str(port) +
+           ": the connection was refused (nothing listens there)" if through == "direct" else
+           "cannot reach local at models.example: the connection was refused by the proxy; "
+           f"through the proxy http://127.0.0.1:{port} (HTTPS_PROXY)")
+    assert done.returncode == 1
+    assert shown == [f"[retry 1/2] Connection error: {why}; trying again in 0.001 s",
+                     f"[retry 2/2] Connection error: {why}; trying again in 0.002 s",
+                     f"forged: Connection error: {why}"]
+    rpc = subprocess.run([str(BIN / "forged"), "--model", "local/m", "--no-session"],
+                         input=b'{"type":"prompt","message":"hi"}\n', capture_output=True,
+                         env=env, timeout=60, check=False)
+    retries = [json.loads(line) for line in rpc.stdout.splitlines()
+               if b'"auto_retry_start"' in line]
+    assert [r["errorMessage"] for r in retries] == [f"Connection error: {why}"] * 2
+
+
+def test_a_name_that_cannot_be_resolved_hints_at_a_proxy() -> None:
+    import socket
+
+    import httpx
+
+    from forged._errors import ProviderStreamError
+    from forged._providers.http import provider_errors
+
+    with pytest.raises(ProviderStreamError) as raised, provider_errors(
+            "https://api.example.com/v1", "example"):
+        try:
+            raise socket.gaierror(-2, "Name or service not known")
+        except socket.gaierror as exc:
+            raise httpx.ConnectError("[Errno -2] Name or service not known") from exc
+    assert str(raised.value) == (
+        "Connection error: cannot reach example at api.example.com: the name api.example.com "
+        "could not be resolved (no network, or no DNS); if this network reaches it through a "
+        "proxy, set HTTPS_PROXY or ALL_PROXY")

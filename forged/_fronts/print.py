@@ -4,7 +4,8 @@ then exit.
 The tree is stdio's (`forged._fronts.stdio`) without a reader: the messages are the
 input, and the outbox writes either every event (``--mode json``) or the last reply's text.
 On a terminal, ``-p`` also shows each tool call on stderr as it ends (`Trace`): what the agent
-did, a line or two each, with the reply on stdout.
+did, a line or two each, with the reply on stdout; and each retry as it starts (what failed,
+when the next try is, which of how many).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ TRACE_OUTPUT_LINES = 3
 
 class Trace:
     """Each tool call, when it ends, as a line or two on stderr: ``[write] greet.py``, a
-    command's first lines of output, a failure's first line."""
+    command's first lines of output, a failure's first line; each retry as it starts."""
 
     def __init__(self) -> None:
         self._arguments: dict[str, dict[str, Any]] = {}
@@ -94,6 +95,11 @@ class Trace:
             self._arguments[event.tool_call_id] = event.args
         elif isinstance(event, w.ToolExecutionEnd):
             self._ended(event)
+        elif isinstance(event, w.AutoRetryStart):
+            log_plain(f"[retry {event.attempt}/{event.max_attempts}] {event.error_message}; "
+                      f"trying again in {event.delay_ms / 1000:g} s")
+        elif isinstance(event, w.AutoRetryEnd) and event.success:
+            log_plain(f"[retry {event.attempt}] it worked")
 
     def _ended(self, event: w.ToolExecutionEnd) -> None:
         arguments = self._arguments.pop(event.tool_call_id, {})

@@ -95,7 +95,7 @@ async def _sign_in(method: str, url: str, **options: Any) -> tuple[int, Any]:
     """A request to a sign-in endpoint (`redirected`): its status and parsed JSON answer (the
     body's text, when it is not JSON)."""
     target = redirected(url)
-    with provider_errors():
+    with provider_errors(target):
         response = await client_for(target, "").request(method, target,
                                                          timeout=SIGN_IN_TIMEOUT_S, **options)
     try:
@@ -153,7 +153,7 @@ async def open_body(request: ProviderRequest, url: str, headers: dict[str, str],
     """POST `content` (`headers` complete: a signature covers them) and yield the answer's
     body as it comes, as `open_events` does for a stream of any framing."""
     client = client_for(request.model.base_url, request.api_key)
-    with provider_errors():
+    with provider_errors(url, request.model.provider):
         async with AsyncExitStack() as stack:
             with trio.move_on_after(request.idle_timeout_s) as waiting:
                 response = await stack.enter_async_context(client.stream(
@@ -218,14 +218,21 @@ def retry_after_s(headers: httpx.Headers) -> float | None:
 
 
 @contextmanager
-def provider_errors() -> Iterator[None]:
-    """Map httpx's and the network's errors to `ProviderError`. The only place that knows them."""
+def provider_errors(url: str | None = None, provider: str | None = None) -> Iterator[None]:
+    """Map httpx's and the network's errors to `ProviderError`. The only place that knows
+    them. A connection that could not be made says to what (`provider`, the host of `url`),
+    why in words, and the proxy it went through or, where one may be what is missing, the
+    variables that set one."""
     try:
         yield
     except ProviderError:
         raise
+    except httpx.ConnectTimeout as exc:
+        raise ProviderStreamError(_unreachable(exc, url, provider, timed_out=True)) from exc
     except httpx.TimeoutException as exc:
         raise ProviderStreamError(f"Request timed out: {_describe(exc)}") from exc
+    except (httpx.ConnectError, httpx.ProxyError) as exc:
+        raise ProviderStreamError(_unreachable(exc, url, provider)) from exc
     except httpx.TransportError as exc:
         raise ProviderStreamError(f"Connection error: {_describe(exc)}") from exc
     except (OSError, trio.BrokenResourceError) as exc:
@@ -236,3 +243,77 @@ def provider_errors() -> Iterator[None]:
 
 def _describe(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
+
+
+PROXY_VARIABLES = {"https": ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"),
+                   "http": ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}
+"""Where httpx finds a proxy for a URL of each scheme, in its order (``NO_PROXY`` aside)."""
+
+
+def _unreachable(exc: Exception, url: str | None, provider: str | None, *,
+                 timed_out: bool = False) -> str:
+    """``Connection error: cannot reach <provider> at <host>: <why>`` and the proxy's part."""
+    import socket
+
+    target = httpx.URL(url) if url else None
+    host = target.host if target is not None else "the service"
+    port = target.port if target is not None else None
+    where = f"{host}:{port}" if port else host
+    proxy = _proxy_for(target) if target is not None else None
+    cause = _first_os_error(exc)
+    if timed_out:
+        why = f"it did not answer within {CONNECT_TIMEOUT_S:g} s"
+    elif isinstance(cause, socket.gaierror):
+        why = (f"the name {host} could not be resolved (no network, or no DNS)" if proxy is None
+               else "the proxy's name could not be resolved")
+    elif isinstance(cause, ConnectionRefusedError):
+        why = "the connection was refused" + (" (nothing listens there)" if proxy is None
+                                              else " by the proxy")
+    elif isinstance(cause, OSError) and cause.errno in (101, 113):  # ENETUNREACH, EHOSTUNREACH
+        why = "there is no route to it (no network?)"
+    else:
+        why = _describe(exc)
+    said = f"Connection error: cannot reach {provider + ' at ' if provider else ''}{where}: {why}"
+    if proxy is not None:
+        return f"{said}; through the proxy {proxy[1]} ({proxy[0]})"
+    if not isinstance(cause, ConnectionRefusedError) and host not in ("localhost", "127.0.0.1",
+                                                                      "::1"):
+        variables = " or ".join(PROXY_VARIABLES.get(target.scheme if target else "https",
+                                                    PROXY_VARIABLES["https"])[::2])
+        said += f"; if this network reaches it through a proxy, set {variables}"
+    return said
+
+
+def _first_os_error(exc: BaseException | None) -> OSError | None:
+    """The network's own error under `exc`: the first with an errno, looking through
+    causes and groups (trio's "all attempts to connect failed" holds one per address)."""
+    seen: set[int] = set()
+    pending = [exc]
+    found: OSError | None = None
+    while pending:
+        current = pending.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError):
+            if current.errno is not None:
+                return current
+            found = found or current
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)
+        pending += [current.__cause__, current.__context__]
+    return found
+
+
+def _proxy_for(url: httpx.URL) -> tuple[str, str] | None:
+    """The variable naming the proxy a request to `url` goes through, and its value; None
+    when none does (none set, or ``NO_PROXY`` leaves the host out)."""
+    found = next(((name, os.environ[name]) for name in PROXY_VARIABLES.get(url.scheme, ())
+                  if os.environ.get(name)), None)
+    if found is None:
+        return None
+    excluded = os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or ""
+    for entry in (item.strip().lstrip(".") for item in excluded.split(",")):
+        if entry == "*" or (entry and (url.host == entry or url.host.endswith("." + entry))):
+            return None
+    return found
