@@ -65,6 +65,7 @@ from ._tools.guard import (
     record_mode,
     recorded_mode,
     starting_mode,
+    unusable_modes_problem,
 )
 from ._ui import Dialogs
 
@@ -177,6 +178,8 @@ async def open_session(config: SessionConfig, sink: Sink,
             session = Session(config, files, sink, session_nursery, wait_for_room)
             session_nursery.start_soon(session.plugins.serve_observers)
             session_nursery.start_soon(session.mcp.serve)
+            if session.guard.sandboxed:  # said at start, not at the first command
+                session_nursery.start_soon(unusable_modes_problem)
             yield session
             session_nursery.cancel_scope.cancel()
     finally:
@@ -357,6 +360,8 @@ class Session:
             raise CommandError(str(exc)) from None
         self._take_mode(mode)
         record_mode(self.store, mode)
+        if self.guard.sandboxed:
+            self._nursery.start_soon(unusable_modes_problem)
 
     def _take_mode(self, mode: str) -> None:
         was = self.guard.sandboxed

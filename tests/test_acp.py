@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -828,3 +829,41 @@ def test_connect_acp_to_a_running_daemon_is_a_thin_byte_copier(tmp_path: Path) -
     assert answers[0]["result"]["agentInfo"]["name"] == "forged"
     session_id = next(a for a in answers if a.get("id") == 2)["result"]["sessionId"]
     assert session_id.encode() in status.stdout  # a session of the daemon
+
+
+def without_bubblewrap(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """`env` with a PATH that has git but no bwrap: the sandbox cannot work."""
+    tools = tmp_path / "tools"
+    tools.mkdir(exist_ok=True)
+    for name in ("git", "sh", "bash"):
+        found = shutil.which(name)
+        assert found is not None
+        (tools / name).symlink_to(found)
+    return {**env, "PATH": f"{BIN}:{tools}"}
+
+
+def test_without_a_sandbox_only_the_modes_that_work_are_offered(tmp_path: Path,
+                                                                how: str) -> None:
+    """No bubblewrap: `session/new` offers full-access and ask, the mode option too;
+    `session/set_mode auto` is refused saying why; forged said so once, at start."""
+    command, env = forged_acp(tmp_path, how)
+    env = without_bubblewrap(tmp_path, env)
+    project = str(tmp_path / "project")
+
+    async def drive() -> tuple[Any, str]:
+        async with acp.spawn_agent_process(Editor(), command[0], *command[1:], env=env,
+                                           cwd=project) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            session = await conn.new_session(cwd=project)
+            try:
+                await conn.set_session_mode(session_id=session.session_id, mode_id="auto")
+                refused = ""
+            except acp.RequestError as exc:
+                refused = str(exc.data or exc)
+            return session, refused
+
+    session, refused = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert [mode.id for mode in session.modes.available_modes] == ["full-access", "ask"]
+    (option,) = [o for o in session.config_options if o.id == "mode"]
+    assert [choice.value for choice in option.options] == ["full-access", "ask"]
+    assert "cannot work here" in refused and "bubblewrap" in refused

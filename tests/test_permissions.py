@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -433,3 +434,29 @@ async def test_the_permission_mode_is_kept_with_the_session(tmp_path: Path) -> N
         {"id": "p", "type": "prompt", "message": "another"},)) == "read-only"
     assert await mode_of(commands=(
         {"id": "s", "type": "switch_session", "sessionPath": str(first)},)) == "auto"
+
+
+@pytest.mark.parametrize("mode", ["auto", "ask"])
+def test_p_says_at_start_what_its_mode_cannot_do(tmp_path: Path, mode: str) -> None:
+    """`-p` in auto without bubblewrap: said once, before the run, that the sandboxed modes
+    cannot work here (and the command is refused, nothing unconfined); in ask: that nobody
+    can answer, so what it would ask about is refused."""
+    from .test_acp import without_bubblewrap
+
+    (tmp_path / "agent").mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"replies": [call("bash", command="echo ran > ran.txt"),
+                                              {"content": [{"type": "text", "text": "Ok."}]}]}))
+    env = without_bubblewrap(tmp_path, child_env(tmp_path / "agent"))
+    done = subprocess.run([str(BIN / "forged"), "-p", "--provider", "scripted", "--script",
+                           str(script), "--cwd", str(tmp_path), "--permission-mode", mode,
+                           "go"], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)
+    said = done.stderr.splitlines()
+    expected = ("forged: the auto and read-only permission modes cannot work here: the "
+                "sandbox needs bubblewrap" if mode == "auto" else
+                "forged: the ask permission mode asks before every command and file change, "
+                "and under -p nobody can answer: each is refused")
+    assert said[0].startswith(expected), done.stderr
+    assert sum(line.startswith(expected) for line in said) == 1
+    assert not (tmp_path / "ran.txt").exists()

@@ -56,6 +56,11 @@ async def run_prompts(options: Options, messages: list[str], stdout_fd: int, *,
                 agent.stop()
 
             await process_nursery.start(watch_signals_until_exit, stop)
+            if agent.session.guard.mode == "ask":
+                log(f"the ask permission mode asks before every command and file change, and "
+                    f"under {'--mode json' if events else '-p'} nobody can answer: each is "
+                    "refused. Choose auto (commands in a sandbox) or full-access to let them "
+                    "run")
             code = 0
             async with trio.open_nursery() as output_nursery:
                 output_nursery.start_soon(outbox.serve_writer, stdout)

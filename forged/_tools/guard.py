@@ -220,6 +220,20 @@ async def sandbox_problem(bwrap: str | None) -> str | None:
     return _probed[key]
 
 
+_said: set[str] = set()
+
+
+async def unusable_modes_problem() -> str | None:
+    """Why the sandboxed modes (`SANDBOXED`) cannot work here, said in the log the first time
+    it is found (once a process); None when they can."""
+    problem = await sandbox_problem(shutil.which("bwrap"))
+    if problem is not None and problem not in _said:
+        _said.add(problem)
+        log(f"the auto and read-only permission modes cannot work here: {problem}. In them "
+            "every command is refused (nothing runs unconfined); full-access and ask work")
+    return problem
+
+
 SERVED_SOCKETS: list[Path] = []
 """The sockets this process serves as a daemon (`forged._daemon` adds them): their
 ``ws-token`` is hidden from every confined command and file tool."""

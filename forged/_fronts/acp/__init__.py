@@ -38,6 +38,7 @@ from ..._log import log
 from ..._settings import DEFAULTS
 from ..._tools import ToolError
 from ..._tools.files import read_file, write_file
+from ..._tools.guard import SANDBOXED, unusable_modes_problem
 from ..._transports.unix import serve_stream_peer
 from ..._ui import ALLOW_ONCE, ALLOW_SESSION, DENY
 from ..._version import __version__
@@ -351,21 +352,25 @@ class AcpSession:
                             "type": "select", "currentValue": f"{model.provider}/{model.id}",
                             "options": [{"value": f"{m.provider}/{m.id}", "name": m.name}
                                         for m in models]})
+        modes = await _usable_modes(state.permission_mode)
         options.append({"id": "mode", "name": "Permissions", "category": "mode",
                         "type": "select", "currentValue": state.permission_mode,
                         "options": [{"value": m["id"], "name": m["name"],
-                                     "description": m["description"]} for m in MODES]})
+                                     "description": m["description"]} for m in modes]})
         options.append({"id": "thought", "name": "Thinking", "category": "thought_level",
                         "type": "select", "currentValue": level,
                         "options": [{"value": name, "name": f"Thinking: {name}"}
                                     for name in levels]})
-        return {"modes": {"currentModeId": state.permission_mode, "availableModes": MODES},
+        return {"modes": {"currentModeId": state.permission_mode, "availableModes": modes},
                 "configOptions": options}
 
     async def set_mode(self, mode: str) -> None:
-        """The permission mode, announced with ``current_mode_update``."""
+        """The permission mode, announced with ``current_mode_update``; one that cannot work
+        here (a sandboxed mode without a sandbox) is refused, saying why."""
         if mode not in [m["id"] for m in MODES]:
             raise AcpError(INVALID_PARAMS, f"No mode {mode!r}")
+        if mode in SANDBOXED and (problem := await unusable_modes_problem()) is not None:
+            raise AcpError(INVALID_PARAMS, f"The {mode} mode cannot work here: {problem}")
         await call(self.link, w.SetPermissionMode(mode=mode), object)
         self._update({"sessionUpdate": "current_mode_update", "currentModeId": mode})
 
@@ -603,6 +608,17 @@ async def run_acp(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> No
                         open_fd_stream(stdin_fd), open_fd_stream(stdout_fd),
                         default_cwd=options.cwd)
         process_nursery.cancel_scope.cancel()
+
+
+async def _usable_modes(current: str) -> list[dict[str, str]]:
+    """The modes that can work here: without a sandbox, not `auto` nor `read-only` (unless
+    the session is in one already: listed so, saying why its commands are refused)."""
+    problem = await unusable_modes_problem()
+    if problem is None:
+        return MODES
+    return [mode if mode["id"] != current else {
+        **mode, "description": f"Cannot work here: {problem}"}
+        for mode in MODES if mode["id"] not in SANDBOXED or mode["id"] == current]
 
 
 def _checkpoint_line(item: w.Checkpoint) -> str:
