@@ -136,10 +136,14 @@ def runtime_folder(socket_path: str) -> str:
     return folders[-1]
 
 
+def peer_creds(sock: _socket.socket) -> bytes:
+    """``SO_PEERCRED`` of a Unix socket: the pid, uid and gid at its other end."""
+    return sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+
+
 def socket_uid(sock: _socket.socket) -> int:
     """The uid of the process at the other end of a Unix socket."""
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid
-    return int.from_bytes(creds[4:8], sys.byteorder)
+    return int.from_bytes(peer_creds(sock)[4:8], sys.byteorder)
 
 
 def open_daemon(socket_path: str) -> _socket.socket | None:
@@ -162,6 +166,31 @@ def open_daemon(socket_path: str) -> _socket.socket | None:
         raise ConfigError(f"refusing the daemon on {socket_path}: it runs as uid {uid}, not "
                           f"uid {os.getuid()}")
     return sock
+
+
+KEY_NAMES = ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_PROFILE", "GOOGLE_APPLICATION_CREDENTIALS",
+             "GOOGLE_CLOUD_PROJECT", "COPILOT_GITHUB_TOKEN")
+"""Provider credentials besides every ``*_API_KEY`` variable."""
+
+
+def note_keys(daemon_pid: int) -> None:
+    """Say once, on stderr, which provider keys of this environment the daemon's lacks: its
+    sessions use the daemon's environment and auth.json, never the client's."""
+    names = [name for name in os.environ if name.endswith("_API_KEY") or name in KEY_NAMES]
+    if not names:
+        return
+    try:
+        with open(f"/proc/{daemon_pid}/environ", "rb") as file:
+            theirs = {entry.split(b"=", 1)[0].decode(errors="replace")
+                      for entry in file.read().split(b"\0")}
+    except OSError:
+        return
+    missing = sorted(name for name in names if name not in theirs)
+    if missing:
+        _say(f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} set here but not "
+             f"in the daemon's environment (pid {daemon_pid}): its sessions use the daemon's "
+             "own keys and auth.json, not this environment's; set them where the daemon "
+             "starts (contrib/systemd: EnvironmentFile=), or sign in with forged login")
 
 
 def _say(message: str) -> None:
@@ -262,6 +291,7 @@ def connect(argv: list[str]) -> int | None:
         sock.close()
         _say(refused)
         return 2
+    note_keys(daemon_pid(socket_path, peer_creds(sock)))
     cwd = os.path.realpath(os.path.expanduser(str(options.get("cwd") or os.getcwd())))
     stop = STOP_COMMANDS
     if options.get("acp"):  # the daemon runs the ACP front: bytes both ways
@@ -550,7 +580,7 @@ def _find_daemon(socket_path: str) -> tuple[int, list[dict[str, object]]] | int:
     import json
 
     try:
-        pid = _daemon_pid(socket_path, sock)
+        pid = daemon_pid(socket_path, peer_creds(sock))
         sock.sendall(_line({"type": "list_sessions", "id": "status"}))
         buffered = b""
         while True:
@@ -573,11 +603,11 @@ def _find_daemon(socket_path: str) -> tuple[int, list[dict[str, object]]] | int:
         sock.close()
 
 
-def _daemon_pid(socket_path: str, sock: _socket.socket) -> int:
-    """The daemon's pid: the process at the socket's other end (``SO_PEERCRED``), unless
-    that is the service manager that made the socket (systemd's socket activation): then the
-    one the daemon wrote beside its socket, if that process is a forged of this user's."""
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+def daemon_pid(socket_path: str, creds: bytes) -> int:
+    """The daemon's pid: the process at the socket's other end (`creds`, what
+    ``SO_PEERCRED`` gives), unless that is the service manager that made the socket
+    (systemd's socket activation): then the one the daemon wrote beside its socket, if that
+    process is a forged of this user's."""
     peer = int.from_bytes(creds[:4], sys.byteorder)
     try:
         with open(os.path.join(os.path.dirname(socket_path), "forged.pid")) as file:

@@ -952,3 +952,25 @@ async def test_attach_takes_the_start_of_an_id_and_joins_a_message_at_its_start(
     assert "'abc0' is the start of 2 sessions' ids (abc00001-aaaa, abc00002-bbbb)" in (
         exports[1].stderr.decode())
     assert (tmp_path / "0.html").exists() and (tmp_path / "2.html").exists()
+
+
+async def test_connect_says_once_which_keys_of_its_environment_the_daemon_lacks(
+        tmp_path: Path) -> None:
+    """A daemon's sessions use the daemon's keys, never the client's: `forged connect` from an
+    environment holding a key the daemon's lacks says so once on stderr."""
+    from .test_process import BIN, child_env
+
+    async with open_daemon(tmp_path, [DONE]) as daemon:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime),
+               "FORGED_TEST_ONLY_HERE_API_KEY": "k", "PATH": os.environ["PATH"]}
+        with trio.fail_after(30):
+            done = await trio.run_process(
+                [str(BIN / "forged"), "connect", "--no-start"],
+                stdin=b'{"type":"get_state","id":"s"}\n', capture_stdout=True,
+                capture_stderr=True, check=False, env=env, cwd=tmp_path / "project")
+    said = done.stderr.decode()
+    assert done.returncode == 0, said
+    assert said.count("\n") == 1 and said.startswith(
+        f"forged: FORGED_TEST_ONLY_HERE_API_KEY is set here but not in the daemon's "
+        f"environment (pid {os.getpid()}): its sessions use the daemon's own keys and "
+        "auth.json"), said

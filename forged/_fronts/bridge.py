@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,15 @@ import trio
 
 from .._errors import ConfigError
 from .._log import log, reserve_stdout
-from .._thin import CONNECT_ID, STOP_ANSWER, STOP_COMMANDS, refusal_of, why_closed
+from .._thin import (
+    CONNECT_ID,
+    STOP_ANSWER,
+    STOP_COMMANDS,
+    daemon_pid,
+    note_keys,
+    refusal_of,
+    why_closed,
+)
 
 START_TIMEOUT_S = 15.0
 ATTACH_WITH_MODE = "--permission-mode with --attach"
@@ -137,6 +146,8 @@ async def _open(path: Path, start: list[str] | None, unused: list[str]) -> trio.
             await stream.aclose()
             raise Refused(refused)
         unused.clear()  # said once
+        note_keys(daemon_pid(str(path), stream.socket.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, 12)))
         return stream
     log_path = _start_daemon(start, path)
     with trio.move_on_after(START_TIMEOUT_S):
