@@ -867,3 +867,28 @@ def test_without_a_sandbox_only_the_modes_that_work_are_offered(tmp_path: Path,
     (option,) = [o for o in session.config_options if o.id == "mode"]
     assert [choice.value for choice in option.options] == ["full-access", "ask"]
     assert "cannot work here" in refused and "bubblewrap" in refused
+
+
+def test_with_no_key_the_auth_method_says_every_way_to_one(tmp_path: Path) -> None:
+    """No model has a key: `initialize`'s auth method names the environment, `forged login`,
+    models.json, the scripted provider to try forged without a key, and pi's keys where pi
+    has some forged does not read."""
+    home = tmp_path / "home"
+    (home / ".pi" / "agent").mkdir(parents=True)
+    (home / ".pi" / "agent" / "auth.json").write_text("{}")
+    env = {name: value for name, value in os.environ.items()
+           if not name.endswith("_API_KEY") and not name.startswith(("AWS_", "GOOGLE_"))}
+    env |= {"HOME": str(home), "AGENT_FORGE_DIR": str(tmp_path / "agent")}
+
+    async def drive() -> Any:
+        async with acp.spawn_agent_process(Editor(), str(BIN / "forged"), "--mode", "acp",
+                                           env=env, cwd=str(tmp_path)) as (conn, _):
+            return await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+
+    init = asyncio.run(asyncio.wait_for(drive(), 60))
+    (method,) = init.auth_methods
+    said = method.description
+    assert "ANTHROPIC_API_KEY" in said and "forged login PROVIDER" in said
+    assert "--provider scripted --script FILE" in said
+    assert f"Pi's keys and models are in {home}/.pi/agent" in said
+    assert "PI_CODING_AGENT_DIR" in said

@@ -23,6 +23,7 @@ from ..._dispatch import Agent, open_agent
 from ..._errors import AcpError, CommandError
 from ..._jsonl import LineTooLong
 from ..._log import log
+from ..._models import first_use_hints
 from ...client import Unknown, read_event, read_response
 from .jsonrpc import INVALID_PARAMS
 
@@ -180,8 +181,11 @@ class InProcess:
             return []
         return [{"id": "api-key", "name": "Set a provider's API key", "description": (
             "forged found no model with a key. Set the provider's key in the environment "
-            "the editor starts forged in (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...), or add "
-            "the provider to ~/.agent-forge/agent/models.json, and restart the agent.")}]
+            "the editor starts forged in (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...), sign in "
+            "or save a key with `forged login PROVIDER` in a terminal, or add the provider "
+            "to ~/.agent-forge/agent/models.json, and restart the agent. To try forged "
+            "without a key: --provider scripted --script FILE (README, The scripted "
+            "provider)." + _pi_hint())}]
 
     async def serve(self, host: Host, stored_id: str | None, *,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -277,3 +281,10 @@ def mcp_entries(servers: object) -> dict[str, object]:
                               and isinstance(pair.get("value"), str)}
         entries[server["name"]] = entry
     return entries
+
+
+def _pi_hint() -> str:
+    """Where pi keeps keys forged does not read, when it has some (`first_use_hints`)."""
+    hints = first_use_hints().split("; ")
+    return "".join(f" {hint[0].upper()}{hint[1:]}." for hint in hints
+                   if hint.startswith("pi's keys"))
