@@ -152,7 +152,10 @@ async def test_a_dialog_goes_to_every_client_and_the_first_answer_wins(tmp_path:
             await asker.answer_dialog(request.id, confirmed=False)  # too late
             notify = (await asker.next_event(
                 lambda e: getattr(e.event, "method", None) == "notify")).event
+            settled = (await answerer.next_event(  # the one that answered hears it too
+                lambda e: e.type == "extension_ui_resolved")).event
     assert isinstance(resolved, w.ExtensionUiResolved) and resolved.id == request.id
+    assert isinstance(settled, w.ExtensionUiResolved) and settled.id == request.id
     assert isinstance(notify, w.ExtensionUiRequest) and notify.message == "answer: True"
     assert [accepted.disposition for accepted in asked] == ["handled"]
 
