@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -184,3 +185,39 @@ async def test_a_broken_auth_json_is_one_line_and_left_as_it_was(tmp_path: Path)
         assert done.returncode == 1 and "Traceback" not in said, said
         assert f"could not read {path}" in said and "left as it was" in said
     assert path.read_text() == '{"groq": ['
+
+
+@pytest.fixture
+def full_agent_dir(tmp_path: Path) -> Iterator[Path]:
+    """An agent folder on a 16 KiB tmpfs, filled up, holding an auth.json."""
+    from .conftest import mounted_tmpfs
+
+    for disk in mounted_tmpfs(tmp_path / "disk", "size=16k"):
+        agent = disk / "agent"
+        agent.mkdir()
+        (agent / "auth.json").write_text('{"groq": {"type": "api_key", "key": "gsk-kept"}}')
+        filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(filler, b"x" * 512):
+                pass
+        except OSError:  # full
+            pass
+        finally:
+            os.close(filler)
+        yield agent
+
+
+async def test_login_on_a_full_disk_says_so_in_one_line(full_agent_dir: Path) -> None:
+    auth = full_agent_dir / "auth.json"
+    before = auth.read_bytes()
+    with trio.fail_after(30):
+        login = await trio.run_process([str(BIN / "forged"), "login", "mistral"],
+                                       stdin=b"mist-key\n", capture_stdout=True,
+                                       capture_stderr=True, env=child_env(full_agent_dir),
+                                       check=False)
+    said = login.stderr.decode()
+    assert login.returncode == 1
+    assert said.splitlines()[-1] == (f"forged: login: could not change {auth}: No space left "
+                                     "on device; it is left as it was")
+    assert "Traceback" not in said and said.count("forged: ") == 1
+    assert auth.read_bytes() == before
