@@ -247,8 +247,12 @@ class Bench:
             ended = await child.until(is_type("agent_end"))
             answered = await child.until(lambda e: e.get("id") == "a")
             await child.until(is_type("agent_settled"))
+            with trio.fail_after(10):
+                while not server.closes:  # noqa: ASYNC110 (the server's own record)
+                    await trio.sleep(0.001)
             return {"abort_stream_ms": (answered - sent) * 1000,
-                    "abort_stream_end_ms": (ended - sent) * 1000}
+                    "abort_stream_end_ms": (ended - sent) * 1000,
+                    "abort_stream_close_ms": (server.closes[0] - sent) * 1000}
 
         result: dict[str, float] = await self.with_server([reply], body)
         return result
@@ -266,13 +270,29 @@ class Bench:
             await child.until(is_type("tool_execution_update"))
             update = next(e for _, e in child.lines if e["type"] == "tool_execution_update")
             pgid = int(update["partialResult"]["content"][0]["text"].split()[0])
-            sent = await child.send({"id": "a", "type": "abort"})
-            ended = await child.until(is_type("agent_end"))
+            while len(members := live_group_members(pgid)) < 2:  # noqa: ASYNC110 (shell, sleep)
+                await trio.sleep(0.001)
+            ends = [os.pidfd_open(pid) for pid in members]
+            gone: list[float] = []
+
+            async def watch() -> None:
+                for fd in ends:
+                    await trio.lowlevel.wait_readable(fd)
+                gone.append(time.perf_counter())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch)
+                sent = await child.send({"id": "a", "type": "abort"})
+                ended = await child.until(is_type("agent_end"))
+            for fd in ends:
+                os.close(fd)
             survivors = len(live_group_members(pgid))
             answered = await child.until(lambda e: e.get("id") == "a")
             await child.until(is_type("agent_settled"))
             return {"abort_bash_ms": (answered - sent) * 1000,
-                    "abort_bash_end_ms": (ended - sent) * 1000, "survivors": survivors}
+                    "abort_bash_end_ms": (ended - sent) * 1000, "survivors": survivors,
+                    "abort_bash_group_ms": (gone[0] - sent) * 1000,
+                    "abort_bash_after_group_ms": (ended - gone[0]) * 1000}
 
         result: dict[str, float] = await self.with_server([reply], body)
         return result
@@ -593,9 +613,14 @@ async def main(repeat: int, only: list[str]) -> None:
         ("abort_stream", "abort mid-stream: to agent_end", "abort_stream_end_ms", "ms",
          "< 3 ms", "15 ms"),
         ("abort_stream", "  to the abort response", "abort_stream_ms", "ms", "", ""),
+        ("abort_stream", "  to the provider's connection closed", "abort_stream_close_ms",
+         "ms", "< 5.8 ms", ""),
         ("abort_bash", "abort mid-bash (sleep 60): to agent_end", "abort_bash_end_ms", "ms",
          "< 8 ms", "16 ms"),
         ("abort_bash", "  to the abort response", "abort_bash_ms", "ms", "", ""),
+        ("abort_bash", "  to the process group gone", "abort_bash_group_ms", "ms", "", ""),
+        ("abort_bash", "  agent_end after the group is gone", "abort_bash_after_group_ms",
+         "ms", "< 0.5 ms", ""),
         ("abort_bash", "  processes left after abort (the most)", "survivors", "", "0", ""),
         ("abort_retry_wait", "abort during a retry wait", "abort_retry_ms", "ms", "< 50 ms",
          ""),

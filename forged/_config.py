@@ -149,6 +149,9 @@ async def warm_up(apis: list[str]) -> None:
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
         _codec.prepare(cls)
         await trio.lowlevel.checkpoint()
+    for event in _codec.rehearsals():  # and the hooks nested in them: see `rehearsals`
+        _codec.encode(event)
+        await trio.lowlevel.checkpoint()
     _codecache.save()
     gc.freeze()
 

@@ -114,7 +114,7 @@ def encode_line(value: Any) -> bytes:
         # orjson refuses lone surrogates (legal as JSON escapes) and integers beyond 64 bits:
         # the standard library writes both, escaped.
         return _ASCII_ENCODER.encode(value).encode("ascii") + b"\n"
-    if b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data:
+    if not data.isascii() and (b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data):
         data = data.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
     return data
 

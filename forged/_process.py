@@ -267,6 +267,40 @@ def group_alive(pgid: int) -> bool:
     return bool(live_group_members(pgid))
 
 
+def _pidfds(pids: list[int]) -> list[int] | None:
+    """A pidfd of each of `pids` still there; None where the kernel gives none."""
+    found = []
+    for pid in pids:
+        try:
+            found.append(os.pidfd_open(pid))
+        except ProcessLookupError:  # gone already
+            continue
+        except (AttributeError, OSError):
+            for fd in found:
+                os.close(fd)
+            return None
+    return found
+
+
+async def wait_group_gone(pgid: int) -> None:
+    """Until no process of group `pgid` runs. Each member's end is waited for on a pidfd of
+    it (an event, at once), then the group is looked at again (a member may have forked
+    meanwhile); where pidfds cannot be had, the group is polled (`GROUP_POLL_S`)."""
+    poll_s, longest_s = GROUP_POLL_S
+    while members := live_group_members(pgid):
+        watched = _pidfds(members)
+        if watched is None:  # no pidfd here: poll
+            await trio.sleep(poll_s)
+            poll_s = min(poll_s * 2, longest_s)
+            continue
+        try:
+            for fd in watched:
+                await trio.lowlevel.wait_readable(fd)  # readable: the process has ended
+        finally:
+            for fd in watched:
+                os.close(fd)
+
+
 def signal_group(pgid: int, signum: int) -> None:
     try:
         os.killpg(pgid, signum)
@@ -281,12 +315,16 @@ async def kill_process_group(process: Child, *, force: bool = False) -> None:
     pgid = process.pid
     with trio.CancelScope(shield=True):
         signal_group(pgid, signal.SIGKILL if force else signal.SIGTERM)
-        with trio.move_on_after(KILL_GRACE_S):
-            await process.wait()
-            poll_s, longest_s = GROUP_POLL_S
-            while group_alive(pgid):
-                await trio.sleep(poll_s)
-                poll_s = min(poll_s * 2, longest_s)
+        ends = _pidfds(live_group_members(pgid)) or []  # while they die: a scan's cost
+        try:
+            with trio.move_on_after(KILL_GRACE_S):
+                await process.wait()
+                for fd in ends:
+                    await trio.lowlevel.wait_readable(fd)
+                await wait_group_gone(pgid)  # at once, unless one forked or lingers
+        finally:
+            for fd in ends:
+                os.close(fd)
         if group_alive(pgid) or process.returncode is None:
             signal_group(pgid, signal.SIGKILL)
             await process.wait()

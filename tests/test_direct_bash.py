@@ -82,11 +82,14 @@ async def test_long_output_keeps_the_tail_and_the_whole_in_a_file(tmp_path: Path
 
 
 async def test_bash_during_a_run_is_recorded_when_it_settles(tmp_path: Path) -> None:
-    slow = Reply(content=[ScriptText(text="slowly " * 10, chunks=10, delay_ms=30)])
-    async with open_client(tmp_path, [slow, Reply(content=[ScriptText(text="ok")])]) as client:
+    # The reply waits (10 minutes) after its first word: the run lasts until it is aborted.
+    waiting = Reply(content=[ScriptText(text="slowly "),
+                             ScriptText(text="never", delay_ms=600_000)])
+    async with open_client(tmp_path, [waiting]) as client:
         await client.request({"type": "prompt", "message": "go"})
         response = await client.request({"type": "bash", "command": "echo beside"})
         during = (await client.request({"type": "get_messages"}))["data"]["messages"]
+        await client.request({"type": "abort"})
         await client.settled()
         after = (await client.request({"type": "get_messages"}))["data"]["messages"]
     assert response["data"]["output"] == "beside\n"

@@ -194,3 +194,49 @@ async def test_commands_wait_while_their_answers_are_unread() -> None:
         reading.set()
     assert handled == list(range(400))
     assert sum(len(batch) for batch in written) == 400_000
+
+
+@given(deltas=st.lists(st.tuples(st.text(), st.integers(0, 2**70), st.floats(allow_nan=False,
+                                                                            allow_infinity=False)),
+                       min_size=1, max_size=5))
+def test_a_message_update_is_encoded_as_every_other_event(
+        deltas: list[tuple[str, int, float]]) -> None:
+    """The hot path for deltas (its usage encoded once while it does not change) writes the
+    same bytes as the general one, whatever the text (line separators, lone surrogates) and
+    the numbers (beyond 64 bits, which orjson refuses)."""
+    from forged import _codec
+
+    usage = w.Usage()
+    for text, tokens, cost in deltas:
+        for event in (w.TextDelta(content_index=0, delta=text),
+                      w.ThinkingDelta(content_index=1, delta=text),
+                      w.TextEnd(content_index=0, content=text)):
+            update = w.MessageUpdate(usage=usage, assistant_message_event=event)
+            assert _codec.encode(update) == encode_line(_codec.unstructure(update))
+        usage.output, usage.cost.total = tokens, cost
+
+
+_SSE_LINE = st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b)
+
+
+@given(events=st.lists(st.tuples(st.sampled_from([b"", b"message", b"content_block_delta"]),
+                                 st.lists(_SSE_LINE, min_size=1, max_size=3)), max_size=8),
+       cuts=st.lists(st.integers(0, 400), max_size=8), crlf=st.booleans(),
+       extra_blank=st.booleans())
+def test_sse_events_come_out_whole_however_the_bytes_are_cut(
+        events: list[tuple[bytes, list[bytes]]], cuts: list[int], crlf: bool,
+        extra_blank: bool) -> None:
+    """Each event once, whole, in order, whatever chunks the stream arrives in, with LF or
+    CRLF line ends and blank lines between events."""
+    end = b"\r\n" if crlf else b"\n"
+    stream = b"".join(
+        (b"event: " + name + end if name else b"") + b"".join(b"data: " + line + end
+                                                            for line in data)
+        + end + (end if extra_blank else b"") for name, data in events)
+    decoder = SseDecoder()
+    found: list[tuple[bytes, bytes]] = []
+    start = 0
+    for cut in [*sorted(cuts), len(stream)]:
+        found += decoder.feed(stream[start:max(start, cut)])
+        start = max(start, cut)
+    assert found == [(name, b"\n".join(data)) for name, data in events]

@@ -82,6 +82,10 @@ class ScriptedServer:
         self.record_sends = record_sends
         self.sends: list[tuple[float, bytes]] = []
         """With `record_sends`: (time.perf_counter() after the write, bytes) of each write."""
+        self.closes: list[float] = []
+        """With `record_sends`: time.perf_counter() when a client closed its connection
+        while a reply streamed to it (watched for as it streams, not found at the next
+        write)."""
         self.port = 0
         self.connections = 0
         """How many connections clients opened."""
@@ -119,6 +123,21 @@ class ScriptedServer:
                     connection.start_next_cycle()
             except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
                 pass
+
+    async def _watch_close(self, stream: trio.SocketStream, connection: Any,
+                           streaming: trio.Nursery) -> None:
+        """While a reply streams: the moment the client closes the connection (then the
+        reply stops). What it sends meanwhile is kept for the next request."""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            connection.receive_data(data)
+            if not data:
+                self.closes.append(time.perf_counter())
+                streaming.cancel_scope.cancel()
+                return
 
     async def _handle_one(self, stream: trio.SocketStream, connection: Any, h11: Any) -> bool:
         """Answer one request; whether the connection may carry another."""
@@ -201,17 +220,23 @@ class ScriptedServer:
                 self.sends.append((time.perf_counter(), data))
             pending.clear()
 
-        for frame, delay_s in renderer(reply, model, self._ids):
-            if delay_s > 0 or pending_bytes >= SSE_FLUSH_BYTES:
-                if pending:
-                    await flush()
-                    pending_bytes = 0
-                if delay_s > 0:
-                    await trio.sleep(delay_s)
-            pending.append(frame)
-            pending_bytes += len(frame)
-        if pending:
-            await flush()
+        async with trio.open_nursery() as streaming:
+            if self.record_sends:
+                streaming.start_soon(self._watch_close, stream, connection, streaming)
+            for frame, delay_s in renderer(reply, model, self._ids):
+                if delay_s > 0 or pending_bytes >= SSE_FLUSH_BYTES:
+                    if pending:
+                        await flush()
+                        pending_bytes = 0
+                    if delay_s > 0:
+                        await trio.sleep(delay_s)
+                pending.append(frame)
+                pending_bytes += len(frame)
+            if pending:
+                await flush()
+            streaming.cancel_scope.cancel()
+        if self.record_sends and self.closes and connection.their_state is h11.CLOSED:
+            return False
         if reply.cut:
             # Close without the terminating chunk: the client sees a broken stream.
             return False

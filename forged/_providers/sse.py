@@ -23,7 +23,10 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         """The events completed by `chunk`, as (event name, data) pairs."""
-        lines = (self._buffer + chunk if self._buffer else chunk).split(b"\n")
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if not self._data and not self._event and b"\r" not in buffer:
+            return self._whole_events(buffer)
+        lines = buffer.split(b"\n")
         self._buffer = lines.pop()
         events: list[tuple[bytes, bytes]] = []
         data = self._data
@@ -39,6 +42,31 @@ class SseDecoder:
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line.startswith(b"event:"):
                 self._event = line[6:].strip()
+        return events
+
+
+    def _whole_events(self, buffer: bytes) -> list[tuple[bytes, bytes]]:
+        """`feed` where no event is half read and no line ends in CR (every stream the
+        services send): the events whole, each split on its own; the last, incomplete one
+        kept as it came."""
+        blocks = buffer.split(b"\n\n")
+        self._buffer = blocks.pop()
+        events: list[tuple[bytes, bytes]] = []
+        for block in blocks:
+            name = b""
+            data: list[bytes] = []
+            for line in block.split(b"\n"):
+                if line.startswith(b"data:"):
+                    data.append(line[6:] if line[5:6] == b" " else line[5:])
+                elif line.startswith(b"event:"):
+                    name = line[6:].strip()
+                elif not line:  # (an empty line in the block: the block's first was empty)
+                    if data:
+                        events.append((name, data[0] if len(data) == 1 else b"\n".join(data)))
+                        data = []
+                    name = b""
+            if data:
+                events.append((name, data[0] if len(data) == 1 else b"\n".join(data)))
         return events
 
 
