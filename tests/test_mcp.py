@@ -495,8 +495,8 @@ def test_an_editor_hands_the_session_its_mcp_servers(tmp_path: Path, how: str) -
         stop_daemon(tmp_path / "run")
     for updates in (new, loaded):
         (end,) = [u for u in updates if type(u).__name__ == "ToolCallProgress"]
-        assert end.status == "completed"
-        assert end.content[0].content.text == "editor echo: from the editor"
+        assert (end.status, end.content[0].content.text) == (
+            "completed", "editor echo: from the editor")
 
 
 def test_forged_mcp_adds_lists_and_removes(tmp_path: Path) -> None:

@@ -362,3 +362,26 @@ async def test_a_session_with_an_anthropic_model_loads_none_of_the_cloud_librari
              "/modules"], capture_stdout=True, capture_stderr=True, check=False,
             env=child_env(tmp_path / "agent"), cwd=tmp_path)
     assert b"Command /modules failed: loaded: forged._providers.anthropic\n" in done.stderr
+
+
+@pytest.mark.parametrize("record_sends", [False, True])
+async def test_a_client_gone_mid_reply_leaves_the_scripted_server_serving(
+        record_sends: bool) -> None:
+    """A client that closes its connection while a reply streams (an abort) ends that
+    connection only: the next request is answered (and, recording, the close is noted)."""
+    long = Reply(content=[ScriptText(text="x" * 400, chunks=400, delay_ms=1)])
+    server = ScriptedServer([long, Reply(content=[ScriptText(text="next")])],
+                            record_sends=record_sends)
+    body = {"model": "m", "max_tokens": 10, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}]}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        async with httpx.AsyncClient(base_url=server.base_url) as client:
+            async with client.stream("POST", "/v1/messages", json=body) as response:
+                async for _ in response.aiter_bytes():
+                    break  # and the connection closes with the response, mid-reply
+            with trio.fail_after(10):
+                answered = await client.post("/v1/messages", json=body)
+        nursery.cancel_scope.cancel()
+    assert answered.status_code == 200 and '"next"' in answered.text
+    assert len(server.closes) == (1 if record_sends else 0)

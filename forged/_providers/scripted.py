@@ -131,9 +131,9 @@ class ScriptedServer:
         while True:
             try:
                 data = await stream.receive_some(65536)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                connection.receive_data(data)
+            except Exception:  # a broken connection, or bytes h11 refuses: closed all the same
                 data = b""
-            connection.receive_data(data)
             if not data:
                 self.closes.append(time.perf_counter())
                 streaming.cancel_scope.cancel()
@@ -220,22 +220,27 @@ class ScriptedServer:
                 self.sends.append((time.perf_counter(), data))
             pending.clear()
 
+        closed = False
         async with trio.open_nursery() as streaming:
             if self.record_sends:
                 streaming.start_soon(self._watch_close, stream, connection, streaming)
-            for frame, delay_s in renderer(reply, model, self._ids):
-                if delay_s > 0 or pending_bytes >= SSE_FLUSH_BYTES:
-                    if pending:
-                        await flush()
-                        pending_bytes = 0
-                    if delay_s > 0:
-                        await trio.sleep(delay_s)
-                pending.append(frame)
-                pending_bytes += len(frame)
-            if pending:
-                await flush()
+            try:
+                for frame, delay_s in renderer(reply, model, self._ids):
+                    if delay_s > 0 or pending_bytes >= SSE_FLUSH_BYTES:
+                        if pending:
+                            await flush()
+                            pending_bytes = 0
+                        if delay_s > 0:
+                            await trio.sleep(delay_s)
+                    pending.append(frame)
+                    pending_bytes += len(frame)
+                if pending:
+                    await flush()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                closed = True  # the client went away mid-reply: this connection is done
             streaming.cancel_scope.cancel()
-        if self.record_sends and self.closes and connection.their_state is h11.CLOSED:
+        if closed or (self.record_sends and self.closes
+                      and connection.their_state is h11.CLOSED):
             return False
         if reply.cut:
             # Close without the terminating chunk: the client sees a broken stream.
