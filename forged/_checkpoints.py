@@ -20,7 +20,6 @@ Every method runs git and blocks: callers run them in a worker thread, never on 
 
 from __future__ import annotations
 
-import concurrent.futures
 import fcntl
 import hashlib
 import os
@@ -28,8 +27,10 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -166,18 +167,15 @@ class Shadow:
         # (a pattern reads `*` or `[` in a folder's name as a wildcard).
         exclude = [] if self.left_out is None else [
             f"--exclude=/{os.fsdecode(self.left_out)}"]
-        with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            others = pool.submit(self._git, "ls-files", "-z", "--others",
-                                 "--exclude-standard", *exclude, index=index)
-            modified = pool.submit(self._git, "diff-files", "--name-only", "-z",
-                                   index=index)
-            held = None if self.left_out is None else pool.submit(  # from before that rule
-                self._git, "ls-files", "-z", "--cached", "--",
-                f":(top,literal){os.fsdecode(self.left_out)}", index=index)
-            new_names = self._untracked(others.result(), b"")
-            changed = {name for name in modified.result().split(b"\0") if name}
-            if held is not None:
-                changed.update(name for name in held.result().split(b"\0") if name)
+        walks = [("ls-files", "-z", "--others", "--exclude-standard", *exclude),
+                 ("diff-files", "--name-only", "-z")]
+        if self.left_out is not None:  # what an index holds from before that rule
+            walks.append(("ls-files", "-z", "--cached", "--",
+                          f":(top,literal){os.fsdecode(self.left_out)}"))
+        others, *listed = _side_by_side(
+            [partial(self._git, *args, index=index) for args in walks])
+        new_names = self._untracked(others, b"")
+        changed = {name for names in listed for name in names.split(b"\0") if name}
         count = _index_entries(index) + len(new_names)
         if count > self.max_files:
             raise CheckpointError(
@@ -284,6 +282,31 @@ class Shadow:
                 self._git("checkout-index", "-f", "-z", "--stdin", index=index,
                           stdin=b"\0".join(os.fsencode(path) for path in back) + b"\0")
         return changes
+
+
+def _side_by_side(calls: list[Callable[[], bytes]]) -> list[bytes]:
+    """Each of `calls` in a thread of its own, at once; their results in order, or the first
+    one's failure. Plain threads, not concurrent.futures': its executor's lock, which it also
+    takes around every fork, came out released under a ``submit`` while a git was forked
+    beside it (``RuntimeError: release unlocked lock``)."""
+    results: list[bytes | BaseException] = [b""] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:  # handed to the caller
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(1, len(calls))]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if isinstance(result, bytes)]
 
 
 def _write_whole(path: Path, text: str) -> None:
