@@ -25,6 +25,7 @@ import trio
 from . import _wire as w
 from ._errors import PersistenceError, ProviderError
 from ._log import log_exception
+from ._process import is_cancellation
 from ._providers import AssistantBuilder, Provider, ProviderRequest
 from ._time import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
@@ -84,15 +85,6 @@ class RunOutcome:
     @property
     def failed(self) -> bool:
         return self.reply is not None and self.reply.stop_reason == "error"
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    """True for `trio.Cancelled`, or a group made only of them."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_cancellation(inner) for inner in exc.exceptions)
-    return False
 
 
 def describe_failure(exc: BaseException) -> str:

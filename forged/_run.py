@@ -39,9 +39,9 @@ from ._loop import (
     RunOutcome,
     Toolbox,
     describe_failure,
-    is_cancellation,
     run_agent,
 )
+from ._process import is_cancellation
 from ._retry import RETRY_CANCELLED, RetrySettings, is_context_overflow
 from ._settings import Settings
 from ._stats import compacted_at, estimate_context_tokens, usage_tokens

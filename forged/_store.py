@@ -23,9 +23,9 @@ file; a process that dies releases both with it.
 
 from __future__ import annotations
 
-import datetime
 import fcntl
 import os
+import random
 import re
 import stat
 import time
@@ -50,8 +50,16 @@ LEAF = -1
 
 
 def iso_now() -> str:
-    now = datetime.datetime.now(datetime.UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return iso_time(time.time_ns())
+
+
+def iso_time(ns: int) -> str:
+    """A time (nanoseconds since the epoch) as ``2026-01-02T03:04:05.678Z``, JavaScript's
+    ``toISOString``; the time of every entry, so without ``strftime``'s locale machinery."""
+    seconds, ms = divmod(ns // 1_000_000, 1000)
+    t = time.gmtime(seconds)
+    return (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
+            f"{t.tm_sec:02d}.{ms:03d}Z")
 
 
 def new_file_name(timestamp: str, session_id: str) -> str:
@@ -310,7 +318,7 @@ class SessionFile:
 
     def new_id(self) -> str:
         while True:
-            candidate = uuid.uuid4().hex[:8]
+            candidate = f"{random.getrandbits(32):08x}"  # as random as uuid4's first 8 digits
             if candidate not in self.index:
                 return candidate
 

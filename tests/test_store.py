@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, strategies as st
 
 from forged._errors import CommandError, PersistenceError
 from forged._paths import session_dir_for
-from forged._store import SessionFile, SessionLockedError
+from forged._store import SessionFile, SessionLockedError, iso_time
 from forged._switching import open_or_create
 
 from .conftest import mounted_tmpfs
@@ -239,3 +241,17 @@ def test_a_new_session_path_is_locked_before_anything_is_written(tmp_path: Path)
     first.close()
     assert not list(tmp_path.iterdir())  # its lock file went with it
     open_or_create(path, Path("/work")).close()
+
+
+@given(st.integers(min_value=0, max_value=253_402_300_799_999_999_999))  # to 9999-12-31
+def test_entry_times_are_written_as_javascripts_iso_strings(ns: int) -> None:
+    moment = (datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+              + datetime.timedelta(milliseconds=ns // 1_000_000))
+    assert iso_time(ns) == moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_entry_ids_are_eight_hex_digits_and_never_repeat_in_a_file(tmp_path: Path) -> None:
+    session = SessionFile.create(tmp_path, Path("/work"))
+    ids = [session.append("label", targetId=None, label=str(n))["id"] for n in range(2000)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 8 and int(i, 16) >= 0 for i in ids)

@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from .. import _wire as w
-from .._process import group_alive, kill_process_group, open_process
+from .._process import group_alive, is_cancellation, kill_process_group, open_process
 from .._time import now_ms
 from .base import (
     MAX_BYTES,
@@ -220,7 +220,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     finally:
         if process.returncode is None or group_alive(process.pid):
             await kill_process_group(process)
-        await process.aclose()
+        process.close()  # no checkpoint: an abort passing through needs none
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
 
 
@@ -295,9 +295,10 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         whole, cut = (await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
                       if spool.path is not None  # on disk: read in a thread
                       else spool.whole_text(STRUCTURED_OUTPUT_BYTES))
-    except trio.Cancelled:
-        text, details = format_output(spool)
-        ctx.aborted_result = text_result(f"{_ahead(text)}Command aborted", details)
+    except BaseException as exc:  # an abort: a Cancelled, or the command's nursery's group of them
+        if is_cancellation(exc):
+            text, details = format_output(spool)
+            ctx.aborted_result = text_result(f"{_ahead(text)}Command aborted", details)
         raise
     finally:
         spool.close()
