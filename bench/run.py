@@ -297,7 +297,6 @@ class Bench:
         result: dict[str, float] = await self.with_server([reply], body)
         return result
 
-
     async def abort_retry_wait(self) -> dict[str, float]:
         """A 529 starts a 2 s retry wait; abort ends it."""
         reply = Reply(status=529, error_type="overloaded_error", error_message="Overloaded")
@@ -390,7 +389,6 @@ class Bench:
         await child.close()
         return result
 
-
     async def acp(self) -> dict[str, float]:
         """``forged --mode acp``: a fresh process's first chunk after session/prompt,
         session/cancel to the prompt's answer, and session/load of a 10,000-entry session."""
@@ -442,7 +440,6 @@ class Bench:
                                                           delay_ms=5)])], cancel, "acp")
         await self.with_server([], load, "acp")
         return result
-
 
     async def mcp(self) -> dict[str, float]:
         """MCP servers (the tests' stdio server): the first get_state of a process with three

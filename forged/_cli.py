@@ -214,6 +214,7 @@ IGNORED_FLAGS = {"--no-themes": False, "--theme": True, "--use-theme": True,
 """pi's flags that mean nothing to a program without a screen: accepted with a note (`True`:
 the flag takes a value)."""
 
+
 def _ignored_dest(flag: str) -> str:
     """Where argparse keeps an `IGNORED_FLAGS` entry: ``--no-themes`` -> ignored_no_themes."""
     return "ignored_" + flag.split("|")[0][2:].replace("-", "_")

@@ -23,6 +23,7 @@ from ._jsonl import camel as camel, encode_line
 
 T = TypeVar("T")
 
+
 def _strict(kind: type[Any], expected: str) -> Callable[[Any, type[Any]], Any]:
     def structure(value: Any, _: type[Any]) -> Any:
         if type(value) is bool and kind is not bool:

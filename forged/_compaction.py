@@ -415,4 +415,3 @@ async def compact(host: CompactionHost, reason: Reason, custom_instructions: str
         tokens_before=prep.tokens_before,
         estimated_tokens_after=sum(estimate_tokens(message) for message in messages),
         usage=summarizer.usage, details=details), messages
-

@@ -400,4 +400,3 @@ def open_fd_stream(fd: int) -> trio.abc.Stream:
     if stat.S_ISREG(os.fstat(duplicate).st_mode):
         return _ThreadedFd(duplicate)
     return trio.lowlevel.FdStream(duplicate)
-

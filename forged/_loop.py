@@ -55,11 +55,14 @@ class Toolbox(Protocol):
     async def find(self, name: str) -> Tool | None: ...
     async def gate(self, call: w.ToolCall) -> str | None:
         """Why a plugin blocks `call`, or None to run it."""
+
     async def prepare(self, call: w.ToolCall) -> None:
         """What must be done before `call` runs (a checkpoint of the files); it fails no
         call."""
+
     async def settle(self) -> None:
         """What must be done as a busy spell ends, before ``agent_settled``."""
+
     def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext: ...
 
 

@@ -517,4 +517,3 @@ class Plugins:
                     await call(handler, event, PluginContext(self._session, plugin_id))
                 except Exception as exc:
                     _failed(plugin_id, f"on({kind!r})", exc)
-

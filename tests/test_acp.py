@@ -206,7 +206,6 @@ def test_permission_modes_are_modes_and_thinking_and_model_config_options(
     assert seen["commands"][2].description == "Review the change"
 
 
-
 def test_edits_show_as_diffs_and_usage_is_reported(tmp_path: Path) -> None:
     command, env = forged_acp(tmp_path)
     project = tmp_path / "project"

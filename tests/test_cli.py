@@ -189,7 +189,6 @@ def test_a_scripted_daemon_says_it_plays_one_script_for_all(tmp_path: Path) -> N
             "take the replies in turn, whichever asks\n") in said
 
 
-
 COLLECTOR_PLUGIN = """
 import gc
 

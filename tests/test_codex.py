@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 import trio.testing
 
 from forged._models import catalogue_providers

@@ -490,6 +490,7 @@ async def test_keys_in_forgeds_environment_reach_no_command(tmp_path: Path, mode
                           env={**SECRETS, "LC_ALL": "C.UTF-8"},
                           settings={"sandbox": {"writableRoots": [str(dump)]}})
     command_env, server_env = result_text(ends[0]), seen.read_text()
+
     def leaked(text: str) -> list[str]:
         return [name for name, value in SECRETS.items() if value in text]
 

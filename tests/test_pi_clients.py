@@ -71,4 +71,3 @@ def test_the_ancestors_rpc_client_drives_forged(tmp_path: Path, how: str) -> Non
     assert seen["userMessages"] == 1 and seen["bash"] == "from-bash\n"
     assert seen["levels"][0] == "off" and seen["level"] == "low"
     assert seen["roles"] == ["user", "assistant", "bashExecution"]
-

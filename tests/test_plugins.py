@@ -286,7 +286,6 @@ def register(api):
 '''
 
 
-
 async def test_a_failing_plugin_is_reported_and_forged_goes_on(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def broken_register(api: PluginAPI) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 import trio.testing
 
 from forged._providers.scripted import Reply, ScriptText

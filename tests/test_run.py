@@ -120,4 +120,3 @@ async def test_a_reply_after_a_retry_ends_the_retries_as_it_passes() -> None:
     assert driver.decide(failed(ProviderStatusError("503 busy", status=503))).next == "retry"
     driver.saw(w.MessageEnd(message=reply()))
     assert driver.retry_attempt == 0
-

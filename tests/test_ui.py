@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import trio.testing
 
 from forged._plugins import PluginAPI, PluginContext, PluginSource
 

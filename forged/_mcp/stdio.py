@@ -149,5 +149,3 @@ async def _stop(process: Child) -> None:
         await process.wait()
     await kill_process_group(process)
     await process.aclose()
-
-

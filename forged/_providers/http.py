@@ -45,6 +45,7 @@ ErrorText = Callable[[Any], str | None]
 
 _BROKEN = (httpx.TransportError, OSError, trio.BrokenResourceError)
 
+
 def prepare() -> None:
     """What a first request would otherwise pay for: the TLS context, and httpx's transport
     (httpcore, h11), which httpx imports when a client is first made."""

@@ -84,7 +84,6 @@ class Script:
     replies: list[Reply] = attrs.field(factory=list)
 
 
-
 def load_script(path: str | Path) -> Script:
     try:
         raw = orjson.loads(Path(path).read_bytes())

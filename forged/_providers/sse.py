@@ -44,7 +44,6 @@ class SseDecoder:
                 self._event = line[6:].strip()
         return events
 
-
     def _whole_events(self, buffer: bytes) -> list[tuple[bytes, bytes]]:
         """`feed` where no event is half read and no line ends in CR (every stream the
         services send): the events whole, each split on its own; the last, incomplete one

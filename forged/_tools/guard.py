@@ -108,8 +108,6 @@ def shown(text: str, limit: int = TITLE_MAX_CHARS) -> str:
     return f"{head}… ({len(escaped) - len(head) - len(tail):,} more characters not shown) …{tail}"
 
 
-
-
 MODE_ENTRY = "forged.permissionMode"
 """The ``customType`` of the session entry recording a permission mode (pi and older
 readers skip ``custom`` entries), as ``model_change`` records a model."""

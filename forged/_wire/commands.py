@@ -61,6 +61,7 @@ __all__ = [
 # The command's `id` is read from the raw object before the command is converted (so that even
 # a malformed command's response can carry it); it is not an attribute here.
 
+
 @attrs.define(kw_only=True, eq=False, repr=False)
 class Prompt:
     type: str = tag("prompt")

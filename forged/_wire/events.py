@@ -52,6 +52,7 @@ __all__ = [
 
 # --- assistant message events (inside message_update) ------------------------------------------
 
+
 @attrs.define(kw_only=True, eq=False, repr=False)
 class TextStart:
     type: str = tag("text_start")

@@ -28,6 +28,7 @@ __all__ = [
 
 # --- content blocks ----------------------------------------------------------------------------
 
+
 @attrs.define(kw_only=True, eq=False, repr=False)
 class TextContent:
     type: str = tag("text")
