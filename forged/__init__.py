@@ -30,7 +30,7 @@ against the import graph). A package named here stands for all its modules::
     _connection _codec                   lines in and out; wire classes to JSON
     _wire                                the protocol's classes
     _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup
-                                         the ground floor
+    _vocabulary                          the ground floor; the protocol's closed word lists
     _seccomp _gitfolders                 the sandbox's seccomp filter; git's folders as it
                                          keeps them
     _codecache                           the code attrs and cattrs compile, kept between

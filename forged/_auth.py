@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 import trio
 
-from ._errors import ConfigError
+from ._errors import LockTimeout
 from ._log import log
 from ._paths import rewrite
 
@@ -45,10 +45,6 @@ Entry = dict[str, Any]
 EARLY_MS = 5 * 60 * 1000
 """How long before it expires a Claude or Copilot token is saved as expired, as the ancestor
 saves them (a refresh comes before a request can fail)."""
-
-
-class LockTimeout(ConfigError):
-    pass
 
 
 class AuthFile:

@@ -30,12 +30,11 @@ from ._checkpoints import (
     MAX_FILE_BYTES,
     MAX_FILES,
     Change,
-    CheckpointError,
     Shadow,
     due,
     housekeep,
 )
-from ._errors import CommandError, PersistenceError
+from ._errors import CheckpointError, CommandError, PersistenceError
 from ._log import log
 from ._store import LEAF, SessionFile
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import attrs
 
+from ._errors import CheckpointError
 from ._process import die_with_forged
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
@@ -49,10 +50,6 @@ ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding\n"
 and written back as they are, never converted (line endings, encodings, ``$Id$``) nor passed
 through a filter program (a ``.gitattributes`` the model wrote, naming one the user's git
 configuration defines)."""
-
-
-class CheckpointError(Exception):
-    """A capture or restore that could not be done, and why."""
 
 
 @attrs.frozen(kw_only=True)

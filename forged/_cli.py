@@ -19,6 +19,7 @@ from ._errors import ConfigError, ForgedError
 from ._log import log, reserve_stdout
 from ._startup import collector_paused
 from ._version import __version__
+from ._vocabulary import PERMISSION_MODES, THINKING_LEVELS
 
 if TYPE_CHECKING:
     from ._config import Options
@@ -218,11 +219,6 @@ the flag takes a value)."""
 def _ignored_dest(flag: str) -> str:
     """Where argparse keeps an `IGNORED_FLAGS` entry: ``--no-themes`` -> ignored_no_themes."""
     return "ignored_" + flag.split("|")[0][2:].replace("-", "_")
-
-
-THINKING_LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
-PERMISSION_MODES = ("full-access", "ask", "auto", "read-only")
-"""`forged._tools.guard.MODES`, without importing the tools at start-up."""
 
 
 def _tool_list(text: str) -> list[str]:

@@ -285,6 +285,30 @@ def list_stored(cwd: Path) -> list[w.StoredSessionInfo]:
     return found
 
 
+def stored_title(path: Path) -> str:
+    """A stored session's name, else the start of its first prompt (read from its first
+    64 KB: listing stays quick whatever the files hold)."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(64 * 1024)
+    except OSError:
+        return path.stem
+    name = first = None
+    for line in head.splitlines()[1:]:
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
+            name = entry["name"]
+        message = entry.get("message") if entry.get("type") == "message" else None
+        if first is None and isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            first = content if isinstance(content, str) else " ".join(
+                block.get("text", "") for block in content or [] if isinstance(block, dict))
+    return name or (first or path.stem).strip()[:80]
+
+
 def find_stored(id_prefix: str) -> dict[str, tuple[Path, Path]]:
     """The stored sessions of any cwd whose id starts with `id_prefix` (taken literally:
     never a pattern, never a path): each id's file, and the cwd its header names."""

@@ -10,13 +10,20 @@
     │   └── NothingToCompact     the branch has nothing a compaction could replace
     ├── ConfigError              models.json, --model, a script file: bad configuration
     │   ├── ConfigProblem        one mcp.json entry is invalid (it is skipped, the others load)
-    │   └── FrontmatterError     a skill's or a template's frontmatter cannot be read
+    │   ├── FrontmatterError     a skill's or a template's frontmatter cannot be read
+    │   ├── LockTimeout          auth.json stayed locked by another process
+    │   └── Refused              forged connect: the daemon cannot open the session as asked
     ├── ProviderError            a model call failed; `message` becomes the turn's `errorMessage`
     │   ├── ProviderStatusError  the provider answered with an HTTP error status
     │   └── ProviderStreamError  the connection broke or the stream was malformed
     ├── ToolError                a tool failed; `text` becomes its error result
     │   └── InvalidArguments     a call's arguments do not fit the tool's parameters
+    ├── ServerExited             an MCP stdio server ended before it answered
+    ├── Unprotectable            the sandbox cannot keep a path read-only (a link in a
+    │                            writable folder)
+    ├── UnknownArchitecture      no seccomp filter for this machine: no sandbox
     ├── ValueCommandFailed       a configuration's ``!command`` gave no value
+    ├── CheckpointError          a checkpoint's capture or restore failed (git's message)
     ├── AcpError                 an ACP request fails: a JSON-RPC error `code` and message
     ├── ClientGone               the other side closed before answering a request of ours
     └── CommandFailed            `forged.client`: forged answered ``success: false``
@@ -111,8 +118,34 @@ class InvalidArguments(ToolError):
         self.problems = problems
 
 
+class LockTimeout(ConfigError):
+    """auth.json's lock has been held by another process for too long."""
+
+
+class Refused(ConfigError):
+    """A running daemon cannot open this connection's session as asked: connect exits 2."""
+
+
+class ServerExited(ForgedError):
+    """An MCP stdio server's process ended before it answered anything."""
+
+
+class Unprotectable(ForgedError):
+    """A path the sandbox must keep read-only is a symbolic link in a writable folder: a
+    command could replace the link (bubblewrap can only bind what it leads to)."""
+
+
+class UnknownArchitecture(ForgedError):
+    """No seccomp filter is known for this machine's architecture: no sandbox."""
+
+
 class ValueCommandFailed(ForgedError):
     """Why a configuration's ``!command`` gave no value."""
+
+
+class CheckpointError(ForgedError):
+    """A capture or restore of the workspace's files could not be done, and why (git's own
+    words)."""
 
 
 class AcpError(ForgedError):

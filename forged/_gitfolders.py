@@ -40,11 +40,6 @@ SCAN_ENTRIES = 20_000
 SCAN_DEPTH = 8
 
 
-class Unprotectable(Exception):
-    """A path the sandbox must keep read-only is a symbolic link in a writable folder: a
-    command could replace the link (bubblewrap can only bind what it leads to)."""
-
-
 @attrs.frozen
 class Kept:
     """What the sandbox does for one git folder."""

@@ -22,7 +22,6 @@ from ._paths import agent_dir
 from ._providers import APIS
 from ._values import not_run_yet, resolve_commands, value_now
 
-LEVELS: list[str] = list(w.THINKING_LEVELS)
 AUTHENTICATED = "<authenticated>"
 """The key of a provider signed in by the machine's credentials (`ModelRegistry.ambient`)."""
 BEARER_SIGN_INS = frozenset({"github-copilot"})
@@ -36,9 +35,9 @@ NO_KEY = {"amazon-bedrock": (
     "AWS_SECRET_ACCESS_KEY, or AWS_BEARER_TOKEN_BEDROCK")}
 """Why a provider that has no key variable cannot be reached, when not for want of a
 sign-in."""
-_BASIC = ["off", "minimal", "low", "medium", "high"]
-_XHIGH = [*_BASIC, "xhigh"]
-_MAX = [*_XHIGH, "max"]
+_BASIC: list[str] = list(w.THINKING_LEVELS[:w.THINKING_LEVELS.index("high") + 1])
+_XHIGH: list[str] = list(w.THINKING_LEVELS[:w.THINKING_LEVELS.index("xhigh") + 1])
+_MAX: list[str] = list(w.THINKING_LEVELS)
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -226,7 +225,7 @@ def levels_of(reasoning: bool, level_map: dict[str, str | None] | None,
         return ["off"]
     if level_map is None:
         return list(_BASIC)
-    return [level for level in LEVELS if (
+    return [level for level in w.THINKING_LEVELS if (
         level_map[level] is not None if level in level_map else level in _BASIC)]
 
 
@@ -487,11 +486,11 @@ class ModelRegistry:
         head, sep, level = pattern.rpartition(":")
         if sep:
             model = self._match(head, provider)
-            if model is not None and level in LEVELS:
+            if model is not None and level in w.THINKING_LEVELS:
                 return model, level
             if model is not None:
                 raise ConfigError(f"Unknown thinking level {level!r} in {pattern!r} (levels: "
-                                  f"{', '.join(LEVELS)})")
+                                  f"{', '.join(w.THINKING_LEVELS)})")
         raise ConfigError(f"Model not found: {pattern}")
 
     def check_provider(self, provider: str | None) -> None:
@@ -551,7 +550,7 @@ class ModelRegistry:
         scoped: list[tuple[w.Model, str | None]] = []
         for pattern in patterns:
             head, sep, suffix = pattern.rpartition(":")
-            level = suffix if sep and suffix in LEVELS else None
+            level: str | None = suffix if sep and suffix in w.THINKING_LEVELS else None
             glob = head if level else pattern
             if any(ch in glob for ch in "*?["):
                 matched = [m for m in available if fnmatch.fnmatchcase(m.id, glob)
@@ -639,16 +638,16 @@ def _overridden(model: w.Model, override: ModelOverride | None,
 def supported_levels(model: w.Model | None) -> list[str]:
     if model is None or not model.reasoning:
         return ["off"]
-    return [level for level in LEVELS if level in model.thinking_levels]
+    return [level for level in w.THINKING_LEVELS if level in model.thinking_levels]
 
 
 def clamp_level(model: w.Model | None, level: str) -> str:
     """The highest level the model supports that is not above `level`."""
     supported = supported_levels(model)
-    wanted = LEVELS.index(level)
+    wanted = w.THINKING_LEVELS.index(level)
     best = supported[0]
     for candidate in supported:
-        if LEVELS.index(candidate) <= wanted:
+        if w.THINKING_LEVELS.index(candidate) <= wanted:
             best = candidate
     return best
 

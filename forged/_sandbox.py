@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from . import _gitfolders, _seccomp
+from ._errors import UnknownArchitecture, Unprotectable
 from ._process import feed, open_feeds
 
 EMPTY_WHEN_MISSING = (".agent-forge", ".git")
@@ -90,7 +91,7 @@ class Policy:
 
     def bwrap_args(self) -> list[str]:
         """bubblewrap's arguments for this policy, up to the command (the seccomp filter is
-        a `forged._process.feed`); `forged._seccomp.UnknownArchitecture` where no filter is
+        a `forged._process.feed`); `forged._errors.UnknownArchitecture` where no filter is
         known. Reads the writable folders for git's, and writes the stand-in files their
         git folders lack (`git_policy`): call it off the event loop."""
         args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -153,7 +154,7 @@ class Policy:
             for relative in EMPTY_WHEN_MISSING:
                 path = workspace / relative
                 if path.is_symlink():
-                    raise _gitfolders.Unprotectable(
+                    raise Unprotectable(
                         f"{path} is a symbolic link, which the sandbox cannot keep from being "
                         "replaced; make it a folder")
                 if path.exists():
@@ -206,7 +207,7 @@ def git_policy(roots: Sequence[Path], seen: set[Path] | None = None
     their stand-in files written: those found now, those in `seen` (found by an earlier
     command's scan: a command may hide one behind more entries than a scan looks at), and
     the checkouts of submodules the git folders name. `seen` gets what was found.
-    `forged._gitfolders.Unprotectable` for a ``.git`` that is a symbolic link."""
+    `forged._errors.Unprotectable` for a ``.git`` that is a symbolic link."""
     real_roots = [Path(os.path.realpath(root)) for root in roots]
 
     def writable(path: Path) -> bool:
@@ -214,7 +215,7 @@ def git_policy(roots: Sequence[Path], seen: set[Path] | None = None
 
     found = _gitfolders.find(real_roots)
     if found.links:
-        raise _gitfolders.Unprotectable(
+        raise Unprotectable(
             f"{found.links[0]} is a symbolic link, which the sandbox cannot keep from being "
             "replaced (with a repository whose config runs a program for the user's next "
             "git); make it a folder or a .git file")
@@ -309,7 +310,7 @@ def problem(bwrap: str | None = None) -> str | None:
     trial = Policy(workspace=Path("/"), temp=Path(tempfile.gettempdir()), write_workspace=False)
     try:
         argv = trial.wrap(found, ["true"])
-    except _seccomp.UnknownArchitecture as exc:
+    except UnknownArchitecture as exc:
         return (f"the sandbox's seccomp filter cannot be built here ({exc}); nothing runs "
                 "unconfined in its place")
     try:

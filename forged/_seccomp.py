@@ -36,6 +36,8 @@ import struct
 
 import attrs
 
+from ._errors import UnknownArchitecture
+
 # struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6].
 # A 32-bit load at an argument's offset reads its low word (these are little-endian CPUs),
 # which is all the kernel reads of an int argument.
@@ -88,10 +90,6 @@ ARCHITECTURES = {
 }
 ARCHITECTURES["amd64"] = ARCHITECTURES["x86_64"]
 ARCHITECTURES["arm64"] = ARCHITECTURES["aarch64"]
-
-
-class UnknownArchitecture(Exception):
-    """No filter is known for this machine's architecture."""
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:

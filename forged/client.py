@@ -123,6 +123,20 @@ def read_event(item: JSON) -> Received:
                     seq=seq if isinstance(seq, int) else None)
 
 
+def read_line(line: bytes) -> w.Response | Received | None:
+    """A line forged wrote, as objects: a response (`read_response`) or an event
+    (`read_event`); None for a blank line. `WireError` for one that is no JSON object."""
+    if not line.strip():
+        return None
+    try:
+        item = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"Not a JSON line: {exc}") from None
+    if not isinstance(item, dict):
+        raise WireError("Not a JSON object")
+    return read_response(item) if item.get("type") == "response" else read_event(item)
+
+
 class Client:
     """One connection to forged. Use an ``open_*`` constructor."""
 

@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 import forged
 
 PACKAGE = Path(forged.__file__).parent
@@ -102,3 +104,64 @@ def test_there_is_no_import_cycle() -> None:
     for name in sorted(graph):
         visit(name, [])
     assert cycles == []
+
+
+def _opened_nurseries() -> dict[str, list[tuple[str, str]]]:
+    """Each name a nursery is opened as (``async with trio.open_nursery() as name``), and
+    the (module, function) pairs that open one under it."""
+    opened: dict[str, list[tuple[str, str]]] = {}
+    for module, path in _modules().items():
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.AsyncFunctionDef | ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                if not isinstance(node, ast.AsyncWith):
+                    continue
+                for item in node.items:
+                    call, target = item.context_expr, item.optional_vars
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                            and call.func.attr == "open_nursery"
+                            and isinstance(target, ast.Name)):
+                        opened.setdefault(target.id, []).append((module, function.name))
+    return opened
+
+
+@pytest.mark.parametrize("module", ["_fronts.stdio", "_daemon"])
+def test_a_supervision_tree_is_one_function_and_its_drawing_is_true(module: str) -> None:
+    """The tree the module's docstring draws: its root is one function, which opens every
+    nursery of this module; each nursery the drawing names elsewhere is opened there."""
+    path = _modules()[module]
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    drawing = doc.split("::\n\n", 1)[1].split("\n\n", 1)[0]
+    root = drawing.split()[0]
+    named = set(re.findall(r"\b(\w+_nursery)\b", drawing))
+    opened = _opened_nurseries()
+    assert named, f"forged.{module} draws no nursery"
+    for name in sorted(named):
+        assert opened.get(name), f"no function opens {name}"
+    here = {(name, function) for name, openers in opened.items()
+            for opener, function in openers if opener == module and name.endswith("_nursery")}
+    assert here == {(name, root) for name, _ in here}, f"not all opened in {root}: {here}"
+    assert {name for name, _ in here} <= named, "a nursery of this module the drawing lacks"
+
+
+def test_every_exception_class_is_in_the_drawn_tree() -> None:
+    """`forged._errors` holds every exception class forged defines, and its docstring draws
+    each one (the two in `forged._mcp.http` are httpx2's errors too, and said so there)."""
+    from forged import _errors
+
+    drawing = _errors.__doc__ or ""
+    defined = {}
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                    re.search(r"(Error|Exception|Exited|Gone|Failed|Refused|Timeout)$",
+                              ast.unparse(base)) for base in node.bases):
+                defined[node.name] = module
+    outside = {name: module for name, module in defined.items()
+               if module != "_errors" and name not in ("MessageTooLarge", "EventTooLarge")}
+    assert outside == {}
+    for name, obj in vars(_errors).items():
+        if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == (
+                "forged._errors"):
+            assert re.search(rf"\b{name}\b", drawing), f"{name} is not drawn"

@@ -231,8 +231,9 @@ def test_an_architecture_with_no_filter_gets_no_sandbox(
     """Fail closed: no seccomp filter for the machine, no confined command (there is no
     other machine here to run on, so its name is what changes)."""
     from forged import _seccomp
+    from forged._errors import UnknownArchitecture
 
-    with pytest.raises(_seccomp.UnknownArchitecture):
+    with pytest.raises(UnknownArchitecture):
         _seccomp.program("ppc64le")
     _seccomp.program.cache_clear()
     monkeypatch.setattr("platform.machine", lambda: "ppc64le")

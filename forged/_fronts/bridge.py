@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 import trio
 
-from .._errors import ConfigError
+from .._errors import ConfigError, Refused
 from .._log import log, reserve_stdout
 from .._thin import (
     CONNECT_ID,
@@ -41,10 +41,6 @@ from .._thin import (
 START_TIMEOUT_S = 15.0
 ATTACH_WITH_MODE = "--permission-mode with --attach"
 """Stands in `connect`'s list of what a running daemon cannot take for this connection."""
-
-
-class Refused(ConfigError):
-    """A running daemon cannot open this connection's session as asked: connect exits 2."""
 
 
 # --- connect -----------------------------------------------------------------------------------
@@ -172,9 +168,10 @@ def _start_daemon(argv: list[str], path: Path) -> Path:
 
 async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                   unused: list[str], stdout_fd: int) -> int:
+    from .. import _wire as w
     from .._connection import open_fd_stream
     from .._jsonl import LineSplitter, LineTooLong
-    from ..client import read_response
+    from ..client import read_line
 
     try:
         stream = await _open(path, start, unused)
@@ -208,8 +205,8 @@ async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
                 if isinstance(line, LineTooLong):
                     continue
                 if not opened.is_set():
-                    answer = read_response(orjson.loads(line))
-                    if answer.id == CONNECT_ID:
+                    answer = read_line(line)
+                    if isinstance(answer, w.Response) and answer.id == CONNECT_ID:
                         if not answer.success:
                             failure.append(str(answer.error))
                             return

@@ -36,7 +36,7 @@ import orjson
 import trio
 
 from .. import _wire as w
-from .._errors import ToolError
+from .._errors import ServerExited, ToolError
 from .._log import log, log_exception
 from .._process import PIPE, kill_process_group, open_process
 from .._tools import ToolContext, text_result
@@ -505,10 +505,6 @@ def _listed(tool: Any) -> ListedTool | None:
         return None
     return ListedTool(name=tool.name, description=tool.description,
                       input_schema={"type": "object", **schema})
-
-
-class ServerExited(Exception):
-    """A stdio server's process ended before it answered anything."""
 
 
 _sdk_imported = threading.Event()

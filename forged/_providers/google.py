@@ -30,8 +30,8 @@ from .base import (
 )
 from .http import merge_headers, open_events
 
-LEVELS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
-GOOGLE_LEVELS = ("minimal", "low", "medium", "high", "xhigh")
+GOOGLE_LEVELS = w.THINKING_LEVELS[1:w.THINKING_LEVELS.index("xhigh") + 1]
+"""Those Gemini names (``minimal`` to ``xhigh``); ``max`` is not one."""
 """The levels Gemini takes (``XHIGH`` only on the models whose map names it)."""
 BUDGETS = {  # a Gemini 2.5 model's thinking budget in tokens for each level, by id
     "2.5-pro": {"minimal": 128, "low": 2048, "medium": 8192, "high": 32768},
@@ -84,7 +84,8 @@ def thinking_config(model: w.Model, level: str) -> dict[str, Any] | None:
     if level == "off":
         if not uses_thinking_level(model):
             return {"thinkingBudget": 0}
-        lowest = next((known for known in LEVELS if known in model.thinking_levels), "off")
+        lowest = next((known for known in w.THINKING_LEVELS
+                       if known in model.thinking_levels), "off")
         if lowest == "off":
             return {"thinkingBudget": 0}
         return {"thinkingLevel": google_level(model, lowest).upper()}

@@ -29,6 +29,7 @@ import attrs
 
 from .._log import log
 from .._settings import Settings
+from .._vocabulary import SANDBOXED_MODES
 
 INHERIT = ("all", "core", "none")
 """From widest to narrowest."""
@@ -40,7 +41,6 @@ SECRET_PATTERNS = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASS*", "*CREDENTIAL*", "*A
 NEVER_CONFINED = ("SSH_AUTH_SOCK", "DBUS_*", "XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY")
 """Names that point at the host's sockets: never given to a confined command (the sandbox
 hides what they name anyway)."""
-SANDBOXED = frozenset({"auto", "read-only"})
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:
@@ -117,7 +117,7 @@ class ShellEnvironment:
         excluded = self.excluded(mode)
         kept = {}
         for name, value in base.items():
-            if mode in SANDBOXED and _matches(name, NEVER_CONFINED):
+            if mode in SANDBOXED_MODES and _matches(name, NEVER_CONFINED):
                 continue
             if name in self.include:
                 kept[name] = value
@@ -137,7 +137,7 @@ class ShellEnvironment:
         parts = [f"inherit {self.inherits(mode)}"]
         if excluded := self.excluded(mode):
             parts.append(f"exclude {', '.join(excluded)}")
-        if mode in SANDBOXED:
+        if mode in SANDBOXED_MODES:
             parts.append(f"never {', '.join(NEVER_CONFINED)}")
         if self.include:
             parts.append(f"include {', '.join(self.include)}")

@@ -33,18 +33,17 @@ from pathlib import Path
 import attrs
 import trio
 
-from .. import _gitfolders, _sandbox, _seccomp, _thin
-from .._errors import ConfigError, ToolError
+from .. import _gitfolders, _sandbox, _thin
+from .._errors import ConfigError, ToolError, UnknownArchitecture, Unprotectable
 from .._log import log
 from .._settings import DEFAULTS, Settings
 from .._store import SessionFile
 from .._ui import ALLOW_SESSION, Dialogs
+from .._vocabulary import PERMISSION_MODES, SANDBOXED_MODES
 from .base import ScratchDir
 from .environment import ShellEnvironment
 
-MODES = ("full-access", "ask", "auto", "read-only")
 DEFAULT_MODE = str(DEFAULTS["permissionMode"])
-SANDBOXED = frozenset({"auto", "read-only"})
 LOWER = {"full-access": frozenset({"ask", "auto", "read-only"}),
          "auto": frozenset({"read-only"}), "ask": frozenset(), "read-only": frozenset()}
 """The modes a trusted project may choose instead of the user's: those that let nothing run
@@ -122,7 +121,7 @@ def recorded_mode(store: SessionFile) -> str | None:
         if entry.get("customType") == MODE_ENTRY:
             data = entry.get("data")
             mode = data.get("mode") if isinstance(data, dict) else None
-            return mode if mode in MODES else None
+            return mode if mode in PERMISSION_MODES else None
     return None
 
 
@@ -133,8 +132,8 @@ def record_mode(store: SessionFile, mode: str) -> None:
 
 
 def check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"unknown permission mode {mode!r} (one of {', '.join(MODES)})")
+    if mode not in PERMISSION_MODES:
+        raise ValueError(f"unknown permission mode {mode!r} (one of {', '.join(PERMISSION_MODES)})")
     return mode
 
 
@@ -145,9 +144,9 @@ def starting_mode(chosen: str | None, settings: Settings) -> str:
     mode = chosen
     if mode is None:
         found = settings.global_value("permissionMode")
-        if found is not None and found not in MODES:
-            log(f"ignoring permissionMode {found!r}: one of {', '.join(MODES)}")
-        mode = found if found in MODES else DEFAULT_MODE
+        if found is not None and found not in PERMISSION_MODES:
+            log(f"ignoring permissionMode {found!r}: one of {', '.join(PERMISSION_MODES)}")
+        mode = found if found in PERMISSION_MODES else DEFAULT_MODE
     project = settings.project_value("permissionMode")
     if project in LOWER[mode]:
         return str(project)
@@ -222,7 +221,7 @@ _said: set[str] = set()
 
 
 async def unusable_modes_problem() -> str | None:
-    """Why the sandboxed modes (`SANDBOXED`) cannot work here, said in the log the first time
+    """Why the sandboxed modes (`SANDBOXED_MODES`) cannot work here, said in the log the first time
     it is found (once a process); None when they can."""
     problem = await sandbox_problem(shutil.which("bwrap"))
     if problem is not None and problem not in _said:
@@ -280,7 +279,7 @@ class Guard:
 
     @property
     def sandboxed(self) -> bool:
-        return self.mode in SANDBOXED
+        return self.mode in SANDBOXED_MODES
 
     def temp(self) -> Path:
         """The run's temporary folder (``TMPDIR`` of a confined command)."""
@@ -327,7 +326,7 @@ class Guard:
             if self._small:
                 return policy.wrap(bwrap, argv)
             return await trio.to_thread.run_sync(policy.wrap, bwrap, argv)
-        except (_seccomp.UnknownArchitecture, _gitfolders.Unprotectable) as exc:
+        except (UnknownArchitecture, Unprotectable) as exc:
             raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
                             f"sandbox, and {exc}. Nothing ran unconfined.") from None
 
@@ -340,7 +339,7 @@ class Guard:
         made with a ``core.fsmonitor``, a ``.git`` file or link naming one) set aside
         (`forged._gitfolders.disarm`), and a note saying so for the tool's result ("":
         nothing was)."""
-        if self.mode not in SANDBOXED:
+        if self.mode not in SANDBOXED_MODES:
             return ""
 
         def disarm() -> list[Path]:
@@ -386,7 +385,7 @@ class Guard:
     async def search(self, argv: Sequence[str], cwd: Path) -> list[str]:
         """How ripgrep runs (in `cwd`) for ``grep`` and ``find``: in the sandbox in a
         sandboxed mode (what ``denyRead`` names is hidden from it too), else as it is."""
-        if self.mode not in SANDBOXED:
+        if self.mode not in SANDBOXED_MODES:
             return list(argv)
         return await self.confine(argv, network=False, cwd=cwd, doing="searches")
 
@@ -398,7 +397,7 @@ class Guard:
         unless its entry turns it off), unless its entry opts out, with caches of forged's
         own for the package runners (`SERVER_CACHES`)."""
         environment = self.environment()
-        if self.mode not in SANDBOXED or not sandbox:
+        if self.mode not in SANDBOXED_MODES or not sandbox:
             return list(argv), environment, None
         caches: tuple[Path, ...] = ()
         if self.server_cache is not None:
@@ -452,7 +451,7 @@ class Guard:
             return path
         real = Path(await trio.to_thread.run_sync(os.path.realpath, path))
         if self._denied(real):
-            if self.mode in SANDBOXED:
+            if self.mode in SANDBOXED_MODES:
                 raise ToolError(f"Not read: {path} is hidden from the model in the {self.mode} "
                                 "permission mode (sandbox.denyRead)")
             await self._ask(("read", str(real)),

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import attrs
 
+from .._vocabulary import THINKING_LEVELS as THINKING_LEVELS, ThinkingLevel as ThinkingLevel
+
 KEEP_NULL = "forged.keep_null"
 
 
@@ -20,10 +22,6 @@ def keep_null(default: Any = None) -> Any:
     return attrs.field(default=default, metadata={KEEP_NULL: True})
 
 
-ThinkingLevel = Literal["off", "minimal", "low", "medium", "high", "xhigh", "max"]
-THINKING_LEVELS: tuple[ThinkingLevel, ...] = (
-    "off", "minimal", "low", "medium", "high", "xhigh", "max",
-)
 QueueMode = Literal["all", "one-at-a-time"]
 StopReason = Literal["pending", "stop", "length", "toolUse", "error", "aborted"]
 """``pending`` only in an assistant ``message_start``: the message is still streaming."""

@@ -24,12 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 import trio
 
 from ... import _wire as w
 from ..._codec import encode
-from ..._config import Options, list_stored
+from ..._config import Options, list_stored, stored_title
 from ..._connection import SHUTDOWN_GRACE_S, Outbox, Prefixed, open_fd_stream, response
 from ..._dispatch import Agent, failure_text
 from ..._errors import AcpError, ClientGone, CommandError
@@ -38,10 +37,11 @@ from ..._log import log
 from ..._settings import DEFAULTS
 from ..._tools import ToolError
 from ..._tools.files import read_file, write_file
-from ..._tools.guard import SANDBOXED, unusable_modes_problem
+from ..._tools.guard import unusable_modes_problem
 from ..._transports.unix import serve_stream_peer
 from ..._ui import ALLOW_ONCE, ALLOW_SESSION, DENY
 from ..._version import __version__
+from ..._vocabulary import PERMISSION_MODES, SANDBOXED_MODES
 from .backends import InDaemon, InProcess, Link, Sessions, call, mcp_entries
 from .jsonrpc import (
     AUTH_REQUIRED,
@@ -71,16 +71,16 @@ CONFIRM_OPTIONS = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"},
 _REFUSALS = ("no", "reject", "deny", "cancel", "block", "skip", "abort", "stop")
 PERMISSION_KINDS = {ALLOW_ONCE: "allow_once", ALLOW_SESSION: "allow_always", DENY: "reject_once"}
 """A permission request's options (`forged._ui.PERMISSION_OPTIONS`) as ACP's kinds."""
-MODES = [
-    {"id": "full-access", "name": "Full access",
-     "description": "Commands and file tools act with your rights; nothing is asked"},
-    {"id": "ask", "name": "Ask",
-     "description": "Asks before every command and every file change"},
-    {"id": "auto", "name": "Auto",
-     "description": "Commands run in a sandbox that writes the project only, without the "
-                    "network; asks to do more"},
-    {"id": "read-only", "name": "Read only",
-     "description": "Commands run in a sandbox that writes nothing; asks before any change"}]
+_MODE_TEXTS = {
+    "full-access": ("Full access",
+                    "Commands and file tools act with your rights; nothing is asked"),
+    "ask": ("Ask", "Asks before every command and every file change"),
+    "auto": ("Auto", "Commands run in a sandbox that writes the project only, without the "
+                     "network; asks to do more"),
+    "read-only": ("Read only",
+                  "Commands run in a sandbox that writes nothing; asks before any change")}
+MODES = [{"id": mode, "name": _MODE_TEXTS[mode][0], "description": _MODE_TEXTS[mode][1]}
+         for mode in PERMISSION_MODES]
 """The session modes: forged's permission modes (docs/security.md)."""
 FRONT_COMMANDS = {"/undo": "Put the files back as they were before the last run",
                   "/checkpoints": "List the checkpoints of this session's files"}
@@ -367,9 +367,9 @@ class AcpSession:
     async def set_mode(self, mode: str) -> None:
         """The permission mode, announced with ``current_mode_update``; one that cannot work
         here (a sandboxed mode without a sandbox) is refused, saying why."""
-        if mode not in [m["id"] for m in MODES]:
+        if mode not in PERMISSION_MODES:
             raise AcpError(INVALID_PARAMS, f"No mode {mode!r}")
-        if mode in SANDBOXED and (problem := await unusable_modes_problem()) is not None:
+        if mode in SANDBOXED_MODES and (problem := await unusable_modes_problem()) is not None:
             raise AcpError(INVALID_PARAMS, f"The {mode} mode cannot work here: {problem}")
         await call(self.link, w.SetPermissionMode(mode=mode), object)
         self._update({"sessionUpdate": "current_mode_update", "currentModeId": mode})
@@ -430,30 +430,6 @@ def prompt_content(blocks: list[object]) -> tuple[str, list[w.ImageContent]]:
         else:
             raise AcpError(INVALID_PARAMS, f"unsupported prompt block: {kind!r}")
     return "\n".join(texts), images
-
-
-def session_title(path: Path) -> str:
-    """A stored session's name, else the start of its first prompt (read from its first
-    64 KB: listing stays quick whatever the files hold)."""
-    try:
-        with path.open("rb") as file:
-            head = file.read(64 * 1024)
-    except OSError:
-        return path.stem
-    name = first = None
-    for line in head.splitlines()[1:]:
-        try:
-            entry = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if entry.get("type") == "session_info" and isinstance(entry.get("name"), str):
-            name = entry["name"]
-        message = entry.get("message") if entry.get("type") == "message" else None
-        if first is None and isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            first = content if isinstance(content, str) else " ".join(
-                block.get("text", "") for block in content or [] if isinstance(block, dict))
-    return name or (first or path.stem).strip()[:80]
 
 
 class AcpFront:
@@ -553,7 +529,7 @@ class AcpFront:
     def _stored(self, params: JSONObject) -> list[JSONObject]:
         folder = self._folder(params)
         return [{"sessionId": item.session_id, "cwd": str(folder),
-                 "title": session_title(Path(item.path)), "updatedAt": item.modified}
+                 "title": stored_title(Path(item.path)), "updatedAt": item.modified}
                 for item in list_stored(folder)]
 
 
@@ -618,7 +594,7 @@ async def _usable_modes(current: str) -> list[dict[str, str]]:
         return MODES
     return [mode if mode["id"] != current else {
         **mode, "description": f"Cannot work here: {problem}"}
-        for mode in MODES if mode["id"] not in SANDBOXED or mode["id"] == current]
+        for mode in MODES if mode["id"] not in SANDBOXED_MODES or mode["id"] == current]
 
 
 def _checkpoint_line(item: w.Checkpoint) -> str:

@@ -24,7 +24,7 @@ from ..._errors import AcpError, CommandError
 from ..._jsonl import LineTooLong
 from ..._log import log
 from ..._models import first_use_hints
-from ...client import Unknown, read_event, read_response
+from ...client import Unknown, read_line
 from .jsonrpc import INVALID_PARAMS
 
 T = TypeVar("T")
@@ -123,14 +123,12 @@ class DaemonLink:
         async def take(piece: bytes | LineTooLong) -> None:
             if isinstance(piece, LineTooLong) or not piece.strip():
                 return
-            item = orjson.loads(piece)
-            if item.get("type") == "response":
-                answered = self._waiting.pop(str(item.get("id")), None)
+            received = read_line(piece)
+            if isinstance(received, w.Response):
+                answered = self._waiting.pop(str(received.id), None)
                 if answered is not None:
-                    answered(read_response(item))
-                return
-            received = read_event(item)
-            if not isinstance(received.event, Unknown):
+                    answered(received)
+            elif received is not None and not isinstance(received.event, Unknown):
                 self._on_event(received.event)
 
         try:
