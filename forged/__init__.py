@@ -35,8 +35,9 @@ against the import graph). A package named here stands for all its modules::
                                          keeps them
     _codecache                           the code attrs and cattrs compile, kept between
                                          runs
-    _thin _errors                        connect and status on the standard library alone;
-                                         the exception tree
+    _thin _runtime _errors               connect and status on the standard library alone;
+                                         the runtime folder and its trust rule; the
+                                         exception tree
 
 Records are attrs classes. Those holding state compare by identity and keep object's repr
 (``eq=False, repr=False``: attrs compiles both for each class, ~10 ms of every start across

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from . import _thin, _tls
+from . import _runtime, _thin, _tls
 from ._errors import ConfigError, ForgedError
 from ._log import log, reserve_stdout
 from ._startup import collector_paused
@@ -157,7 +157,7 @@ def add_session_options(parser: argparse.ArgumentParser) -> None:
                         help="what the model's tools may do: full-access (the default), ask "
                         "(asks before every command and write), auto (commands in the "
                         "sandbox, writes in the project; asks to do more) or read-only "
-                        "(docs/security.md); over the permissionMode setting")
+                        "(docs/permissions.md); over the permissionMode setting")
     parser.add_argument("--api-key", metavar="KEY",
                         help="the API key of the chosen model's provider, for this run only")
     parser.add_argument("--tools", "-t", metavar="LIST", type=_tool_list,
@@ -343,7 +343,7 @@ def options_from(args: argparse.Namespace) -> Options:
                           "--resume")
     if args.extension:
         raise ConfigError("-e/--extension: TypeScript extensions are not supported; forged "
-                          "loads Python plugins (--plugin, see Plugins in the README)")
+                          "loads Python plugins (--plugin, see docs/plugins.md)")
     ignored = [flag.split("|")[0] for flag in IGNORED_FLAGS
                if getattr(args, _ignored_dest(flag))]
     if ignored:
@@ -375,7 +375,7 @@ SUBCOMMANDS = ("serve", "connect", "status", "stop", "login", "logout")
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket", type=Path, metavar="PATH",
-                        help=f"the daemon's Unix socket (default {_thin.default_socket_path()})")
+                        help=f"the daemon's Unix socket (default {_runtime.default_socket_path()})")
 
 
 def _host_port(value: str) -> tuple[str, int]:

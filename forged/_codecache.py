@@ -39,7 +39,7 @@ import os
 import sys
 from types import CodeType
 
-from ._thin import check_runtime, default_socket_path, runtime_folder
+from ._runtime import check_runtime, code_cache_path, default_socket_path, runtime_folder
 
 MAX_ENTRIES = 5000
 """A file with more entries than this (sources left by older versions) is rewritten with only
@@ -57,8 +57,7 @@ _done = False
 
 
 def path() -> str:
-    return os.path.join(os.path.dirname(default_socket_path()),
-                        f"code-{sys.implementation.cache_tag}-{sys.hexversion:x}")
+    return code_cache_path()
 
 
 def _read() -> dict[bytes, bytes]:

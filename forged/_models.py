@@ -589,7 +589,7 @@ def first_use_hints() -> str:
                      f"PI_CODING_AGENT_DIR={pi} set")
     hints.append("`forged login PROVIDER` signs in or saves a key")
     hints.append("to try forged without a key: --provider scripted --script FILE "
-                 "(README, The scripted provider)")
+                 "(docs/keys.md, The scripted provider)")
     return "; " + "; ".join(hints)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-from . import _thin
+from . import _runtime
 from ._errors import ConfigError
 from ._thin import socket_uid
 
@@ -49,13 +49,13 @@ def session_dir_for(agent_dir: Path, cwd: Path) -> Path:
 # --- the daemon's folder -----------------------------------------------------------------------
 
 def default_socket_path() -> Path:
-    return Path(_thin.default_socket_path())
+    return Path(_runtime.default_socket_path())
 
 
 def runtime_dir(socket_path: Path) -> Path:
     """The socket's folder (the WebSocket token lives there too), made 0700 if needed; a
     `ConfigError` if it, or the ``/tmp`` fallback's parent, is not safely the user's."""
-    return Path(_thin.runtime_folder(str(socket_path)))
+    return Path(_runtime.runtime_folder(str(socket_path)))
 
 
 def ws_token_path(folder: Path | None = None) -> Path:
@@ -88,7 +88,7 @@ async def open_daemon_socket(socket_path: Path) -> trio.SocketStream:
     user's and that the process listening is the user's (``SO_PEERCRED``); `ConfigError`
     otherwise, `OSError` when nothing listens (or it stays too busy to take one, for
     `BUSY_RETRY_S`)."""
-    _thin.check_runtime(str(socket_path))
+    _runtime.check_runtime(str(socket_path))
     # Not trio.open_unix_socket: it takes EAGAIN (a full queue of connections waiting to be
     # accepted) for a connect under way, and returns a socket that is not connected.
     retry_until = trio.current_time() + BUSY_RETRY_S

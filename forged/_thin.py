@@ -16,11 +16,11 @@ from __future__ import annotations
 import _socket
 import os
 import select
-import stat
 import sys
 import time
 
 from ._errors import ConfigError
+from ._runtime import check_runtime, default_socket_path
 
 TYPE_CHECKING = False  # not typing's: it costs ~2 ms
 if TYPE_CHECKING:
@@ -84,57 +84,7 @@ _BY_FLAG = {flag: (takes_value, dest) for flags, takes_value, dest in CONNECT_OP
             for flag in flags}
 
 
-# --- the daemon's folder and socket ------------------------------------------------------------
-
-def fallback_runtime() -> str:
-    return f"/tmp/forged-{os.getuid()}"
-
-
-def default_socket_path() -> str:
-    runtime = os.environ.get("XDG_RUNTIME_DIR") or fallback_runtime()
-    return os.path.join(runtime, "forged", "forged.sock")
-
-
-def guarded_folders(socket_path: str) -> list[str]:
-    folder = os.path.dirname(os.path.normpath(socket_path))
-    parent = os.path.dirname(folder)
-    return [parent, folder] if parent == fallback_runtime() else [folder]
-
-
-def check_folder(folder: str | os.PathLike[str]) -> None:
-    """`ConfigError` unless `folder` is a real folder (no symbolic link) of this user that
-    no other user may enter; `OSError` when there is none."""
-    info = os.lstat(folder)  # FileNotFoundError: no daemon made it (yet)
-    if not stat.S_ISDIR(info.st_mode):
-        raise ConfigError(f"refusing {folder}: not a folder (a symbolic link?)")
-    if info.st_uid != os.getuid():
-        raise ConfigError(f"refusing {folder}: it belongs to uid {info.st_uid}, not to uid "
-                          f"{os.getuid()}; another user may have made it")
-    if info.st_mode & 0o077:
-        raise ConfigError(f"refusing {folder}: other users may enter it (mode "
-                          f"{stat.S_IMODE(info.st_mode):o}); it must be 0700")
-
-
-def check_runtime(socket_path: str) -> None:
-    """`ConfigError` unless the socket's folder (and the ``/tmp`` fallback's parent) is safely
-    the user's; `OSError` when there is none."""
-    for folder in guarded_folders(socket_path):
-        check_folder(folder)
-
-
-def runtime_folder(socket_path: str) -> str:
-    """The socket's folder, made 0700 if needed (and the ``/tmp`` fallback's parent); a
-    `ConfigError` if one is not safely the user's, `OSError` if it cannot be made."""
-    folders = guarded_folders(socket_path)
-    os.makedirs(os.path.dirname(folders[0]), exist_ok=True)
-    for folder in folders:
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass
-        check_folder(folder)
-    return folders[-1]
-
+# --- the daemon's socket -----------------------------------------------------------------------
 
 def peer_creds(sock: _socket.socket) -> bytes:
     """``SO_PEERCRED`` of a Unix socket: the pid, uid and gid at its other end."""

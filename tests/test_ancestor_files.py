@@ -99,7 +99,7 @@ async def test_a_version_1_file_with_a_compaction_migrates_and_continues(
 
 async def test_a_version_3_file_with_branches_and_plugin_messages(tmp_path: Path) -> None:
     path = tmp_path / "v3.jsonl"
-    original = [
+    original: list[dict[str, Any]] = [
         {"type": "session", "version": 3, "id": "v3-session",
          "timestamp": "2026-02-01T09:00:00.000Z", "cwd": "/p"},
         {"type": "model_change", "id": "00000001", "parentId": None,

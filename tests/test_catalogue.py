@@ -95,9 +95,9 @@ def test_the_generator_keeps_what_forged_can_reach(tmp_path: Path) -> None:
                      "cost": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0}}
 
 
-def test_the_readmes_local_servers_load_as_written(tmp_path: Path) -> None:
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    example = readme.split("### Local servers", 1)[1].split("```json\n", 1)[1].split("```")[0]
+def test_the_docs_local_servers_load_as_written(tmp_path: Path) -> None:
+    page = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    example = page.split("## Local servers", 1)[1].split("```json\n", 1)[1].split("```")[0]
     (tmp_path / "models.json").write_text(example)
     registry = ModelRegistry()
     registry.load_models_json(tmp_path / "models.json")

@@ -16,7 +16,7 @@ from .test_process import BIN, child_env
 
 
 async def run_forged(tmp_path: Path, args: list[str], replies: list[dict[str, Any]], *,
-                     stdin: bytes = b"") -> trio.CompletedProcess[bytes]:
+                     stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     (tmp_path / "agent").mkdir(exist_ok=True)
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"replies": replies}))

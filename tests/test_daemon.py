@@ -313,7 +313,7 @@ async def test_forged_status_reports_the_daemon_its_sessions_and_clients(
         tmp_path: Path) -> None:
     from .test_process import BIN, child_env
 
-    async def status() -> trio.CompletedProcess[bytes]:
+    async def status() -> subprocess.CompletedProcess[bytes]:
         return await trio.run_process(
             [str(BIN / "forged"), "status", "--socket", str(tmp_path / "run" / "f.sock")],
             capture_stdout=True, capture_stderr=True, check=False, env=child_env(tmp_path))
@@ -388,6 +388,13 @@ async def test_a_client_leaving_while_commands_overlap_is_let_go(tmp_path: Path)
     assert b'"id":"p"' in received
 
 
+def error_text(response: dict[str, object]) -> str:
+    """A response's error message."""
+    error = response["error"]
+    assert isinstance(error, str), response
+    return error
+
+
 async def test_no_command_of_one_client_takes_the_daemon_down(tmp_path: Path) -> None:
     """Ids are never patterns, a cwd must be an absolute folder, and a command that fails in
     any way is that command's error; the other client is served throughout."""
@@ -413,11 +420,11 @@ async def test_no_command_of_one_client_takes_the_daemon_down(tmp_path: Path) ->
         still = await hostile.get_state()
     assert [r["success"] for r in refused] == [False] * len(refused)
     assert [r["error"] for r in refused[:2]] == ["No session **", "No session ../x"]
-    assert "Invalid cwd" in refused[2]["error"] and "Invalid cwd" in refused[3]["error"]
+    assert "Invalid cwd" in error_text(refused[2]) and "Invalid cwd" in error_text(refused[3])
     assert refused[4]["error"] == "cwd must be an absolute path: relative/path"
-    assert refused[5]["error"].startswith("cwd is not a directory")
-    assert refused[6]["error"].startswith("cwd is not a directory")
-    assert "Invalid cwd" in refused[7]["error"]
+    assert error_text(refused[5]).startswith("cwd is not a directory")
+    assert error_text(refused[6]).startswith("cwd is not a directory")
+    assert "Invalid cwd" in error_text(refused[7])
     assert [orjson.loads(line)["command"] for line in answers.splitlines()] == ["parse"] * 2
     assert after.session_id == before.session_id and still.session_id
 
@@ -480,6 +487,7 @@ async def test_connect_cut_off_writes_no_partial_line_and_exits_1(tmp_path: Path
         await until_sessions(  # nobody reads the bridge: the daemon cuts it off
             watcher, lambda sessions: [s.clients for s in sessions] == [0], timeout_s=20)
         output = bytearray()
+        assert bridge.stdout is not None
         with trio.fail_after(20):
             while data := await bridge.stdout.receive_some(1 << 20):
                 output += data
@@ -685,7 +693,7 @@ async def test_simultaneous_sessions_stay_within_the_limit(tmp_path: Path) -> No
     """The limit is checked where no await can come between it and the count: twelve
     clients asking at once for five places get five sessions."""
     async with open_daemon(tmp_path, max_live_sessions=5) as daemon:
-        answers: list[bool] = []
+        answers: list[object] = []
 
         async def open_one() -> None:
             async with daemon.client() as client:
@@ -838,8 +846,8 @@ async def test_connect_and_status_to_a_running_daemon_load_only_the_standard_lib
     assert result.returncode == 0, result.stderr
     imported = imports(result.stderr)
     ours = sorted(name for name in imported if name.startswith("forged"))
-    assert ours == ["forged", "forged._entry", "forged._errors", "forged._thin",
-                    "forged._version"]
+    assert ours == ["forged", "forged._entry", "forged._errors", "forged._runtime",
+                    "forged._thin", "forged._version"]
     assert not {"trio", "attrs", "orjson", "cattrs"} & imported
     if command[0] == "connect":  # the costly parts of the standard library it does without
         assert not {"pathlib", "json", "socket", "signal"} & (imported - imports(bare.stderr))

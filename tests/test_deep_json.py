@@ -145,7 +145,7 @@ def test_a_deep_line_on_the_daemons_socket_and_websocket(tmp_path: Path) -> None
 async def _over_websocket(port: int, token: str, deep: str) -> list[dict[str, Any]]:
     from trio_websocket import open_websocket_url
 
-    answers = []
+    answers: list[dict[str, Any]] = []
     async with open_websocket_url(f"ws://127.0.0.1:{port}/", extra_headers=[
             (b"authorization", f"Bearer {token}".encode())]) as ws:
         await ws.send_message(deep)

@@ -1,6 +1,7 @@
 """The user's documentation: docs/protocol.md names every command, event and wire field forged
-reads or writes, every link in README.md and docs/ leads somewhere, and nothing in the project
-points outside it."""
+reads or writes, every link in README.md and docs/ leads somewhere, every page of docs/ is
+reachable from the README's map and the docs' index, and nothing in the project points
+outside it."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 from forged import _codec, _wire as w
 
 ROOT = Path(__file__).parents[1]
-PROTOCOL = ROOT / "docs" / "protocol.md"
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = ROOT / "docs"
+PROTOCOL = DOCS / "protocol.md"
+PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
 
 
 def _protocol_words() -> set[str]:
@@ -56,7 +58,7 @@ def _anchors(page: Path) -> set[str]:
     return {_anchor(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, flags=re.MULTILINE)}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
 def test_every_relative_link_resolves(page: Path) -> None:
     broken: list[str] = []
     for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
@@ -74,6 +76,18 @@ def test_links_are_checked() -> None:
     """The link check above sees the README's link to the protocol and the contents' anchors."""
     assert "](docs/protocol.md)" in (ROOT / "README.md").read_text()
     assert {"lines", "the-daemon", "a-worked-transcript"} <= _anchors(PROTOCOL)
+
+
+def test_every_page_is_on_the_map_and_in_the_index() -> None:
+    """A page nothing links to is a page nobody finds: the README's map and docs/README.md
+    each link every page of docs/."""
+    readme = (ROOT / "README.md").read_text()
+    index = (DOCS / "README.md").read_text()
+    pages = [page.name for page in sorted(DOCS.glob("*.md")) if page.name != "README.md"]
+    assert len(pages) > 3
+    assert [name for name in pages if f"](docs/{name})" not in readme] == []
+    assert [name for name in pages if f"]({name})" not in index] == []
+    assert "](docs/README.md)" in readme
 
 
 def test_nothing_points_outside_the_project() -> None:

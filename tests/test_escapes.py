@@ -28,7 +28,9 @@ import pytest
 import trio
 import trio.testing
 
+from forged import _wire as w
 from forged._sandbox import Policy, run
+from forged.client import Client
 
 from .harness import open_daemon
 from .test_permissions import MCP_SERVER, call, places, result_text, run_mode, scripted
@@ -62,6 +64,13 @@ except OSError as exc:
 """
 
 
+async def tool_end(client: Client) -> w.ToolExecutionEnd:
+    """The next ``tool_execution_end`` event."""
+    end = (await client.next_event(lambda e: e.type == "tool_execution_end")).event
+    assert isinstance(end, w.ToolExecutionEnd)
+    return end
+
+
 def daemon_payload(socket_path: Path, target: Path) -> dict[str, Any]:
     return call("bash", command=f"{sys.executable} -c {shlex.quote(DAEMON_PAYLOAD)} "
                                 f"{socket_path} {target}")
@@ -83,7 +92,7 @@ async def test_a_confined_command_cannot_reach_the_users_daemon(
             await client.new_session()
             await client.run("set_permission_mode", mode=mode)
             await client.prompt("Go")
-            end = (await client.next_event(lambda e: e.type == "tool_execution_end")).event
+            end = await tool_end(client)
             await client.next_event(lambda e: e.type == "agent_settled")
     session_text = "".join(getattr(block, "text", "") for block in end.result.content)
     for text in (result_text(ends[0]), session_text):
@@ -129,8 +138,7 @@ async def test_a_daemon_on_a_socket_of_its_own_choosing_hides_its_token(tmp_path
             await client.new_session()
             await client.run("set_permission_mode", mode="auto")
             await client.prompt("Go")
-            ends = [(await client.next_event(lambda e: e.type == "tool_execution_end")).event
-                    for _ in replies]
+            ends = [await tool_end(client) for _ in replies]
             await client.next_event(lambda e: e.type == "agent_settled")
     texts = ["".join(getattr(block, "text", "") for block in end.result.content) for end in ends]
     assert "read-done" in texts[0] and ends[1].is_error, texts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,7 @@ async def test_commands_wait_while_their_answers_are_unread() -> None:
     sent = 0
 
     class Transport:
-        write_now = None
+        write_now: Callable[[bytes], int] | None = None
 
         async def read(self, commands: trio.MemorySendChannel[Incoming]) -> None:
             nonlocal sent

@@ -35,11 +35,13 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The forged modules `name` imports, anywhere in it (lazy imports too)."""
+def _imports(name: str, path: Path, modules: dict[str, Path],
+             tree: ast.AST | None = None) -> set[str]:
+    """The forged modules `name` imports, anywhere in it (lazy imports too), or in `tree`,
+    a part of it."""
     package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree or ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             base = package[:len(package) - node.level + 1]
             target = ".".join([*base, *(node.module.split(".") if node.module else [])])
@@ -165,3 +167,39 @@ def test_every_exception_class_is_in_the_drawn_tree() -> None:
         if isinstance(obj, type) and issubclass(obj, BaseException) and obj.__module__ == (
                 "forged._errors"):
             assert re.search(rf"\b{name}\b", drawing), f"{name} is not drawn"
+
+
+def _deferred_imports() -> dict[str, set[str]]:
+    """What each function imports inside itself: the module (forged's own by name, others'
+    by their top package) and where."""
+    modules = _modules()
+    found: dict[str, set[str]] = {}
+    for name, path in [*modules.items(), ("", PACKAGE / "__init__.py")]:
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.AsyncFunctionDef | ast.FunctionDef):
+                continue
+            for node in ast.walk(function):
+                targets: set[str] = set()
+                if isinstance(node, ast.Import):
+                    targets = {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    module = node.module or ""
+                    targets = {module.split(".")[0] if not module.startswith("forged.")
+                               else module}
+                elif isinstance(node, ast.ImportFrom) and not name:  # the package's own
+                    targets = {f"forged.{node.module or alias.name}" for alias in node.names}
+                elif isinstance(node, ast.ImportFrom):
+                    targets = {f"forged.{target}" for target in _imports(
+                        name, path, modules, node)}
+                for target in targets:
+                    found.setdefault(target, set()).add(f"{name}.{function.name}")
+    return found
+
+
+def test_every_deferred_import_is_listed_with_its_reason() -> None:
+    from forged._startup import DEFERRED
+
+    found = _deferred_imports()
+    assert {module: sorted(where) for module, where in found.items()
+            if module not in DEFERRED} == {}, "imported late without a reason in DEFERRED"
+    assert sorted(set(DEFERRED) - set(found)) == [], "listed in DEFERRED, imported at the top"

@@ -116,8 +116,9 @@ def text(end: dict[str, Any]) -> str:
 
 
 async def test_a_servers_tools_reach_the_model_and_run(tmp_path: Path) -> None:
-    calls = [("echo", {"text": "hi"}), ("picture", {}), ("count", {"n": 3}), ("fail", {}),
-             ("flood", {"size": 100_000})]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("echo", {"text": "hi"}), ("picture", {}), ("count", {"n": 3}), ("fail", {}),
+        ("flood", {"size": 100_000})]
     replies = [Reply(content=[
         *(ScriptToolCall(name=f"mcp__local__{tool}", arguments=arguments)
           for tool, arguments in calls),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -296,7 +297,7 @@ def test_model_overrides_and_provider_compat_change_built_in_models(tmp_path: Pa
     assert registry.resolve_pattern("Sonnet (team)")[0] is sonnet
 
 
-def _chat(model: w.Model, level: str) -> dict[str, object]:
+def _chat(model: w.Model, level: str) -> dict[str, Any]:
     return chat_params(ProviderRequest(model=model, system_prompt="be brief", messages=[],
                                        tools=[], thinking_level=level, api_key="k",
                                        headers={}, session_id="s"))

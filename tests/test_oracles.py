@@ -215,11 +215,12 @@ async def read_with_sdk(api: str, base_url: str) -> dict[str, Any]:
         return await trio.to_thread.run_sync(read_with_mistral, f"{base_url}/mistral")
     if api == "bedrock-converse-stream":
         return await trio.to_thread.run_sync(read_with_botocore, base_url)
-    sdk = (openai.AsyncAzureOpenAI(base_url=f"{base_url}/openai/v1", api_key="k",
-                                   api_version="v1", max_retries=0)
-           if api == "azure-openai-responses"
-           else openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="k", max_retries=0))
-    async with sdk as o:
+    openai_sdk = (openai.AsyncAzureOpenAI(base_url=f"{base_url}/openai/v1", api_key="k",
+                                          api_version="v1", max_retries=0)
+                  if api == "azure-openai-responses"
+                  else openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="k",
+                                          max_retries=0))
+    async with openai_sdk as o:
         if api == "openai-completions":
             async with o.chat.completions.stream(model="m", messages=[
                     {"role": "user", "content": "hi"}]) as chat:

@@ -21,7 +21,8 @@ import trio
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
 
 from .acp_editor import Editor, acp
-from .test_pi_clients import BIN, CACHE
+from .test_pi_clients import CACHE
+from .test_process import BIN
 
 PI_ACP = "pi-acp@0.0.34"
 

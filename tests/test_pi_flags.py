@@ -17,7 +17,8 @@ from forged._cli import main, options_from, parse_command_line
 from forged._config import Models, session_config
 from forged._errors import ConfigError
 from forged._models import ModelRegistry, register_scripted
-from forged._session import Session, open_session, user_message
+from forged._queues import user_message
+from forged._session import Session, open_session
 from forged._store import SessionFile
 from forged._wire import UserMessage
 

@@ -15,7 +15,8 @@ from forged._config import Models, list_stored, session_config
 from forged._models import ModelRegistry, register_scripted
 from forged._paths import agent_dir, session_dir_for
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
-from forged._session import open_session, user_message
+from forged._queues import user_message
+from forged._session import open_session
 
 from .harness import open_client
 

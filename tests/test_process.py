@@ -58,7 +58,7 @@ class Child:
         while True:
             while b"\n" in self.buffer:
                 line, self.buffer = self.buffer.split(b"\n", 1)
-                event = orjson.loads(line)
+                event: dict[str, Any] = orjson.loads(line)
                 self.output.append(event)
                 if event.get("type") == kind and all(event.get(k) == v
                                                      for k, v in fields.items()):

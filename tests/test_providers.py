@@ -227,7 +227,8 @@ def test_the_first_get_state_is_answered_before_what_a_prompt_needs_loads(
             "def noting(fd, data):\n"
             "    if fd != 2 and not os.environ.get('NOTED'):\n"
             "        os.environ['NOTED'] = ' '.join(sorted(\n"
-            f"            m for m in sys.modules if m.startswith({DEFERRED!r})))\n"
+            f"            m for m in sys.modules if m.startswith({DEFERRED!r})\n"
+            f"            and (m in {DEFERRED!r} or m.startswith('forged._wire.'))))\n"
             "        sys.stderr.write('first answer: ' + os.environ['NOTED'] + '\\n')\n"
             "    return write(fd, data)\n"
             "os.write = noting\n"
@@ -324,8 +325,8 @@ def test_the_client_loads_no_server_module() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.split()
     assert loaded == ["forged", "forged._codec", "forged._errors", "forged._jsonl",
-                      "forged._paths", "forged._thin", "forged._version", "forged._wire",
-                      "forged._wire.base",
+                      "forged._paths", "forged._runtime", "forged._thin", "forged._version",
+                      "forged._vocabulary", "forged._wire", "forged._wire.base",
                       "forged.client"]  # the protocol's classes: the others when first used
 
 

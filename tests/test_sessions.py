@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -19,7 +20,7 @@ from .harness import open_client, stored_message
 from .test_process import BIN, child_env
 
 
-def read_lines(path: Path) -> list[dict[str, object]]:
+def read_lines(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in path.read_bytes().splitlines()]
 
 
@@ -45,7 +46,7 @@ async def test_a_prompt_writes_the_session_file(tmp_path: Path) -> None:
     lines = read_lines(path)
     assert lines[0]["type"] == "session" and lines[0]["version"] == 3
     assert lines[0]["cwd"] == str(client.cwd)
-    types = [(e["type"], e.get("message", {}).get("role")) for e in lines[1:]]  # type: ignore[union-attr]
+    types = [(e["type"], e.get("message", {}).get("role")) for e in lines[1:]]
     assert types == [("model_change", None), ("thinking_level_change", None),
                      ("message", "user"), ("message", "assistant"),
                      ("thinking_level_change", None), ("session_info", None),

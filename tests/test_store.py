@@ -155,7 +155,7 @@ def test_a_snapshot_reads_without_a_lock_or_a_change(tmp_path: Path) -> None:
         {"type": "message", "timestamp": "2025-01-01T00:00:02.000Z", "message": user("two")}]))
     before = path.read_bytes()
     old = SessionFile.snapshot(path)  # version 1: migrated in memory only
-    assert [e["message"]["content"][0]["text"] for e in old.entries()] == ["one", "two"]  # type: ignore[index]
+    assert [e["message"]["content"][0]["text"] for e in old.entries()] == ["one", "two"]
     assert path.read_bytes() == before
     held = SessionFile.open(path)  # migrated on disk now, and locked
     held.append("message", message=user("three"))

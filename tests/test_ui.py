@@ -50,10 +50,11 @@ async def answer_of(client: Client, start: int = 0) -> str:
 
 async def test_each_dialog_method_and_its_answer(tmp_path: Path) -> None:
     async with open_client(tmp_path, plugins=[asking_plugin()]) as client:
-        cases = [("select", {"value": "Allow"}, "'Allow'"),
-                 ("confirm", {"confirmed": True}, "True"),
-                 ("confirm", {"confirmed": False}, "False"),
-                 ("input", {"value": "typed"}, "'typed'")]
+        cases: list[tuple[str, dict[str, Any], str]] = [
+            ("select", {"value": "Allow"}, "'Allow'"),
+            ("confirm", {"confirmed": True}, "True"),
+            ("confirm", {"confirmed": False}, "False"),
+            ("input", {"value": "typed"}, "'typed'")]
         for method, answer, expected in cases:
             start = len(client.output)
             prompt_id = await client.send({"type": "prompt", "message": f"/ask {method}"})

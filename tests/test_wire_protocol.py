@@ -43,7 +43,8 @@ async def test_no_model_is_null_and_prompt_is_refused(tmp_path: Path) -> None:
                           "No model selected: set ANTHROPIC_API_KEY or OPENAI_API_KEY, or add "
                           f"a provider to {tmp_path / 'agent' / 'models.json'}; `forged login "
                           "PROVIDER` signs in or saves a key; to try forged without a key: "
-                          "--provider scripted --script FILE (README, The scripted provider)")}
+                          "--provider scripted --script FILE (docs/keys.md, The scripted "
+                          "provider)")}
     assert client.output[after:] == [probe]  # a refused prompt has no events
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .. import _gitfolders, _sandbox, _thin
+from .. import _gitfolders, _runtime, _sandbox
 from .._errors import ConfigError, ToolError, UnknownArchitecture, Unprotectable
 from .._log import log
 from .._settings import DEFAULTS, Settings
@@ -193,7 +193,7 @@ def _allowed_sockets(value: object) -> tuple[Path, ...]:
     """``allowUnixSockets``, without forged's own runtime folder: the daemon refuses a
     confined client anyway, and its ``ws-token`` stays hidden."""
     allowed = []
-    own = [Path(os.path.realpath(_thin.guarded_folders(_thin.default_socket_path())[0]))]
+    own = [Path(os.path.realpath(_runtime.guarded_folders(_runtime.default_socket_path())[0]))]
     for path in _paths(value):
         real = Path(os.path.realpath(path))
         if any(_inside(real, folder) for folder in own):
@@ -239,12 +239,12 @@ SERVED_SOCKETS: list[Path] = []
 def forged_folders() -> tuple[Path, ...]:
     """forged's runtime folder (``$XDG_RUNTIME_DIR/forged``, else ``/tmp/forged-<uid>``),
     made now if missing, so that no confined command can make it first and fill it."""
-    socket_path = _thin.default_socket_path()
+    socket_path = _runtime.default_socket_path()
     try:
-        _thin.runtime_folder(socket_path)
+        _runtime.runtime_folder(socket_path)
     except (OSError, ConfigError):
         return ()
-    return (Path(_thin.guarded_folders(socket_path)[0]),)
+    return (Path(_runtime.guarded_folders(socket_path)[0]),)
 
 
 def _inside(path: Path, folder: Path) -> bool:

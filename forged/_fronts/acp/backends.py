@@ -182,7 +182,7 @@ class InProcess:
             "the editor starts forged in (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...), sign in "
             "or save a key with `forged login PROVIDER` in a terminal, or add the provider "
             "to ~/.agent-forge/agent/models.json, and restart the agent. To try forged "
-            "without a key: --provider scripted --script FILE (README, The scripted "
+            "without a key: --provider scripted --script FILE (docs/keys.md, The scripted "
             "provider)." + _pi_hint())}]
 
     async def serve(self, host: Host, stored_id: str | None, *,
