@@ -18,7 +18,8 @@ from forged import _codec, _wire as w
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
 PROTOCOL = DOCS / "protocol.md"
-PAGES = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md",
+         *sorted(DOCS.glob("*.md"))]
 
 
 def _protocol_words() -> set[str]:
