@@ -17,7 +17,7 @@ against the import graph). A package named here stands for all its modules::
     _config                              options, models, each session's configuration
     _dispatch                            a command to its handler; an agent opened
     _session                             one session: state, queues, events, what runs
-    _run _switching _model_choice _queues
+    _run _switching _model_choice _queues _opening _asking _toolset _direct_bash
                                          its run driver, its files, its model, its queues
     _compaction _loop _plugins _export _mcp _checkpointing
                                          summaries, one run, plugins, the HTML page, MCP,
@@ -64,7 +64,8 @@ TYPE_CHECKING = False  # not typing's: forged connect loads this package, typing
 if TYPE_CHECKING:
     from typing import Any
 
-    from ._session import Session as Session, SessionConfig as SessionConfig
+    from ._opening import SessionConfig as SessionConfig
+    from ._session import Session as Session
 del TYPE_CHECKING
 
 
@@ -75,8 +76,12 @@ def __dir__() -> list[str]:
 def __getattr__(name: str) -> "Any":
     # The session and everything under it load on first use: `forged._cli` starts its
     # warm-up before them, and `forged.client` never needs them.
-    if name in ("Session", "SessionConfig"):
-        from . import _session
+    if name == "Session":
+        from ._session import Session
 
-        return getattr(_session, name)
+        return Session
+    if name == "SessionConfig":
+        from ._opening import SessionConfig
+
+        return SessionConfig
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

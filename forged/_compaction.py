@@ -16,6 +16,7 @@ the session's retry settings and announced with the ``summarization_retry_*`` ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -316,25 +317,21 @@ def turn_prefix_request_text(prep: Preparation) -> str:
         TURN_PREFIX_PROMPT)
 
 
-class CompactionHost(Protocol):
-    """What a compaction needs from its session."""
-
-    store: SessionFile
-    retry: RetrySettings
-    compaction: CompactionSettings
-    messages: list[w.AgentMessage]
+class Summaries(Protocol):
+    """How a compaction asks the session's model for its summaries."""
 
     @property
     def model(self) -> w.Model | None: ...
 
-    def emit(self, event: w.Event) -> None: ...
     async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
                               ) -> tuple[Provider, ProviderRequest]: ...
 
 
 @attrs.define(eq=False, repr=False)
 class _Summarizer:
-    host: CompactionHost
+    summaries: Summaries
+    retry: RetrySettings
+    emit: Callable[[w.Event], None]
     reason: Reason
     usage: w.Usage = attrs.field(factory=w.Usage)
     """All the summary calls' usage."""
@@ -343,13 +340,13 @@ class _Summarizer:
                   failure: str) -> str:
         """The model's summary of `text`; transient errors are retried, others raise
         `CommandError` with `failure` before the message."""
-        retry = self.host.retry
+        retry = self.retry
         attempt = 0
         retried = False
         try:
             while True:
                 try:
-                    provider, request = await self.host.summary_request(
+                    provider, request = await self.summaries.summary_request(
                         text, max_tokens=max_tokens, reasoning=reasoning)
                     builder = AssistantBuilder(request.model, _ignore)
                     await provider(request, builder)
@@ -359,19 +356,19 @@ class _Summarizer:
                     delay = retry.retry_delay_ms(attempt, exc)
                     if delay is None:
                         raise CommandError(f"{failure}: {exc}") from exc
-                    self.host.emit(w.SummarizationRetryScheduled(
+                    self.emit(w.SummarizationRetryScheduled(
                         attempt=attempt, max_attempts=retry.max_retries, delay_ms=delay,
                         error_message=str(exc)))
                     retried = True
                     await trio.sleep(delay / 1000)
-                    self.host.emit(w.SummarizationRetryAttemptStart(source="compaction",
-                                                                    reason=self.reason))
+                    self.emit(w.SummarizationRetryAttemptStart(source="compaction",
+                                                               reason=self.reason))
                     continue
                 self._add(builder.message.usage)
                 return _text(builder.message.content)
         finally:
             if retried:
-                self.host.emit(w.SummarizationRetryFinished())
+                self.emit(w.SummarizationRetryFinished())
 
     def _add(self, usage: w.Usage) -> None:
         total = self.usage
@@ -385,14 +382,17 @@ def _ignore(_: w.Event) -> None:
     """A summary's stream is not the session's: its events go nowhere."""
 
 
-async def compact(host: CompactionHost, reason: Reason, custom_instructions: str | None
+async def compact(store: SessionFile, summaries: Summaries, settings: CompactionSettings,
+                  retry: RetrySettings, emit: Callable[[w.Event], None], reason: Reason,
+                  custom_instructions: str | None
                   ) -> tuple[w.CompactionResult, list[w.AgentMessage]]:
-    """Summarize the active branch's older part into a ``compaction`` entry; return the
+    """Summarize the active branch of `store` (its older part) into a ``compaction`` entry,
+    asking `summaries` (retried by `retry`, each retry told through `emit`); return the
     result and the context rebuilt from it."""
-    window = host.model.context_window if host.model is not None else 1 << 30
-    prep = prepare(host.store, host.compaction.keep_for(window))
-    reserve = host.compaction.reserve_for(window)
-    summarizer = _Summarizer(host, reason)
+    window = summaries.model.context_window if summaries.model is not None else 1 << 30
+    prep = prepare(store, settings.keep_for(window))
+    reserve = settings.reserve_for(window)
+    summarizer = _Summarizer(summaries, retry, emit, reason)
     if prep.turn_prefix and not prep.to_summarize:
         summary = NO_HISTORY
     else:
@@ -406,10 +406,10 @@ async def compact(host: CompactionHost, reason: Reason, custom_instructions: str
         summary += SPLIT_TURN_SEPARATOR + prefix
     summary += prep.files.tags()
     details = prep.files.details()
-    host.store.append("compaction", summary=summary, firstKeptEntryId=prep.first_kept_entry_id,
+    store.append("compaction", summary=summary, firstKeptEntryId=prep.first_kept_entry_id,
                       tokensBefore=prep.tokens_before, details=details,
                       usage=_codec.unstructure(summarizer.usage))
-    messages = build_context(host.store)
+    messages = build_context(store)
     return w.CompactionResult(
         summary=summary, first_kept_entry_id=prep.first_kept_entry_id,
         tokens_before=prep.tokens_before,

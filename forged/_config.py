@@ -24,11 +24,11 @@ from ._errors import CommandError, ConfigError
 from ._log import log
 from ._mcp import McpConfig
 from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scripted
+from ._opening import SessionConfig
 from ._paths import agent_dir, session_dir_for
 from ._plugins import discover_plugins
 from ._providers import load_providers
 from ._resources import ExtraPaths
-from ._session import SessionConfig
 from ._settings import Settings
 from ._tools import ToolChoice, builtin_tools
 

@@ -1,5 +1,6 @@
 """The context a session file holds: what the active branch puts before the model
-(docs/protocol.md, Sessions), read back from the file's entries.
+(docs/protocol.md, Sessions), read back from the file's entries; and `Context`, its one owner
+while a session runs.
 
 A compaction on the branch replaces what came before it with its summary, except the entries
 it kept (from ``firstKeptEntryId``); other entries that carry no message are left out.
@@ -134,4 +135,71 @@ def context_message(entry: dict[str, Any]) -> w.AgentMessage | None:
     try:
         return _codec.structure(value, w.AgentMessage)  # type: ignore[arg-type]
     except CommandError:
+        return None
+
+
+class Context:
+    """What the model is given: the active branch's messages, read back from the session file
+    on first use. The one owner of that list: a message enters the file first, then the list
+    (`append`); a failed reply leaves the list but stays in the file (`drop_last_failed`); a
+    compaction replaces the list with what its entry leaves (`replace`); another file makes
+    it that file's (`rebase`). A run works on a copy (`forged._loop.run_agent`)."""
+
+    def __init__(self, store: SessionFile) -> None:
+        self.store = store
+        self._messages: list[w.AgentMessage] | None = None
+
+    @property
+    def messages(self) -> list[w.AgentMessage]:
+        if self._messages is None:
+            self._messages = build_context(self.store)
+        return self._messages
+
+    def __len__(self) -> int:
+        """How many messages, without reading them back if they were not yet."""
+        return len(self._messages) if self._messages is not None else context_size(self.store)
+
+    def append(self, message: w.AgentMessage) -> None:
+        """`message` into the session file, then the context; `PersistenceError` (and in
+        neither) when the file cannot be written."""
+        self.store.append("message", message=_codec.unstructure(message))
+        if self._messages is not None:  # else read back with it, once, when first needed
+            self._messages.append(message)
+
+    def drop_last_failed(self) -> bool:
+        """Take the last message out of the context when it is a failed reply (a retry or
+        an overflow recovery asks again without it); the file keeps it. True if it was."""
+        messages = self.messages
+        last = messages[-1] if messages else None
+        if isinstance(last, w.AssistantMessage) and last.stop_reason == "error":
+            messages.pop()
+            return True
+        return False
+
+    def replace(self, messages: list[w.AgentMessage]) -> None:
+        """After a compaction: the context its entry leaves."""
+        self._messages = messages
+
+    def rebase(self, store: SessionFile) -> None:
+        """Another session file: its branch's context, read back when first needed."""
+        self.store = store
+        self._messages = None
+
+    def last_prompt(self) -> w.UserMessage | None:
+        """The last user message: the prompt (or steering) a run works on."""
+        for message in reversed(self.messages):
+            if isinstance(message, w.UserMessage):
+                return message
+        return None
+
+    def last_assistant_text(self) -> str | None:
+        """The text of the last reply that has some (an aborted one without any is
+        skipped)."""
+        for message in reversed(self.messages):
+            if not isinstance(message, w.AssistantMessage):
+                continue
+            text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
+            if message.stop_reason == "aborted" and not text.strip():
+                continue
+            return text.strip() or None
         return None

@@ -59,8 +59,8 @@ from ._hub import (
     SessionRequest,
 )
 from ._log import log
+from ._opening import SessionConfig
 from ._paths import default_socket_path, make_ws_token, runtime_dir
-from ._session import SessionConfig
 from ._settings import DEFAULTS
 from ._tools import guard
 
@@ -216,7 +216,7 @@ async def _drain(hub: Hub, grace_s: float) -> None:
     with trio.move_on_after(grace_s):
         for live in list(hub.live):
             await live.agent.wait_idle()
-    busy = [live for live in hub.live if live.session.busy or live.session.settling]
+    busy = [live for live in hub.live if not live.session.idle]
     for live in busy:
         log(f"aborting session {live.id}")
         live.session.stop()

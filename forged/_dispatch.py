@@ -27,8 +27,9 @@ from . import _wire as w
 from ._connection import response
 from ._errors import CommandError
 from ._log import log_exception
+from ._opening import SessionConfig
 from ._retry import RETRY_CANCELLED
-from ._session import Session, SessionConfig, Sink as EventSink, open_session
+from ._session import Session, Sink as EventSink, open_session
 from ._store import LEAF, entry_tree
 from ._switching import (
     Maker,
@@ -170,9 +171,9 @@ class Dispatcher:
         self._on(w.Abort, self.abort)
         self._on(w.ClearQueue, lambda _, reply: reply.ok(self.session.queues.clear()))
         self._on(w.GetMessages, lambda _, reply: reply.ok(w.MessageList(
-                messages=list(self.session.messages))))
+                messages=list(self.session.context.messages))))
         self._on(w.GetLastAssistantText, lambda _, reply: reply.ok(w.AssistantText(
-                text=self.session.last_assistant_text())))
+                text=self.session.context.last_assistant_text())))
         self._on(w.SetModel, lambda cmd, reply: reply.ok(self.session.choice.set_model(
                 cmd.provider, cmd.model_id)))
         self._on(w.CycleModel, lambda _, reply: reply.ok(self.session.choice.cycle_model()))
@@ -334,8 +335,7 @@ class Dispatcher:
                                "active; wait for agent_settled or abort it first")
 
         async def restore() -> object:
-            if session.settling:  # the closing checkpoint first: the present is captured
-                await session.run.wait_settled()
+            await session.run.wait_settled()  # a closing checkpoint first: the present
             return await session.checkpoints.restore(
                 command.entry_id, force=command.force, dry_run=command.dry_run)
 
@@ -443,11 +443,11 @@ class Dispatcher:
         reply.ok(None if level is None else w.ThinkingLevelData(level=level))
 
     def set_auto_retry(self, command: w.SetAutoRetry, reply: Reply) -> None:
-        self.session.run.set_auto_retry(command.enabled)
+        self.session.run_settings.set_auto_retry(command.enabled)
         reply.ok()
 
     def set_auto_compaction(self, command: w.SetAutoCompaction, reply: Reply) -> None:
-        self.session.run.set_auto_compaction(command.enabled)
+        self.session.run_settings.set_auto_compaction(command.enabled)
         reply.ok()
 
     def set_session_name(self, command: w.SetSessionName, reply: Reply) -> None:

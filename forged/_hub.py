@@ -33,7 +33,8 @@ from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError
 from ._jsonl import encode_line
 from ._log import log
-from ._session import Session, SessionConfig
+from ._opening import SessionConfig
+from ._session import Session
 from ._settings import DEFAULTS
 
 REPLAY_EVENTS = 10_000

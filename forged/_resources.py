@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import attrs
 
+from . import _wire as w
 from ._errors import CommandError, FrontmatterError
 from ._log import log
 from ._settings import PROJECT_DIR, Settings
@@ -487,6 +488,18 @@ class Resources:
                                          for folder in [*prompts_from, agent_dir]))),
             context_files=not extra.no_context_files)
 
+    def command_infos(self) -> list[w.CommandInfo]:
+        """The prompt templates, then the skills, as ``get_commands`` lists them."""
+        found = [w.CommandInfo(name=template.name, description=template.description,
+                               source="prompt",
+                               source_info=_source_info(template.path, template.origin))
+                 for template in self.templates]
+        found += [w.CommandInfo(name=f"skill:{skill.name}", description=skill.description,
+                                source="skill", source_info=_source_info(skill.path,
+                                                                         skill.origin))
+                  for skill in self.skills]
+        return found
+
     def expand(self, text: str) -> str:
         """A prompt's text with ``/skill:name`` and then ``/template`` expanded."""
         return expand_template(expand_skill(text, self.skills), self.templates)
@@ -551,3 +564,8 @@ def _default_prompt(tools: Sequence[Tool], extra_guidelines: Sequence[str]) -> s
                    "Show file paths clearly when working with files"]
     lines += [f"- {guideline}" for guideline in dict.fromkeys(guidelines)]
     return "\n".join(lines)
+
+
+def _source_info(path: Path, origin: Origin) -> w.SourceInfo:
+    return w.SourceInfo(path=str(path), source="local", scope=origin.scope, origin="top-level",
+                        base_dir=str(origin.path if origin.path.is_dir() else path.parent))

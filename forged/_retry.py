@@ -13,7 +13,7 @@ import re
 import attrs
 
 from ._errors import ProviderError, ProviderStreamError
-from ._settings import apply_section
+from ._settings import CompactionSettings, Settings, apply_section
 
 RETRY_CANCELLED = "Retry cancelled"
 """An aborted retry's ``auto_retry_end`` ``finalError``."""
@@ -80,3 +80,29 @@ class RetrySettings:
                 return None
             delay = max(delay, asked)
         return delay
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class RunSettings:
+    """What the run driver reads of the session's settings (automatic retry and compaction),
+    and where it keeps a client's change of them (None: nowhere)."""
+
+    retry: RetrySettings
+    compaction: CompactionSettings
+    settings: Settings | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RunSettings:
+        return cls(retry=RetrySettings.from_settings(settings.get("retry")),
+                   compaction=CompactionSettings.from_settings(settings.get("compaction")),
+                   settings=settings)
+
+    def set_auto_retry(self, enabled: bool) -> None:
+        self.retry.enabled = enabled
+        if self.settings is not None:
+            self.settings.remember_in("retry", enabled=enabled)
+
+    def set_auto_compaction(self, enabled: bool) -> None:
+        self.compaction.enabled = enabled
+        if self.settings is not None:
+            self.settings.remember_in("compaction", enabled=enabled)

@@ -22,28 +22,27 @@ too (`forged._dispatch`): nothing is parked here to be called back.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+from typing import Literal, Protocol
 
 import attrs
 import trio
 
 from . import _wire as w
-from ._compaction import CompactionHost, NothingToCompact, Reason, check_compactable, compact
+from ._compaction import NothingToCompact, Reason, Summaries, check_compactable, compact
+from ._context import Context
 from ._errors import CommandError, PersistenceError
 from ._log import log, log_exception
 from ._loop import (
     Deliveries,
     Events,
-    Requests,
     RunOutcome,
     Toolbox,
     describe_failure,
     run_agent,
 )
 from ._process import is_cancellation
-from ._retry import RETRY_CANCELLED, RetrySettings, is_context_overflow
-from ._settings import Settings
+from ._providers import Provider, ProviderRequest
+from ._retry import RETRY_CANCELLED, RetrySettings, RunSettings, is_context_overflow
 from ._stats import compacted_at, estimate_context_tokens, usage_tokens
 
 OVERFLOW_RECOVERY_FAILED = (
@@ -71,26 +70,31 @@ class Decision:
     (``auto_retry_end``), an overflow could not be recovered (``compaction_end``)."""
 
 
+class Asking(Summaries, Protocol):
+    """How the run driver asks the session's model (`forged._asking.Asking`)."""
+
+    def check_can_prompt(self) -> None:
+        """`CommandError` when no model, or no key for it, would answer."""
+
+    async def model_request(self, context: list[w.AgentMessage]
+                            ) -> tuple[Provider, ProviderRequest]: ...
+
+
 class Runner:
     """Runs a session's prompts, one busy spell at a time, in `nursery`. What the runs are
-    given (`events`, `requests`, `tools`, `queues`) comes from the session, as values."""
+    given comes from the session as values: how to ask its model (`asking`), its tools,
+    queues, context and settings; their events go to `events`."""
 
-    def __init__(self, host: CompactionHost, nursery: trio.Nursery, *, events: Events,
-                 requests: Requests, tools: Toolbox, queues: Deliveries, settings: Settings,
-                 context: Callable[[], list[w.AgentMessage]],
-                 check_can_prompt: Callable[[], None],
-                 remember: Callable[[w.AgentMessage], None]) -> None:
-        self._host = host
+    def __init__(self, nursery: trio.Nursery, *, events: Events, asking: Asking,
+                 tools: Toolbox, queues: Deliveries, context: Context,
+                 settings: RunSettings) -> None:
         self._nursery = nursery
         self._events = events
-        self._requests = requests
+        self._asking = asking
         self._tools = tools
         self._queues = queues
-        self._settings = settings
         self._context = context
-        """The session's context as it is now (a compaction may replace it)."""
-        self._check_can_prompt = check_can_prompt
-        self._remember = remember
+        self.settings = settings
         self.busy = False
         self.compacting = False
         self.run_scope: trio.CancelScope | None = None
@@ -110,7 +114,7 @@ class Runner:
 
     @property
     def retry(self) -> RetrySettings:
-        return self._host.retry
+        return self.settings.retry
 
     def start(self, prompt: list[w.AgentMessage], *, poll_steering: bool,
               manual: str | None = None, compact_manually: bool = False) -> None:
@@ -131,7 +135,7 @@ class Runner:
         if self.busy:
             self._deferred.append(message)
         else:
-            self._remember(message)
+            self._context.append(message)
 
     def cancel(self) -> bool:
         """Abort what runs: True if something did (its end follows as events)."""
@@ -146,14 +150,6 @@ class Runner:
             return False
         self.retry_scope.cancel()
         return True
-
-    def set_auto_retry(self, enabled: bool) -> None:
-        self._host.retry.enabled = enabled
-        self._settings.remember_in("retry", enabled=enabled)
-
-    def set_auto_compaction(self, enabled: bool) -> None:
-        self._host.compaction.enabled = enabled
-        self._settings.remember_in("compaction", enabled=enabled)
 
     def saw(self, event: w.Event) -> None:
         """An event passed: a reply that did not fail ends the retries; it, or a new
@@ -221,7 +217,7 @@ class Runner:
             self.retry_attempt = 0
             for message in self._deferred:
                 try:
-                    self._remember(message)
+                    self._context.append(message)
                 except PersistenceError as exc:  # its command was answered: say it here
                     log(f"a bash command's output is not in the session: {exc}")
             self._deferred.clear()
@@ -234,10 +230,11 @@ class Runner:
         `run_scope`: an abort ends it with its closing events)."""
         new: list[w.AgentMessage] = []
         try:
-            model = self._host.model
+            model = self._asking.model
             if model is None:
                 raise CommandError("No model selected")
-            outcome = await run_agent(self._context(), prompt, model, self._requests,
+            outcome = await run_agent(self._context.messages, prompt, model,
+                                      self._asking.model_request,
                                       self._tools, self._events, self._queues, new,
                                       poll_steering=poll_steering)
         except BaseException as exc:
@@ -268,11 +265,11 @@ class Runner:
         if not outcome.failed or outcome.reply is None:
             return Decision(next="end")
         text = outcome.reply.error_message or ""
-        model = self._host.model
+        model = self._asking.model
         if is_context_overflow(text) and model is not None and (
                 outcome.reply.provider, outcome.reply.model) == (model.provider, model.id):
             gave_up = self._end_retries(text)
-            if not self._host.compaction.enabled:
+            if not self.settings.compaction.enabled:
                 return Decision(next="end", ended=gave_up)
             if self.overflow_tried:
                 return Decision(next="end", ended=[*gave_up, w.CompactionEnd(
@@ -308,9 +305,7 @@ class Runner:
         self._events.emit(w.AutoRetryStart(
             attempt=decision.attempt, max_attempts=self.retry.max_retries,
             delay_ms=decision.delay_ms, error_message=failed.error_message or ""))
-        messages = self._context()
-        if messages and messages[-1] is failed:
-            messages.pop()  # the failed reply stays in the file, out of the context
+        self._context.drop_last_failed()  # it stays in the file, out of the next run
         waited = False
         self.retry_scope = trio.CancelScope()
         try:
@@ -333,15 +328,16 @@ class Runner:
         there is nothing to compact."""
         if self.busy:
             raise CommandError("Agent is busy")
-        self._check_can_prompt()
-        check_compactable(self._host.store)
+        self._asking.check_can_prompt()
+        check_compactable(self._context.store)
         self.start([], poll_steering=False, manual=custom_instructions, compact_manually=True)
 
     def _needs_compaction(self, reply: w.AssistantMessage | None) -> bool:
         """Whether the context has grown past the threshold (docs/protocol.md, Retries
         and compaction), judged by `reply`'s usage; usage from before the latest compaction is
         stale."""
-        model, messages, settings = self._host.model, self._context(), self._host.compaction
+        model, messages = self._asking.model, self._context.messages
+        settings = self.settings.compaction
         if reply is None or model is None or not settings.enabled:
             return False
         compacted = compacted_at(messages)
@@ -358,7 +354,8 @@ class Runner:
     async def _compact_before_prompt(self) -> None:
         """Compact before a prompt from idle when the context is already too full. An abort
         during it aborts the prompt's run, which still records the prompt."""
-        replies = [m for m in reversed(self._context()) if isinstance(m, w.AssistantMessage)]
+        replies = [m for m in reversed(self._context.messages)
+                   if isinstance(m, w.AssistantMessage)]
         if not self._needs_compaction(replies[0] if replies else None):
             return
         try:
@@ -371,10 +368,7 @@ class Runner:
         """Compact after a context overflow; True when the prompt is to be retried."""
         if not await self._auto_compact("overflow", will_retry=True):
             return False
-        messages = self._context()
-        last = messages[-1] if messages else None
-        if isinstance(last, w.AssistantMessage) and last.stop_reason == "error":
-            messages.pop()  # the overflow stays in the file, out of the retry
+        self._context.drop_last_failed()  # the overflow stays in the file, out of the retry
         return True
 
     async def _auto_compact(self, reason: Reason, *, will_retry: bool = False) -> bool:
@@ -388,13 +382,15 @@ class Runner:
                        instructions: str | None = None) -> w.CompactionResult:
         """One compaction between its ``compaction_start`` and ``compaction_end``; failures
         raise `CommandError`. Nothing to compact is an error only when asked for."""
-        host = self._host
         self._events.emit(w.CompactionStart(reason=reason))
         end = w.CompactionEnd(reason=reason, result=None, aborted=False, will_retry=False)
         self.compacting = True
         try:
-            self._check_can_prompt()
-            end.result, host.messages = await compact(host, reason, instructions)
+            self._asking.check_can_prompt()
+            end.result, messages = await compact(
+                self._context.store, self._asking, self.settings.compaction, self.retry,
+                self._events.emit, reason, instructions)
+            self._context.replace(messages)
             end.will_retry = will_retry
             return end.result
         except BaseException as exc:

@@ -20,42 +20,33 @@ until then), so nothing is announced that is not stored.
 from __future__ import annotations
 
 import contextlib
-from collections import ChainMap
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 import attrs
 import trio
 
-from . import _codec, _wire as w
-from ._context import build_context, context_size, stored_name
-from ._errors import CommandError, ProviderError
+from . import _wire as w
+from ._asking import ModelAsker
+from ._context import Context, stored_name
+from ._direct_bash import DirectBash
+from ._errors import CommandError
 from ._log import log
 from ._mcp import (
-    CACHE_DIR as MCP_CACHE_DIR,
-    MCP_FILE,
-    Listing,
-    ListingCache,
-    McpConfig,
     McpServers,
-    ServerSpec,
     startup_timeout,
 )
 from ._model_choice import ModelChoice
-from ._models import ModelRegistry, clamp_level
-from ._paths import session_dir_for
-from ._plugins import Plugins, PluginSource
-from ._providers import Provider, ProviderRequest, ToolSpec, provider_for
+from ._opening import SessionConfig, SessionFiles
+from ._plugins import Plugins
 from ._queues import Queues, user_message
-from ._resources import ExtraPaths, Origin, Resources
-from ._retry import RetrySettings
-from ._settings import PROJECT_DIR, CompactionSettings, Settings
+from ._retry import RunSettings
+from ._settings import Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
-from ._switching import Maker, open_store
-from ._tools import BUILTIN_NAMES, READING_TOOLS, Tool, ToolChoice, builtin_tools, select_tools
-from ._tools.base import ClientFiles, ScratchDir, Shell, ToolContext
+from ._switching import Maker
+from ._tools import BUILTIN_NAMES, Tool, select_tools
+from ._tools.base import ClientFiles, ScratchDir, Shell
 from ._tools.environment import ShellEnvironment
 from ._tools.guard import (
     SERVER_CACHE,
@@ -63,10 +54,10 @@ from ._tools.guard import (
     SandboxSettings,
     check_mode,
     record_mode,
-    recorded_mode,
     starting_mode,
     unusable_modes_problem,
 )
+from ._toolset import Toolbox, Tools
 from ._ui import Dialogs
 
 if TYPE_CHECKING:
@@ -82,81 +73,6 @@ BUSY_PROMPT_ERROR = (
 )
 
 
-@attrs.define(kw_only=True, eq=False, repr=False)
-class SessionConfig:
-    cwd: Path
-    agent_dir: Path
-    registry: ModelRegistry
-    model: w.Model | None = None
-    thinking_level: str = "medium"
-    session_name: str | None = None
-    persist: bool = True
-    """False for --no-session: the session's entries live in memory only."""
-    session_dir: Path | None = None
-    """Where new session files go (default: per cwd under <agentDir>/sessions)."""
-    session_path: Path | None = None
-    """An existing session file to continue."""
-    keep_model: bool = False
-    """The model and level were asked for (--model): a continued session does not restore
-    its own."""
-    settings: Settings | None = None
-    """Read from the agent dir and the cwd when not given."""
-    model_scope: list[str] | None = None
-    """``--models``: the patterns `cycle_model` cycles through (else ``enabledModels``)."""
-    extra: ExtraPaths = attrs.Factory(ExtraPaths)
-    """Skills, templates and system prompt text the command line adds."""
-    plugins: list[PluginSource] = attrs.Factory(list)
-    interactive: bool = True
-    """A client can answer dialogs (False in print mode: they resolve as cancelled)."""
-    tools: ToolChoice = attrs.Factory(ToolChoice)
-    new_session_id: str | None = None
-    """The id a new session file gets (``--session-id``; else a fresh one)."""
-    fork_from: Path | None = None
-    """A session file whose whole branch the new session starts with (``--fork``)."""
-    mcp: McpConfig = attrs.Factory(McpConfig)
-    """MCP servers beyond the user's and the trusted project's ``mcp.json``."""
-    permission_mode: str | None = None
-    """``--permission-mode`` (else the settings' ``permissionMode``)."""
-
-    @property
-    def new_files_dir(self) -> Path | None:
-        """Where new session files go; None keeps new sessions in memory."""
-        if not self.persist:
-            return None
-        return self.session_dir or session_dir_for(self.agent_dir, self.cwd)
-
-
-@attrs.frozen
-class _Files:
-    """What a session reads from disk before it opens."""
-
-    settings: Settings
-    resources: Resources
-    store: SessionFile
-    mcp_servers: list[ServerSpec]
-    mcp_cache: ListingCache
-    mcp_listings: dict[str, Listing]
-    """The servers' tools as they last listed them."""
-
-    @classmethod
-    def read(cls, config: SessionConfig) -> _Files:
-        settings = config.settings or Settings(config.agent_dir, config.cwd)
-        mcp = attrs.evolve(
-            config.mcp, user_file=config.agent_dir / MCP_FILE,
-            project_file=config.cwd / PROJECT_DIR / MCP_FILE if settings.project_trusted
-            else None)
-        servers = mcp.load()
-        cache = ListingCache(config.agent_dir / MCP_CACHE_DIR)
-        return cls(settings=settings,
-                   resources=Resources.load(config.cwd, config.agent_dir, settings, config.extra),
-                   store=open_store(config.session_path, config.new_files_dir, config.cwd,
-                                    session_id=config.new_session_id,
-                                    fork_from=config.fork_from),
-                   mcp_servers=servers, mcp_cache=cache,
-                   mcp_listings={spec.name: listing for spec in servers
-                                 if spec.enabled and (listing := cache.read(spec))})
-
-
 @contextlib.asynccontextmanager
 async def open_session(config: SessionConfig, sink: Sink,
                        wait_for_room: Callable[[], Awaitable[None]] | None = None, *,
@@ -169,9 +85,9 @@ async def open_session(config: SessionConfig, sink: Sink,
     session reads them on the loop: nothing else waits yet, and a worker thread would wait
     for the interpreter lock behind the start-up's imports (~40 ms of cold start)."""
     if in_thread:
-        files = await trio.to_thread.run_sync(_Files.read, config)
+        files = await trio.to_thread.run_sync(SessionFiles.read, config)
     else:
-        files = _Files.read(config)
+        files = SessionFiles.read(config)
     session: Session | None = None
     try:
         async with trio.open_nursery() as session_nursery:
@@ -190,98 +106,10 @@ async def open_session(config: SessionConfig, sink: Sink,
             session.scratch.remove()
 
 
-class DirectBash:
-    """The session's one direct ``bash`` command slot (docs/protocol.md, Direct bash)."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-        self.scope: trio.CancelScope | None = None
-        self._done = trio.Event()
-        self._done.set()
-
-    @property
-    def running(self) -> bool:
-        return self.scope is not None
-
-    async def wait(self) -> None:
-        await self._done.wait()
-
-    def abort(self) -> None:
-        if self.scope is not None:
-            self.scope.cancel()
-
-    def start(self, command: str, command_id: str | int | None, *,
-              exclude_from_context: bool = False) -> Callable[[], Awaitable[w.BashResult]]:
-        """Take the slot now (a second command fails at once, in arrival order) and return
-        what runs it: output streamed as ``bash_execution_update`` events, the result
-        entering the context (when a run is active, once it settles); with
-        `exclude_from_context` it is kept in the session but never shown to the model."""
-        if self.scope is not None:
-            raise CommandError("A bash command is already running")
-        scope = self.scope = trio.CancelScope()
-        self._done = trio.Event()
-        session = self._session
-
-        async def run() -> w.BashResult:
-            from ._tools.bash import run_direct
-
-            try:
-                await session.checkpoints.capture("before", f"!{command}")
-                message = await run_direct(
-                    command, session.cwd,
-                    lambda delta: session.emit(w.BashExecutionUpdate(id=command_id,
-                                                                     delta=delta)),
-                    scope, session.shell, session.wait_for_room, session.scratch,
-                    env=session.guard.direct_environment())
-                await session.checkpoints.capture("after")
-            finally:
-                self.scope = None
-                self._done.set()
-            if exclude_from_context:
-                message.exclude_from_context = True
-            session.run.record(message)
-            return w.BashResult(output=message.output, exit_code=message.exit_code,
-                                cancelled=message.cancelled, truncated=message.truncated,
-                                full_output_path=message.full_output_path)
-
-        return run
-
-
-class Toolbox:
-    """A session's tools as its runs call them (`forged._loop.Toolbox`)."""
-
-    def __init__(self, session: Session) -> None:
-        self._session = session
-
-    async def find(self, name: str) -> Tool | None:
-        return await self._session.tool(name)
-
-    async def gate(self, call: w.ToolCall) -> str | None:
-        return await self._session.plugins.before_tool_call(call.id, call.name,
-                                                            call.arguments)
-
-    async def prepare(self, call: w.ToolCall) -> None:
-        if call.name not in READING_TOOLS:
-            session = self._session
-            await session.checkpoints.before_change(session.last_prompt())
-
-    async def settle(self) -> None:
-        if self._session.has_checkpoints:
-            await self._session.checkpoints.settle()
-
-    def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext:
-        session = self._session
-        return ToolContext(cwd=session.cwd, update=update, shell=session.shell,
-                           scratch=session.scratch, env=session.command_env(),
-                           files=session.files, guard=session.guard)
-
-
 class Session:
     """One conversation, its file, and what runs in it; made by `open_session`."""
 
-    store: SessionFile
-
-    def __init__(self, config: SessionConfig, files: _Files, sink: Sink,
+    def __init__(self, config: SessionConfig, files: SessionFiles, sink: Sink,
                  nursery: trio.Nursery,
                  wait_for_room: Callable[[], Awaitable[None]] | None = None) -> None:
         self.cwd = config.cwd
@@ -299,13 +127,7 @@ class Session:
         self.scratch = ScratchDir()
         self.ui = Dialogs(self.emit, interactive=config.interactive)
         self._checkpoints: Checkpoints | None = None
-        self._mode_chosen = config.permission_mode is not None
-        """``--permission-mode`` (or a daemon client's) was given: it wins over the mode a
-        session file records."""
         mode = starting_mode(config.permission_mode, settings)
-        self._default_mode = starting_mode(None, settings) if self._mode_chosen else mode
-        """The mode a session starts in when nothing chooses one: a branch that records no
-        mode is in it."""
         self.guard = Guard(mode,
                            SandboxSettings.from_settings(settings, config.agent_dir),
                            config.cwd, self.scratch, self.ui,
@@ -317,117 +139,61 @@ class Session:
                               startup_timeout_s=startup_timeout(settings.get("mcp")),
                               confine=lambda argv, cwd, spec: self.guard.server(
                                   argv, cwd, network=spec.network, sandbox=spec.sandbox))
-        self._own_tools: dict[str, Tool] | None = {}  # none until they are chosen, below
         self.files: ClientFiles | None = None
         """The client's files, for the file tools (an ACP editor's), else the disk."""
         self.shell = Shell.from_settings(settings.get("shellPath"),
                                          settings.get("shellCommandPrefix"))
-        self.retry = RetrySettings.from_settings(settings.get("retry"))
-        self.compaction = CompactionSettings.from_settings(settings.get("compaction"))
+        self.run_settings = RunSettings.from_settings(settings)
         self._held: w.MessageStart | None = None
         """A ``message_start`` that waits for its ``message_end`` (`emit`)."""
         self._runner: Runner | None = None
-        self.bash = DirectBash(self)
         self.store = files.store
+        self.context = Context(files.store)
         self.choice = ModelChoice(config.registry, settings, config.model,
                                   config.thinking_level, config.model_scope,
                                   lambda: self.store, self.emit)
+        self.plugins = Plugins(config.plugins, self)
+        plugin_tools = _plugin_tools(self.plugins)
+        self.tools = Tools(
+            self.guard, self.mcp, settings, plugin_tools=plugin_tools,
+            names=_chosen_tools(config, settings, plugin_tools),
+            mode_chosen=config.permission_mode is not None,
+            default_mode=starting_mode(None, settings))
         self._install(files.store, restore=not config.keep_model)
         if config.session_name:
             self.set_session_name(config.session_name, announce=False)
-        self.plugins = Plugins(config.plugins, self)
-        plugin_tools: dict[str, Tool] = {}
-        for name, tool in self.plugins.tools.items():
-            if name in BUILTIN_NAMES:
-                log(f"a plugin's tool {name} is a built-in tool's name; skipped")
-            else:
-                plugin_tools[name] = tool
-        self._plugin_tools = plugin_tools
-        self._tool_names, unknown = select_tools(
-            plugin_tools, attrs.evolve(config.tools, default=settings.default_tools()))
-        self._own_tools = None
-        if unknown:
-            log(f"no tool is called {', '.join(unknown)}; ignored")
-        self._arm(self.guard.mode)
+        self.asking = ModelAsker(config.registry, self.choice, self.resources, self.tools,
+                                 self.run_settings.retry,
+                                 guidelines=lambda: self.plugins.guidelines,
+                                 session_id=lambda: self.session_id)
+        self.bash = DirectBash(self.cwd, self.shell, self.scratch, emit=self.emit,
+                               wait_for_room=self.wait_for_room,
+                               environment=self.guard.direct_environment,
+                               checkpoints=lambda: self.checkpoints,
+                               record=lambda message: self.run.record(message))
 
     def set_permission_mode(self, mode: str) -> None:
         """Apply `mode` from the next tool call on (`forged._tools.guard`), and record it in
-        the session file; running stdio MCP servers start again when it changes whether they
-        are confined."""
+        the session file."""
         try:
             check_mode(mode)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
-        self._take_mode(mode)
+        self.tools.take_mode(mode)
         record_mode(self.store, mode)
         if self.guard.sandboxed:
             self._nursery.start_soon(unusable_modes_problem)
 
-    def _take_mode(self, mode: str) -> None:
-        was = self.guard.sandboxed
-        self._arm(mode)
-        if self.guard.sandboxed != was:
-            self.mcp.restart_stdio(f"the permission mode became {mode}")
-
-    def _install_mode(self, store: SessionFile) -> None:
-        """The mode `store`'s branch records, unless one was chosen at start (a trusted
-        project's settings may still lower it, as at start); then the mode is recorded where
-        it is not what the branch says (nor, in a branch that says nothing, the mode a
-        session starts in)."""
-        recorded = recorded_mode(store)
-        if recorded is not None and not self._mode_chosen:
-            self._take_mode(starting_mode(recorded, self.settings))
-        if self.guard.mode != (recorded or self._default_mode):
-            record_mode(store, self.guard.mode)
-
-    @property
-    def own_tools(self) -> dict[str, Tool]:
-        """The built-in and plugin tools the model gets, made at their first use (the
-        built-in tools' modules load then, off start-up)."""
-        if self._own_tools is None:
-            builtin = builtin_tools()
-            self._own_tools = {name: builtin[name] if name in builtin
-                               else self._plugin_tools[name] for name in self._tool_names}
-            self._arm_bash(self._own_tools)
-        return self._own_tools
-
-    @property
-    def tools(self) -> Mapping[str, Tool]:
-        """`own_tools`, and the MCP servers' as they connect."""
-        return ChainMap(self.own_tools, self.mcp.tools)
-
-    def _arm(self, mode: str) -> None:
-        self.guard.mode = mode
-        if self._own_tools is not None:
-            self._arm_bash(self._own_tools)
-
-    def _arm_bash(self, tools: dict[str, Tool]) -> None:
-        from ._tools.bash import BASH, SANDBOXED_BASH
-
-        if tools.get("bash") in (BASH, SANDBOXED_BASH):  # the model sees escalate
-            tools["bash"] = SANDBOXED_BASH if self.guard.sandboxed else BASH
-
     def _install(self, store: SessionFile, *, restore: bool) -> None:
-        """Make `store` the session's file: its context, its name, and (when `restore`) the
-        model and level its branch last used; a choice the branch does not record is
-        appended."""
+        """Make `store` the session's file: its context, its name, its mode, and (when
+        `restore`) the model and level its branch last used; a choice the branch does not
+        record is appended."""
         self.store = store
-        self._messages: list[w.AgentMessage] | None = None  # read from the file when needed
+        self.context.rebase(store)
         self.totals = UsageTotals()
         self.session_name = stored_name(store)
         self.choice.restore(store, restore=restore)
-        self._install_mode(store)
-
-    @property
-    def messages(self) -> list[w.AgentMessage]:
-        """The context: the active branch's messages, read back on first use."""
-        if self._messages is None:
-            self._messages = build_context(self.store)
-        return self._messages
-
-    @messages.setter
-    def messages(self, messages: list[w.AgentMessage]) -> None:
-        self._messages = messages
+        self.tools.install_mode(store)
 
     @property
     def session_id(self) -> str:
@@ -468,7 +234,7 @@ class Session:
             return
         if isinstance(event, w.MessageEnd):
             held, self._held = self._held, None
-            self.remember(event.message)
+            self.context.append(event.message)
             if held is not None:
                 self._send(held)
         self._send(event)
@@ -492,11 +258,14 @@ class Session:
         if self._runner is None:
             from ._run import Runner
 
-            self._runner = Runner(
-                self, self._nursery, events=self, requests=self.model_request,
-                tools=Toolbox(self), queues=self.queues, settings=self.settings,
-                context=lambda: self.messages, check_can_prompt=self.check_can_prompt,
-                remember=self.remember)
+            toolbox = Toolbox(self.tools, self.context, gate=self.plugins.before_tool_call,
+                              checkpoints=lambda: self.checkpoints,
+                              made_checkpoints=lambda: self._checkpoints, cwd=self.cwd,
+                              shell=self.shell, scratch=self.scratch, files=lambda: self.files,
+                              command_env=self.command_env)
+            self._runner = Runner(self._nursery, events=self, asking=self.asking,
+                                  tools=toolbox, queues=self.queues, context=self.context,
+                                  settings=self.run_settings)
         return self._runner
 
     @property
@@ -507,18 +276,11 @@ class Session:
         return self._runner is not None and self._runner.busy
 
     @property
-    def settling(self) -> bool:
-        return self._runner is not None and self._runner.settling
-
-    @property
-    def compacting(self) -> bool:
-        return self._runner is not None and self._runner.compacting
-
-    @property
     def idle(self) -> bool:
         """Nothing runs: no prompt, no direct bash command, no plugin command."""
-        return (not self.busy and not self.settling and not self.bash.running
-                and not self.plugins.running)
+        runner = self._runner
+        return (runner is None or not (runner.busy or runner.settling)) and (
+            not self.bash.running and not self.plugins.running)
 
     async def wait_idle(self) -> None:
         while not self.idle:
@@ -528,57 +290,31 @@ class Session:
             await self.bash.wait()
 
     def state(self) -> w.SessionState:
+        compacting = self._runner is not None and self._runner.compacting
         return w.SessionState(
             model=self.model, thinking_level=self.thinking_level,
-            is_streaming=self.busy and not self.compacting,
-            is_compacting=self.compacting, steering_mode=self.queues.steering_mode,
+            is_streaming=self.busy and not compacting,
+            is_compacting=compacting, steering_mode=self.queues.steering_mode,
             follow_up_mode=self.queues.follow_up_mode,
             session_file=str(self.store.path) if self.store.path else None,
             session_id=self.session_id,
             session_name=self.session_name,
-            auto_compaction_enabled=self.compaction.enabled,
-            message_count=(len(self._messages) if self._messages is not None
-                           else context_size(self.store)),
+            auto_compaction_enabled=self.run_settings.compaction.enabled,
+            message_count=len(self.context),
             pending_message_count=len(self.queues), permission_mode=self.guard.mode,
             session_file_error=self.store.write_error,
         )
 
-    def last_assistant_text(self) -> str | None:
-        for message in reversed(self.messages):
-            if not isinstance(message, w.AssistantMessage):
-                continue
-            text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
-            if message.stop_reason == "aborted" and not text.strip():
-                continue
-            return text.strip() or None
-        return None
-
     def stats(self) -> w.SessionStats:
         self.totals.count(self.store)
-        return session_stats(self.store, self.totals, self.messages, self.model)
+        return session_stats(self.store, self.totals, self.context.messages, self.model)
 
     def commands(self) -> list[w.CommandInfo]:
         """What ``/name`` runs: plugin commands, prompt templates, then skills
         (get_commands)."""
-        found = self.plugins.command_infos()
-        for template in self.resources.templates:
-            found.append(w.CommandInfo(
-                name=template.name, description=template.description, source="prompt",
-                source_info=_source_info(template.path, template.origin)))
-        for skill in self.resources.skills:
-            found.append(w.CommandInfo(
-                name=f"skill:{skill.name}", description=skill.description, source="skill",
-                source_info=_source_info(skill.path, skill.origin)))
-        return found
+        return [*self.plugins.command_infos(), *self.resources.command_infos()]
 
     # --- prompting -----------------------------------------------------------------------------
-
-    def check_can_prompt(self) -> None:
-        if self.model is None:
-            raise CommandError(self.registry.no_model_reason())
-        problem = self.registry.key_problem(self.model.provider)
-        if problem is not None:
-            raise CommandError(problem)
 
     def disposition(self, streaming_behavior: str | None) -> Literal["started", "queued"]:
         """What a prompt sent now becomes: ``queued`` while busy (which needs a
@@ -587,7 +323,7 @@ class Session:
             if streaming_behavior is None:
                 raise CommandError(BUSY_PROMPT_ERROR)
             return "queued"
-        self.check_can_prompt()
+        self.asking.check_can_prompt()
         return "started"
 
     def start_prompt(self, text: str, images: list[w.ImageContent] | None) -> None:
@@ -599,12 +335,6 @@ class Session:
             self.queues.add("follow_up", text, None)
         else:
             self.start_prompt(text, None)
-
-    def remember(self, message: w.AgentMessage) -> None:
-        """A message into the session file, then the context; `PersistenceError` (and in
-        neither) when the file cannot be written."""
-        self.store.append("message", message=_codec.unstructure(message))
-        self.messages.append(message)
 
     @property
     def checkpoints(self) -> Checkpoints:
@@ -621,17 +351,6 @@ class Session:
             self.start_task(self._checkpoints.housekeep)
         return self._checkpoints
 
-    @property
-    def has_checkpoints(self) -> bool:
-        return self._checkpoints is not None
-
-    def last_prompt(self) -> w.UserMessage | None:
-        """The context's last user message: the prompt (or steering) a run works on."""
-        for message in reversed(self.messages):
-            if isinstance(message, w.UserMessage):
-                return message
-        return None
-
     def command_env(self) -> dict[str, str | None]:
         """What the ``bash`` tool's commands are told of the session, as the ancestor tells
         them (read when each command starts)."""
@@ -641,54 +360,6 @@ class Session:
                 "PI_PROVIDER": model.provider if model else None,
                 "PI_MODEL": model.id if model else None,
                 "PI_REASONING_LEVEL": self.thinking_level}
-
-    async def tool(self, name: str) -> Tool | None:
-        """The tool called `name`, connecting its MCP server first if need be."""
-        return self.own_tools.get(name) or await self.mcp.tool(name)
-
-    async def model_request(self, context: list[w.AgentMessage]
-                            ) -> tuple[Provider, ProviderRequest]:
-        """The model's request for `context`, with the session's system prompt and tools
-        (MCP servers never listed before are waited for first)."""
-        await self.mcp.first_listings()
-        own = list(self.own_tools.values())
-        return await self._request(self.resources.system_prompt(own, self.plugins.guidelines),
-                                   context, [*own, *self.mcp.tools.values()],
-                                   self.thinking_level)
-
-    async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool
-                              ) -> tuple[Provider, ProviderRequest]:
-        """A request for a compaction summary of `text`, to the session's model."""
-        from ._compaction import SYSTEM_PROMPT
-
-        level = clamp_level(self.model, "high") if reasoning else "off"
-        return await self._request(SYSTEM_PROMPT, [user_message(text, None)], [], level, max_tokens)
-
-    async def _request(self, system_prompt: str, messages: list[w.AgentMessage],
-                       tools: list[Tool], thinking_level: str, max_tokens: int | None = None
-                       ) -> tuple[Provider, ProviderRequest]:
-        """The request, its key and headers resolved (``!command`` values run off the loop);
-        `ProviderError` when the provider has no key."""
-        model = self.model
-        if model is None:
-            raise CommandError(self.registry.no_model_reason())
-        await self.registry.resolve(model)
-        key = self.registry.api_key(model.provider)
-        if key is None:
-            raise ProviderError(self.registry.key_problem(model.provider)
-                                or f"No API key for {model.provider}")
-        request = ProviderRequest(
-            model=model, system_prompt=system_prompt, messages=messages,
-            tools=[ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
-                   for t in tools],
-            thinking_level=thinking_level,
-            api_key=key,
-            headers=self.registry.request_headers(model),
-            session_id=self.session_id,
-            idle_timeout_s=self.retry.idle_timeout_ms / 1000,
-            max_tokens=max_tokens,
-        )
-        return provider_for(model.api), request
 
     # --- stopping and switching ----------------------------------------------------------------
 
@@ -735,6 +406,21 @@ class Session:
         self._install(store, restore=restore)
 
 
-def _source_info(path: Path, origin: Origin) -> w.SourceInfo:
-    return w.SourceInfo(path=str(path), source="local", scope=origin.scope, origin="top-level",
-                        base_dir=str(origin.path if origin.path.is_dir() else path.parent))
+def _plugin_tools(plugins: Plugins) -> dict[str, Tool]:
+    """The plugins' tools, but for one named as a built-in tool (skipped, said once)."""
+    tools: dict[str, Tool] = {}
+    for name, tool in plugins.tools.items():
+        if name in BUILTIN_NAMES:
+            log(f"a plugin's tool {name} is a built-in tool's name; skipped")
+        else:
+            tools[name] = tool
+    return tools
+
+
+def _chosen_tools(config: SessionConfig, settings: Settings,
+                  plugin_tools: dict[str, Tool]) -> list[str]:
+    names, unknown = select_tools(plugin_tools,
+                                  attrs.evolve(config.tools, default=settings.default_tools()))
+    if unknown:
+        log(f"no tool is called {', '.join(unknown)}; ignored")
+    return names

@@ -48,6 +48,7 @@ DEFERRED = {
     "forged._fronts.acp.jsonrpc": "connect --acp's full path",
     # A session pays for a part the first time it uses it.
     "forged._session": "import forged (the version, the client) loads no session",
+    "forged._opening": "import forged (the version, the client) loads no session",
     "forged._run": "the run driver: at the first prompt",
     "forged._compaction": "at the first compaction",
     "forged._checkpointing": "checkpoints: at the first run that may change files",

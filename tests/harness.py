@@ -22,9 +22,9 @@ from forged._fronts.stdio import serve_stdio
 from forged._hub import Hub
 from forged._jsonl import LineSplitter
 from forged._models import ModelRegistry, register_scripted
+from forged._opening import SessionConfig
 from forged._plugins import PluginSource
 from forged._providers.scripted import Reply, ScriptedServer
-from forged._session import SessionConfig
 from forged._tools import ToolChoice
 from forged.client import Client as ForgedClient
 

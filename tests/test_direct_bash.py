@@ -33,8 +33,11 @@ async def test_bash_streams_then_answers_and_enters_the_context(tmp_path: Path) 
                            "output": "one\nred\né\n", "exitCode": 3, "cancelled": False,
                            "truncated": False, "fullOutputPath": None,
                            "timestamp": messages[0]["timestamp"]}
+    assert len(messages) == 1  # once: not again when the context is first read back
     assert quiet["data"]["output"] == "plain\n"
     assert "id" not in client.events("bash_execution_update")[-1]
+    assert sum("Ran `" in block.get("text", "") for message in body["messages"]
+               for block in message["content"]) == 2  # the two commands, each once
     first = body["messages"][0]["content"][0]["text"]
     assert first.startswith(f"Ran `{script}`\n```\none\nred\né\n\n```")
     assert first.endswith("Command exited with code 3")

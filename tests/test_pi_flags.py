@@ -55,7 +55,7 @@ async def session_for(project: Path, *argv: str) -> AsyncIterator[Session]:
 
 
 def tool_names(session: Session) -> list[str]:
-    return list(session.tools)
+    return list(session.tools.all)
 
 
 @pytest.mark.parametrize(("flag", "dest", "value"), [
@@ -79,7 +79,7 @@ def test_short_flags_with_values_and_the_name_flag_beside_them() -> None:
 async def test_the_default_tools_are_read_bash_edit_write(project: Path) -> None:
     async with session_for(project) as session:
         assert tool_names(session) == ["read", "bash", "edit", "write"]
-        _, request = await session.model_request(session.messages)
+        _, request = await session.asking.model_request(session.context.messages)
     assert [tool.name for tool in request.tools] == ["read", "bash", "edit", "write"]
     assert "- grep:" not in request.system_prompt and "- write:" in request.system_prompt
 
@@ -179,7 +179,7 @@ async def test_api_key_is_the_chosen_models_providers_key_for_this_run(
     async with session_for(project, "--model", "claude-sonnet-4-5", "--api-key",
                            "sk-given") as session:
         assert session.model is not None and session.model.provider == "anthropic"
-        _, request = await session.model_request(session.messages)
+        _, request = await session.asking.model_request(session.context.messages)
     assert request.api_key == "sk-given"
     assert not (tmp_path / "agent" / "settings.json").exists() or "sk-given" not in (
         tmp_path / "agent" / "settings.json").read_text()
@@ -193,7 +193,7 @@ async def test_system_prompt_appends_keep_every_value_in_order(project: Path,
     (tmp_path / "second.md").write_text("SECOND from a file")
     async with session_for(project, "--append-system-prompt", "FIRST",
                            "--append-system-prompt", str(tmp_path / "second.md")) as session:
-        _, request = await session.model_request(session.messages)
+        _, request = await session.asking.model_request(session.context.messages)
     assert "FIRST\n\nSECOND from a file" in request.system_prompt
 
 
@@ -210,11 +210,12 @@ async def test_no_skills_templates_or_context_files(project: Path, tmp_path: Pat
     async with session_for(project) as session:
         assert [s.name for s in session.resources.skills] == ["lint"]
         assert [t.name for t in session.resources.templates] == ["review"]
-        assert "CONTEXT-MARKER" in (await session.model_request(session.messages))[1].system_prompt
+        _, request = await session.asking.model_request(session.context.messages)
+        assert "CONTEXT-MARKER" in request.system_prompt
     async with session_for(project, "-ns", "--skill", str(extra), "-np", "-nc") as session:
         assert [s.name for s in session.resources.skills] == ["extra"]
         assert session.resources.templates == []
-        _, request = await session.model_request(session.messages)
+        _, request = await session.asking.model_request(session.context.messages)
         assert "CONTEXT-MARKER" not in request.system_prompt
 
 
@@ -223,7 +224,7 @@ async def test_session_id_starts_or_continues_that_session(project: Path,
     async with session_for(project, "--session-id", "review-42") as session:
         assert session.session_id == "review-42"
         session.set_session_name("first")  # an entry, not yet a message: still unwritten
-        session.remember(_user("hello"))
+        session.context.append(_user("hello"))
         path = session.store.path
     assert path is not None and path.name.endswith("_review-42.jsonl") and path.exists()
     async with session_for(project, "--session-id", "review-42") as session:
@@ -236,14 +237,14 @@ async def test_session_id_starts_or_continues_that_session(project: Path,
 
 async def test_fork_copies_a_session_into_a_new_one(project: Path) -> None:
     async with session_for(project) as original:
-        original.remember(_user("the original"))
+        original.context.append(_user("the original"))
         source = original.store.path
         assert source is not None
         async with session_for(project, "--fork", str(source), "--session-id",
                                "copy-1") as session:  # while another session holds the source
             assert session.session_id == "copy-1"
             assert session.store.header["parentSession"] == str(source)
-            assert [m.content[0].text for m in session.messages] == ["the original"]  # type: ignore[union-attr]
+            assert [m.content[0].text for m in session.context.messages] == ["the original"]  # type: ignore[union-attr]
             forked = session.store.path
     assert forked is not None and forked != source and forked.exists()
     assert len(SessionFile.open(source).entries_since(None)) == len(
@@ -254,7 +255,7 @@ async def test_fork_copies_a_session_into_a_new_one(project: Path) -> None:
 
 async def test_resume_continues_the_most_recent_session(project: Path) -> None:
     async with session_for(project) as session:
-        session.remember(_user("earlier"))
+        session.context.append(_user("earlier"))
         recent = session.store.path
     async with session_for(project, "-r") as session:
         assert session.store.path == recent
@@ -295,7 +296,7 @@ async def test_export_writes_a_session_file_as_html(
         project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "page.html"
     async with session_for(project) as session:
-        session.remember(_user("export me"))
+        session.context.append(_user("export me"))
         source = session.store.path
         assert source is not None
         held = source.read_bytes()
@@ -346,7 +347,7 @@ async def test_trust_is_decided_as_the_ancestor_decides_it(
     async with session_for(project) as session:
         assert (session.queues.steering_mode == "all") is trusted
         assert ([t.name for t in session.resources.templates] == ["ship"]) is trusted
-        _, request = await session.model_request(session.messages)
+        _, request = await session.asking.model_request(session.context.messages)
         assert "PROJECT-CONTEXT" in request.system_prompt  # either way
     async with session_for(project, "--no-approve") as session:
         assert session.queues.steering_mode == "one-at-a-time"

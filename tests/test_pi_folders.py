@@ -49,7 +49,7 @@ async def test_sessions_go_where_the_ancestor_is_told_to_keep_them(
     async def written(*argv: str) -> Path:
         options = options_from(parse_command_line(["--cwd", str(project), *argv]))
         async with open_session(session_config(options, models), lambda _: None) as session:
-            session.remember(user_message("hi", None))
+            session.context.append(user_message("hi", None))
             assert session.store.path is not None
             return session.store.path
 

@@ -3,17 +3,20 @@ run can return (`Runner.decide`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
 from forged import _wire as w
+from forged._context import Context
 from forged._errors import ProviderError, ProviderStatusError, ProviderStreamError
 from forged._loop import RunOutcome
-from forged._retry import RetrySettings
+from forged._retry import RetrySettings, RunSettings
 from forged._run import OVERFLOW_RECOVERY_FAILED, Runner
 from forged._settings import CompactionSettings
+from forged._store import SessionFile
 
 MODEL = w.Model(id="m", name="M", api="anthropic-messages", provider="p", base_url="u",
                 reasoning=False, input=["text"], context_window=100_000, max_tokens=1000,
@@ -21,14 +24,21 @@ MODEL = w.Model(id="m", name="M", api="anthropic-messages", provider="p", base_u
 
 
 class Host:
-    """The compaction host the driver reads its model and settings from."""
+    """The session as the driver reads it: its model, its settings, an empty context."""
 
     def __init__(self, *, compaction: bool = True) -> None:
         self.model = MODEL
-        self.retry = RetrySettings(base_delay_ms=100)
-        self.compaction = CompactionSettings(enabled=compaction)
-        self.messages: list[w.AgentMessage] = []
-        self.store: Any = None
+        self.settings = RunSettings(retry=RetrySettings(base_delay_ms=100),
+                                    compaction=CompactionSettings(enabled=compaction))
+
+    def check_can_prompt(self) -> None:
+        pass
+
+    async def model_request(self, context: list[w.AgentMessage]) -> Any:
+        raise AssertionError("no run is made here")
+
+    async def summary_request(self, text: str, *, max_tokens: int, reasoning: bool) -> Any:
+        raise AssertionError("no compaction is made here")
 
 
 def reply(stop: str = "stop", error: str | None = None) -> w.AssistantMessage:
@@ -53,10 +63,9 @@ async def runner(host: Host) -> Runner:
             pass
 
     async with trio.open_nursery() as nursery:
-        made = Runner(host, nursery, events=Events(), requests=None,  # type: ignore[arg-type]
-                      tools=None, queues=None, settings=None,  # type: ignore[arg-type]
-                      context=lambda: host.messages, check_can_prompt=lambda: None,
-                      remember=host.messages.append)
+        made = Runner(nursery, events=Events(), asking=host, tools=None,  # type: ignore[arg-type]
+                      queues=None, context=Context(SessionFile.create(None, Path("/w"))),  # type: ignore[arg-type]
+                      settings=host.settings)
     return made
 
 

@@ -125,7 +125,8 @@ class Trace:
 
 
 def _print_last_reply(session: Session, outbox: Outbox) -> int:
-    last = session.messages[-1] if session.messages else None
+    messages = session.context.messages
+    last = messages[-1] if messages else None
     if not isinstance(last, w.AssistantMessage):
         return 0
     if last.stop_reason in ("error", "aborted"):

@@ -58,7 +58,7 @@ from .._connection import (
 )
 from .._dispatch import Agent, open_agent
 from .._log import log
-from .._session import SessionConfig
+from .._opening import SessionConfig
 
 
 async def run_stdio(options: Options, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
