@@ -22,7 +22,7 @@ against the import graph). A package named here stands for all its modules::
     _compaction _loop _plugins _export _mcp _checkpointing
                                          summaries, one run, plugins, the HTML page, MCP,
                                          the session's checkpoints
-    _models _resources _context _stats _retry
+    _models _catalogue _resources _context _stats _retry
                                          models, prompts and skills, what the model sees
     _providers _tools _store _settings _ui _auth
                                          the model APIs, tools, session files, settings,

@@ -61,7 +61,8 @@ def usage(command: str) -> str:
 
 def known_providers() -> list[str]:
     """Every provider forged can use: its own, the catalogue's and models.json's."""
-    from ._models import ModelRegistry, catalogue_providers
+    from ._catalogue import catalogue_providers
+    from ._models import ModelRegistry
 
     registry = ModelRegistry()
     registry.load_models_json(agent_dir() / "models.json")

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import trio
 
-from forged._models import ModelRegistry, catalogue_providers
+from forged._catalogue import catalogue_providers
+from forged._models import ModelRegistry
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from forged._catalogue import catalogue_providers
 from forged._errors import ProviderError
-from forged._models import catalogue_providers
 from forged._providers.azure import base_url, deployment
 from forged._providers.scripted import Reply, ScriptText
 

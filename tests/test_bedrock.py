@@ -12,7 +12,8 @@ import botocore.credentials
 import orjson
 import pytest
 
-from forged._models import ModelRegistry, catalogue_providers
+from forged._catalogue import catalogue_providers
+from forged._models import ModelRegistry
 from forged._providers.scripted import RecordedRequest, Reply, ScriptText
 
 from .harness import open_client

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from forged import _wire as w
-from forged._models import ModelRegistry, catalogue_providers, clamp_level
+from forged._catalogue import catalogue_providers
+from forged._models import ModelRegistry, clamp_level
 from forged._providers import ProviderRequest, ToolSpec
 from forged._providers.openai import build_headers, chat_params
 from forged._providers.scripted import Reply, ScriptText

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio.testing
 
-from forged._models import catalogue_providers
+from forged._catalogue import catalogue_providers
 from forged._providers.scripted import (
     Reply,
     ScriptText,

@@ -12,6 +12,7 @@ from typing import Any
 import trio
 import trio.testing
 
+from forged._catalogue import ModelDefinition, ProviderConfig
 from forged._compaction import (
     SPLIT_TURN_SEPARATOR,
     SUMMARY_PROMPT,
@@ -19,7 +20,6 @@ from forged._compaction import (
     TURN_PREFIX_PROMPT,
     UPDATE_PROMPT,
 )
-from forged._models import ModelDefinition, ProviderConfig
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall, ScriptUsage
 from forged._run import OVERFLOW_RECOVERY_FAILED
 

@@ -24,8 +24,8 @@ import trio
 import trio.testing
 
 from forged import _wire as w
+from forged._catalogue import ProviderConfig
 from forged._errors import ConfigError
-from forged._models import ProviderConfig
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 from forged._transports.websocket import MAX_UNAUTHENTICATED
 from forged.client import Client, Received

@@ -203,3 +203,15 @@ def test_every_deferred_import_is_listed_with_its_reason() -> None:
     assert {module: sorted(where) for module, where in found.items()
             if module not in DEFERRED} == {}, "imported late without a reason in DEFERRED"
     assert sorted(set(DEFERRED) - set(found)) == [], "listed in DEFERRED, imported at the top"
+
+
+MAX_MODULE_LINES = 650
+"""Past this a module is two concepts (the protocol's classes, `forged._wire`, excepted: one
+concept, long because the protocol is)."""
+
+
+def test_no_module_is_two_concepts_long() -> None:
+    long = {module: lines for module, path in _modules().items()
+            if not module.startswith("_wire")
+            and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}

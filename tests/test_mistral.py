@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from forged._models import catalogue_providers
+from forged._catalogue import catalogue_providers
 from forged._providers.mistral import CallIds, derive_id
 from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 

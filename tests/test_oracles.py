@@ -22,7 +22,7 @@ from google.genai import types as genai_types
 from mistralai.client import Mistral
 
 from forged import _wire as w
-from forged._models import ProviderConfig
+from forged._catalogue import ProviderConfig
 from forged._providers import APIS
 from forged._providers.scripted import (
     Reply,

@@ -21,7 +21,7 @@ import trio.testing
 import forged
 import forged.client
 from forged import _wire as w
-from forged._models import ProviderConfig
+from forged._catalogue import ProviderConfig
 from forged._providers.anthropic import CLAUDE_CODE_IDENTITY
 from forged._providers.base import AssistantBuilder
 from forged._providers.http import status_error

@@ -11,7 +11,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from forged._models import ModelRegistry, catalogue_providers
+from forged._catalogue import catalogue_providers
+from forged._models import ModelRegistry
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client

@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
 import math
 import os
 import tempfile
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ from .._process import PIPE, kill_process_group, open_process
 from .._tools import ToolContext, text_result
 from .._tools.base import ScratchDir
 from .._version import __version__
+from . import sdk
 from .cache import ListedTool, Listing, ListingCache
 from .config import DEFAULT_STARTUP_TIMEOUT_S, ServerSpec, expand
 from .sieve import Sieve, object_schema
@@ -223,7 +222,7 @@ class McpServer:
         if self.spec.transport == "stdio":
             streams = await self._stdio(stack)
         else:
-            await _sdk_loaded()
+            await sdk.loaded()
             streams = await self._http(stack)
         from mcp.client.session import ClientSession
         from mcp.types import Implementation
@@ -304,7 +303,7 @@ class McpServer:
         nursery.start_soon(self._read_stderr, read_fd)
         try:
             process = await open_process(
-                argv, cwd=values["cwd"], env={**(_default_environment() if base is None
+                argv, cwd=values["cwd"], env={**(sdk.default_environment() if base is None
                                                  else base), **values["env"]},
                 stdin=PIPE, stdout=PIPE, stderr=write_fd)
         finally:
@@ -316,7 +315,7 @@ class McpServer:
                     race.cancel_scope.cancel()
 
                 race.start_soon(exits)
-                await _sdk_loaded()
+                await sdk.loaded()
                 race.cancel_scope.cancel()
             if process.returncode is not None:
                 raise ServerExited(f"it exited with status {process.returncode} before it "
@@ -505,72 +504,6 @@ def _listed(tool: Any) -> ListedTool | None:
         return None
     return ListedTool(name=tool.name, description=tool.description,
                       input_schema={"type": "object", **schema})
-
-
-_sdk_imported = threading.Event()
-_sdk_failure: list[BaseException] = []
-_sdk_start = threading.Lock()
-_sdk_started = False
-
-
-async def _sdk_loaded() -> None:
-    """Until the SDK is imported: once a process, by a thread of its own (0.6 s of imports,
-    off the loop), which every server waits for; a wait cancelled (a server that exited
-    meanwhile) leaves the import going."""
-    global _sdk_started
-    if not _sdk_imported.is_set():
-        with _sdk_start:
-            if not _sdk_started:
-                threading.Thread(target=_import_sdk, name="forged-mcp-sdk", daemon=True).start()
-                _sdk_started = True
-        await trio.to_thread.run_sync(_sdk_imported.wait, abandon_on_cancel=True)
-    if _sdk_failure:
-        raise _sdk_failure[0]
-
-
-def _import_sdk() -> None:
-    try:
-        _load_sdk()
-    except BaseException as exc:  # said to each server that waits
-        _sdk_failure.append(exc)
-    finally:
-        _sdk_imported.set()
-
-
-def _default_environment() -> dict[str, str]:
-    """What of forged's environment a server that is not confined gets, as the SDK's
-    ``get_default_environment`` gives it (without importing the SDK)."""
-    names = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
-    return {name: value for name in names
-            if (value := os.environ.get(name)) is not None and not value.startswith("()")}
-
-
-def _load_sdk() -> None:
-    """Import the parts of the MCP SDK a connection uses (in a worker thread: the loop goes
-    on answering meanwhile)."""
-    import httpx2  # noqa: F401
-    import mcp.client.session  # noqa: F401 (loaded here, used later)
-    import mcp.client.stdio  # noqa: F401
-    import mcp.client.streamable_http  # noqa: F401
-
-    from . import http  # noqa: F401
-
-    sdk = logging.getLogger("mcp")
-    if not any(isinstance(handler, _SdkLog) for handler in sdk.handlers):
-        sdk.addHandler(_SdkLog(logging.WARNING))
-        sdk.propagate = False  # not Python's last-resort handler, a blocking write to stderr
-
-
-class _SdkLog(logging.Handler):
-    """The SDK's warnings and errors (a server that writes what is not JSON-RPC, say) as one
-    line each in forged's log, which never blocks."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = f"MCP SDK {record.levelname.lower()}: {record.getMessage()}"
-        if record.exc_info and record.exc_info[1] is not None:
-            error = record.exc_info[1]
-            text += f" ({type(error).__name__}: {next(iter(str(error).splitlines()), '')})"
-        log(text)
 
 
 def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:
