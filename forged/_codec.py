@@ -147,6 +147,9 @@ def configure_converter(converter: cattrs.Converter) -> None:
     converter.register_structure_hook(bool, _strict(bool, "a boolean"))
     converter.register_structure_hook(float, _structure_float)
     converter.register_structure_hook(Any, lambda value, _: value)
+    # `w.JSONValue`, a field typed object: as Any is, taken as it is and written as it is.
+    converter.register_structure_hook_func(lambda cl: cl is object, lambda value, _: value)
+    converter.register_unstructure_hook_func(lambda cl: cl is object, converter.unstructure)
 
     converter.register_unstructure_hook(w.Response, _unstructure_response(converter))
     converter.register_unstructure_hook_factory(

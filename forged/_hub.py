@@ -96,7 +96,8 @@ class Peer(Connection):
             self.live.detach(self)
         self.scope.cancel()
 
-    async def handle(self, command: Any, command_id: str | int | None) -> None:
+    async def handle(self, command: w.Command | w.DaemonCommand,
+                     command_id: str | int | None) -> None:
         await self.hub.handle(self, command, command_id)
 
     async def end_of_input(self) -> None:
@@ -395,7 +396,8 @@ class Hub:
 
     # --- a peer's commands ---------------------------------------------------------------------
 
-    async def handle(self, peer: Peer, command: Any, command_id: str | int | None) -> None:
+    async def handle(self, peer: Peer, command: w.Command | w.DaemonCommand,
+                     command_id: str | int | None) -> None:
         reply = Reply(peer.send, command.type, command_id)
         try:
             if isinstance(command, w.ListSessions):

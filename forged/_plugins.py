@@ -42,7 +42,7 @@ from ._errors import CommandError
 from ._log import log, log_exception
 from ._resources import Scope
 from ._settings import PROJECT_DIR, Settings
-from ._tools import InvalidArguments, Tool, ToolContext, ToolError
+from ._tools import InvalidArguments, Tool, ToolContext, ToolError, make_tool
 from ._tools.base import text_result
 from ._ui import Dialogs
 
@@ -367,7 +367,7 @@ class PluginAPI(_SessionFacing):
                 return output
             return text_result("" if output is None else str(output))
 
-        self._made.tools[name] = Tool(
+        self._made.tools[name] = make_tool(
             name=name, description=description, parameters=dict(parameters),
             snippet=" ".join((snippet or description).split()), parse=parse, run=run_tool)
         self._made.guidelines.extend(guidelines)

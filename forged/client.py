@@ -114,7 +114,7 @@ def read_event(item: JSON) -> Received:
     event: Event
     if kind in w.EVENT_TYPES:
         try:
-            event = structure(item, w.Event)  # type: ignore[arg-type]
+            event = structure(item, cast("type[w.Event]", w.Event))
         except WireError:
             event = Unknown(type=kind, data=item)
     else:
@@ -277,11 +277,27 @@ class Client:
                                   f"{command_type}") from None
 
     async def call(self, command_type: str, data: type[T], **fields: object) -> T:
-        """Send a command; its response's ``data`` as `data`, or `CommandFailed`."""
+        """Send a command; its response's ``data`` as `data`, or `CommandFailed`
+        (`WireError` if the data is not a `data`)."""
+        answer = await self._answer(command_type, **fields)
+        if not isinstance(answer, data):
+            raise WireError(f"{command_type} answered {answer!r}, not a {data.__name__}")
+        return answer
+
+    async def _call_or_none(self, command_type: str, data: type[T], **fields: object
+                            ) -> T | None:
+        """`call` for a command whose ``data`` may be ``null``."""
+        answer = await self._answer(command_type, **fields)
+        if answer is not None and not isinstance(answer, data):
+            raise WireError(f"{command_type} answered {answer!r}, not a {data.__name__}")
+        return answer
+
+    async def _answer(self, command_type: str, **fields: object) -> object:
+        """A successful response's ``data``, as `read_response` reads it."""
         response = read_response(await self.request(command_type, **fields))
         if not response.success:
             raise CommandFailed(command_type, str(response.error))
-        return response.data  # type: ignore[no-any-return]
+        return response.data
 
     async def run(self, command_type: str, **fields: object) -> None:
         """Send a command that answers no data; `CommandFailed` if it failed."""
@@ -346,7 +362,7 @@ class Client:
         return await self.call("set_model", w.Model, provider=provider, model_id=model_id)
 
     async def cycle_model(self) -> w.CycledModel | None:
-        return await self.call("cycle_model", w.CycledModel | None)  # type: ignore[arg-type]
+        return await self._call_or_none("cycle_model", w.CycledModel)
 
     async def get_available_models(self) -> list[w.Model]:
         return (await self.call("get_available_models", w.ModelList)).models
@@ -355,8 +371,7 @@ class Client:
         await self.run("set_thinking_level", level=level)
 
     async def cycle_thinking_level(self) -> str | None:
-        cycled = await self.call("cycle_thinking_level",
-                                 w.ThinkingLevelData | None)  # type: ignore[arg-type]
+        cycled = await self._call_or_none("cycle_thinking_level", w.ThinkingLevelData)
         return cycled.level if cycled is not None else None
 
     async def get_available_thinking_levels(self) -> list[str]:

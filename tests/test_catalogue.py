@@ -15,12 +15,17 @@ from forged import _wire as w
 from forged._catalogue import catalogue_providers
 from forged._models import ModelRegistry, clamp_level
 from forged._providers import ProviderRequest, ToolSpec
-from forged._providers.openai import build_headers, chat_params
+from forged._providers.openai import build_headers, chat_params as typed_chat_params
 from forged._providers.scripted import Reply, ScriptText
 
 from .harness import open_client
 
 GENERATE = Path(__file__).parents[1] / "contrib" / "catalogue" / "generate.py"
+
+
+def chat_params(request: ProviderRequest) -> dict[str, Any]:
+    """The chat body as a plain dict: these tests read into it freely."""
+    return dict(typed_chat_params(request))
 
 
 @pytest.fixture(autouse=True)

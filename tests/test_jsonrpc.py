@@ -101,7 +101,9 @@ async def test_bad_lines_are_answered_and_the_peer_goes_on() -> None:
         async with open_peer(handler) as (_, raw):
             await raw.write(b"{not json")
             answer = await raw.read()
-            assert answer["id"] is None and answer["error"]["code"] == PARSE_ERROR
+            error = answer["error"]
+            assert answer["id"] is None and isinstance(error, dict)
+            assert error["code"] == PARSE_ERROR
             await raw.write(b'{"id":3,"method":"no-version"}')
             assert (await raw.read())["error"] == {
                 "code": INVALID_REQUEST,
@@ -148,9 +150,10 @@ async def test_an_unreadable_answer_fails_its_request_instead_of_hanging() -> No
     with trio.fail_after(5):
         async with open_peer(nothing) as (peer, raw), trio.open_nursery() as nursery:
             nursery.start_soon(asked, peer, "fs/read_text_file", outcomes)
-            request = await raw.read()
+            request_id = (await raw.read())["id"]
+            assert isinstance(request_id, int)
             await raw.write(b'{"jsonrpc":"2.0","id":%d,"result":{"content":"\\ud800' % (
-                request["id"]))
+                request_id))
     (failure,) = outcomes
     assert isinstance(failure, AcpError) and failure.code == PARSE_ERROR
     assert "could not be read" in str(failure)

@@ -298,9 +298,9 @@ def test_model_overrides_and_provider_compat_change_built_in_models(tmp_path: Pa
 
 
 def _chat(model: w.Model, level: str) -> dict[str, Any]:
-    return chat_params(ProviderRequest(model=model, system_prompt="be brief", messages=[],
-                                       tools=[], thinking_level=level, api_key="k",
-                                       headers={}, session_id="s"))
+    return dict(chat_params(ProviderRequest(
+        model=model, system_prompt="be brief", messages=[], tools=[], thinking_level=level,
+        api_key="k", headers={}, session_id="s")))
 
 
 def test_thinking_level_map_and_compat_shape_the_request(tmp_path: Path) -> None:

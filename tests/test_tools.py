@@ -38,6 +38,21 @@ def text(result: w.ToolResult) -> str:
     return block.text
 
 
+def detail(result: w.ToolResult, *keys: str) -> object:
+    """What the result's ``details`` hold under `keys`, one object in the next."""
+    value: object = result.details
+    for key in keys:
+        assert isinstance(value, dict)
+        value = value[key]
+    return value
+
+
+def detail_path(result: w.ToolResult) -> str:
+    path = detail(result, "fullOutputPath")
+    assert isinstance(path, str)
+    return path
+
+
 async def fails(name: str, cwd: Path, **arguments: Any) -> str:
     with pytest.raises(ToolError) as caught:
         await call(name, cwd, **arguments)
@@ -64,7 +79,7 @@ async def test_read_truncates_by_lines_and_bytes(tmp_path: Path) -> None:
     (tmp_path / "long.txt").write_text("\n".join(str(i) for i in range(1, 3001)))
     result = await call("read", tmp_path, path="long.txt")
     assert text(result).endswith("\n\n[Showing lines 1-2000 of 3000. Use offset=2001 to continue.]")
-    assert result.details is not None and result.details["truncation"]["truncatedBy"] == "lines"
+    assert detail(result, "truncation", "truncatedBy") == "lines"
     (tmp_path / "wide.txt").write_text("\n".join("x" * 100 for _ in range(1000)))
     wide = text(await call("read", tmp_path, path="wide.txt"))
     assert wide.endswith("\n\n[Showing lines 1-506 of 1000 (50.0KB limit). "
@@ -160,12 +175,14 @@ def test_a_tool_takes_what_its_schema_shows_the_model(name: str) -> None:
     schema requires is required."""
     tool = builtin_tools()[name]
     samples = {"string": "x", "number": 7, "boolean": True}
-    properties = tool.parameters["properties"]
-    arguments = {key: samples[spec["type"]] for key, spec in properties.items()}
-    parsed = parse_arguments(tool, arguments)
+    properties, required_names = tool.parameters["properties"], tool.parameters["required"]
+    assert isinstance(properties, dict) and isinstance(required_names, list)
+    arguments: dict[str, object] = {key: samples[spec["type"]]
+                                    for key, spec in properties.items()}
+    parsed = parse_arguments(tool, arguments).params
     assert {key: getattr(parsed, re.sub("([A-Z])", r"_\1", key).lower())
             for key in arguments} == arguments
-    for required in tool.parameters["required"]:
+    for required in required_names:
         with pytest.raises(ToolError, match=f"missing required field '{required}'"):
             parse_arguments(tool, {k: v for k, v in arguments.items() if k != required})
 
@@ -310,28 +327,25 @@ async def test_a_long_command_outlives_the_thread_that_started_it(
 
 async def test_bash_truncates_and_spills_the_full_output(tmp_path: Path) -> None:
     result = await call("bash", tmp_path, command="seq 1 100000")
-    assert result.details is not None
-    path = result.details["fullOutputPath"]
+    path = detail_path(result)
     assert text(result) == "".join(f"{i}\n" for i in range(98002, 100001)) + (
         f"\n\n[Showing lines 98002-100001 of 100001. Full output: {path}]")
     assert Path(path).read_text() == "".join(f"{i}\n" for i in range(1, 100001))
     assert oct(os.stat(path).st_mode & 0o777) == "0o600"
-    assert result.details["truncation"]["truncatedBy"] == "lines"
+    assert detail(result, "truncation", "truncatedBy") == "lines"
 
     wide = await call("bash", tmp_path, command="for i in $(seq 1 2000); do "
                       "printf '%0100d\\n' $i; done")
-    assert wide.details is not None
     shown = text(wide).split("\n\n[")[0].split("\n")
     assert len("\n".join(shown).encode()) <= 51200
     assert text(wide).endswith(
         f"\n\n[Showing lines {int(shown[0])}-2001 of 2001 (50.0KB limit). "
-        f"Full output: {wide.details['fullOutputPath']}]")
+        f"Full output: {detail_path(wide)}]")
 
     lines = await call("bash", tmp_path, command="seq 1 3000")
-    assert lines.details is not None
     assert text(lines).endswith(
-        f"\n\n[Showing lines 1002-3001 of 3001. Full output: {lines.details['fullOutputPath']}]")
-    assert Path(lines.details["fullOutputPath"]).read_text().startswith("1\n2\n")
+        f"\n\n[Showing lines 1002-3001 of 3001. Full output: {detail_path(lines)}]")
+    assert Path(detail_path(lines)).read_text().startswith("1\n2\n")
 
 
 def test_truncate_head_and_tail_limits() -> None:

@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import orjson
 import trio
@@ -60,7 +59,7 @@ def connect(args: argparse.Namespace, argv: list[str], unused: list[str]) -> int
             start, unused, reserve_stdout())
     if args.session and ("/" in args.session or args.session.endswith(".jsonl")):
         args.session = str((cwd / Path(args.session).expanduser()).resolve())  # not the daemon's
-    opening: dict[str, Any] = (
+    opening: dict[str, str | bool] = (
         {"type": "attach", "id": CONNECT_ID, "sessionId": args.attach, "plain": True}
         if args.attach else
         {"type": "new_session", "id": CONNECT_ID, "cwd": str(cwd), "plain": True,
@@ -166,7 +165,7 @@ def _start_daemon(argv: list[str], path: Path) -> Path:
     return log_path
 
 
-async def _bridge(path: Path, opening: dict[str, Any], start: list[str] | None,
+async def _bridge(path: Path, opening: dict[str, str | bool], start: list[str] | None,
                   unused: list[str], stdout_fd: int) -> int:
     from .. import _wire as w
     from .._connection import open_fd_stream

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 import trio
@@ -92,7 +91,7 @@ class Trace:
     command's first lines of output, a failure's first line; each retry as it starts."""
 
     def __init__(self) -> None:
-        self._arguments: dict[str, dict[str, Any]] = {}
+        self._arguments: dict[str, w.JSONObject] = {}
         """Each running tool call's arguments, by its id."""
 
     def __call__(self, event: w.Event) -> None:

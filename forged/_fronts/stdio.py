@@ -44,10 +44,11 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 import trio
 
+from .. import _wire as w
 from .._config import Options, open_session_config
 from .._connection import (
     SHUTDOWN_GRACE_S,
@@ -89,8 +90,10 @@ class StdioConnection(Connection):
         self.agent.stop()
         self.input_scope.cancel()
 
-    async def handle(self, command: Any, command_id: str | int | None) -> None:
-        self.agent.handle(command, command_id)
+    async def handle(self, command: w.Command | w.DaemonCommand,
+                     command_id: str | int | None) -> None:
+        # Its transport reads `w.COMMAND_CLASSES`' commands: none of the daemon's comes here.
+        self.agent.handle(cast("w.Command", command), command_id)
 
     async def end_of_input(self) -> None:
         session = self.agent.session

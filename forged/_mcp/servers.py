@@ -28,7 +28,7 @@ import trio
 
 from .. import _wire as w
 from .._errors import ToolError
-from .._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, text_result
+from .._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, make_tool, text_result
 from .cache import ListedTool, Listing, ListingCache
 from .config import (
     DEFAULT_STARTUP_TIMEOUT_S,
@@ -151,19 +151,19 @@ class McpServers:
                 content=content or [w.TextContent(text="(empty resource)")]), ctx)
 
         return [
-            Tool(name="list_mcp_resources", snippet="List MCP servers' resources",
-                 description="List the resources MCP servers offer, as JSON (server, uri, "
-                 "name, mimeType). Give server to list one server's only.",
-                 parameters={"type": "object", "properties": {"server": {
-                     "type": "string", "description": "One server's name"}}},
-                 parse=dict, run=list_resources),
-            Tool(name="read_mcp_resource", snippet="Read an MCP server's resource",
-                 description="Read a resource of an MCP server by its server and uri.",
-                 parameters={"type": "object", "properties": {
-                     "server": {"type": "string", "description": "The server's name"},
-                     "uri": {"type": "string", "description": "The resource's URI"}},
-                     "required": ["server", "uri"]},
-                 parse=dict, run=read_resource)]
+            make_tool(name="list_mcp_resources", snippet="List MCP servers' resources",
+                      description="List the resources MCP servers offer, as JSON (server, uri, "
+                      "name, mimeType). Give server to list one server's only.",
+                      parameters={"type": "object", "properties": {"server": {
+                          "type": "string", "description": "One server's name"}}},
+                      parse=dict, run=list_resources),
+            make_tool(name="read_mcp_resource", snippet="Read an MCP server's resource",
+                      description="Read a resource of an MCP server by its server and uri.",
+                      parameters={"type": "object", "properties": {
+                          "server": {"type": "string", "description": "The server's name"},
+                          "uri": {"type": "string", "description": "The resource's URI"}},
+                          "required": ["server", "uri"]},
+                      parse=dict, run=read_resource)]
 
 
 def _server(servers: dict[str, McpServer], name: str) -> McpServer:
@@ -179,6 +179,6 @@ def _server_tool(name: str, server: McpServer, listed: ListedTool) -> Tool:
     async def run(arguments: dict[str, Any], ctx: ToolContext) -> w.ToolResult:
         return await server.call(listed.name, arguments, ctx)
 
-    return Tool(name=name, snippet=description.splitlines()[0] if description else name,
-                description=f"{description}\n\n(MCP server {server.spec.name}, tool "
-                f"{listed.name})", parameters=listed.input_schema, parse=dict, run=run)
+    return make_tool(name=name, snippet=description.splitlines()[0] if description else name,
+                     description=f"{description}\n\n(MCP server {server.spec.name}, tool "
+                     f"{listed.name})", parameters=listed.input_schema, parse=dict, run=run)

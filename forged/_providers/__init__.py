@@ -1,6 +1,13 @@
 """Model providers: each speaks one wire API over HTTP (`http.py`) and turns its streamed
 answer into calls on one `AssistantBuilder` (`base.py`).
 
+Each wire API types both sides of its JSON. What forged sends is TypedDicts (``*Param``, and
+the body a module's ``build_body`` makes; `openai_types.py` holds OpenAI's two APIs'). What a
+service sends enters as `object` through one reader per format (``stream_event``,
+``chat_chunk``, ``converse_event``, ...: `sse.json_object`, then one cast to the format's
+event type); sign-in answers through `http.sign_in_answer`, error bodies through each
+module's ``error_text``, which narrows with ``isinstance``.
+
 httpx with its transport and a wire API's module take about 40 ms to import. Each loads once
 per process in a worker thread, and only for an API a model can be reached over: a serving
 process starts `load_providers` for the APIs of the models it has keys for as it starts (and

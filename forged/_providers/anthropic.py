@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
 from .. import _wire as w
 from .._errors import ProviderError, ProviderStreamError
@@ -15,6 +15,7 @@ from .base import (
     max_output_tokens,
 )
 from .http import merge_headers, open_events
+from .sse import json_object
 
 THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
 ADAPTIVE_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high",
@@ -24,10 +25,112 @@ _STOP_REASONS: dict[str, w.StopReason] = {
     "end_turn": "stop", "max_tokens": "length", "tool_use": "toolUse",
     "pause_turn": "stop", "stop_sequence": "stop", "model_context_window_exceeded": "length",
 }
-EPHEMERAL = {"type": "ephemeral"}
 API_VERSION = "2023-06-01"
 CLAUDE_CODE_IDENTITY = "You are Claude Code, Anthropic's official CLI for Claude."
 """What the Messages API expects first in the system prompt of a request with an OAuth token."""
+
+
+# --- the request: what forged sends ------------------------------------------------------------
+
+class CacheControlParam(TypedDict):
+    type: Literal["ephemeral"]
+
+
+EPHEMERAL: CacheControlParam = {"type": "ephemeral"}
+
+
+class TextBlockParam(TypedDict):
+    type: Literal["text"]
+    text: str
+    cache_control: NotRequired[CacheControlParam]
+
+
+class ImageSourceParam(TypedDict):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class ImageBlockParam(TypedDict):
+    type: Literal["image"]
+    source: ImageSourceParam
+    cache_control: NotRequired[CacheControlParam]
+
+
+class ToolResultBlockParam(TypedDict):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: list[TextBlockParam | ImageBlockParam]
+    is_error: bool
+    cache_control: NotRequired[CacheControlParam]
+
+
+class ThinkingBlockParam(TypedDict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlockParam(TypedDict):
+    type: Literal["redacted_thinking"]
+    data: str | None
+
+
+class ToolUseBlockParam(TypedDict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, object]
+
+
+UserBlockParam = TextBlockParam | ImageBlockParam | ToolResultBlockParam
+AssistantBlockParam = (TextBlockParam | ThinkingBlockParam | RedactedThinkingBlockParam
+                       | ToolUseBlockParam)
+
+
+class UserMessageParam(TypedDict):
+    role: Literal["user"]
+    content: list[UserBlockParam]
+
+
+class AssistantMessageParam(TypedDict):
+    role: Literal["assistant"]
+    content: list[AssistantBlockParam]
+
+
+MessageParam = UserMessageParam | AssistantMessageParam
+
+
+class ToolParam(TypedDict):
+    name: str
+    description: str
+    input_schema: dict[str, object]
+
+
+class AdaptiveThinkingParam(TypedDict):
+    type: Literal["adaptive"]
+
+
+class EnabledThinkingParam(TypedDict):
+    type: Literal["enabled"]
+    budget_tokens: int
+
+
+class OutputConfigParam(TypedDict):
+    effort: str
+
+
+class MessagesBody(TypedDict):
+    """A Messages request's body, its keys in the order they are sent."""
+
+    model: str
+    max_tokens: int
+    messages: list[MessageParam]
+    stream: bool
+    system: NotRequired[list[TextBlockParam]]
+    tools: NotRequired[list[ToolParam]]
+    thinking: NotRequired[AdaptiveThinkingParam | EnabledThinkingParam]
+    output_config: NotRequired[OutputConfigParam]
 
 
 def is_adaptive(model_id: str) -> bool:
@@ -38,8 +141,8 @@ def tool_id(call_id: str) -> str:
     return _BAD_ID_CHARS.sub("_", call_id)[:64]
 
 
-def _user_blocks(content: list[w.UserContent]) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+def _user_blocks(content: list[w.UserContent]) -> list[TextBlockParam | ImageBlockParam]:
+    blocks: list[TextBlockParam | ImageBlockParam] = []
     for block in content:
         if isinstance(block, w.TextContent):
             if block.text:
@@ -50,8 +153,8 @@ def _user_blocks(content: list[w.UserContent]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _assistant_blocks(message: w.AssistantMessage) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = []
+def _assistant_blocks(message: w.AssistantMessage) -> list[AssistantBlockParam]:
+    blocks: list[AssistantBlockParam] = []
     for block in message.content:
         if isinstance(block, w.TextContent):
             if block.text:
@@ -70,19 +173,19 @@ def _assistant_blocks(message: w.AssistantMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def convert_messages(messages: list[LlmMessage]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def convert_messages(messages: list[LlmMessage]) -> list[MessageParam]:
+    out: list[MessageParam] = []
     for message in messages:
         if isinstance(message, w.UserMessage):
-            blocks = _user_blocks(message.content)
-            if blocks:
-                out.append({"role": "user", "content": blocks})
+            user_blocks = _user_blocks(message.content)
+            if user_blocks:
+                out.append({"role": "user", "content": list(user_blocks)})
         elif isinstance(message, w.AssistantMessage):
-            blocks = _assistant_blocks(message)
-            if blocks:
-                out.append({"role": "assistant", "content": blocks})
+            assistant_blocks = _assistant_blocks(message)
+            if assistant_blocks:
+                out.append({"role": "assistant", "content": assistant_blocks})
         else:
-            result: dict[str, Any] = {
+            result: ToolResultBlockParam = {
                 "type": "tool_result", "tool_use_id": tool_id(message.tool_call_id),
                 "content": _user_blocks(message.content) or [{"type": "text", "text": "(empty)"}],
                 "is_error": message.is_error,
@@ -94,22 +197,24 @@ def convert_messages(messages: list[LlmMessage]) -> list[dict[str, Any]]:
             else:
                 out.append({"role": "user", "content": [result]})
     # Prompt caching: the last block of the last user message is the cache breakpoint.
-    for message in reversed(out):
-        if message["role"] == "user":
-            message["content"][-1] = {**message["content"][-1], "cache_control": EPHEMERAL}
+    for param in reversed(out):
+        if param["role"] == "user":
+            last = param["content"][-1].copy()
+            last["cache_control"] = EPHEMERAL
+            param["content"][-1] = last
             break
     return out
 
 
-def build_body(request: ProviderRequest) -> dict[str, Any]:
+def build_body(request: ProviderRequest) -> MessagesBody:
     model = request.model
-    body: dict[str, Any] = {
+    body: MessagesBody = {
         "model": model.id,
         "max_tokens": max_output_tokens(request),
         "messages": convert_messages(llm_messages(request.messages, model)),
         "stream": True,
     }
-    system: list[dict[str, Any]] = []
+    system: list[TextBlockParam] = []
     if is_oauth_token(request.api_key):
         system.append({"type": "text", "text": CLAUDE_CODE_IDENTITY})
     if request.system_prompt:
@@ -170,8 +275,61 @@ async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
     raise ProviderStreamError("terminated: the stream ended before the message was complete")
 
 
-def handle_event(data: dict[str, Any], out: AssistantBuilder) -> bool:
+# --- the stream: what the service sends --------------------------------------------------------
+
+class UsageEvent(TypedDict, total=False):
+    input_tokens: int | None
+    output_tokens: int | None
+    cache_read_input_tokens: int | None
+    cache_creation_input_tokens: int | None
+
+
+class DeltaEvent(TypedDict, total=False):
+    type: str
+    text: str
+    partial_json: str
+    thinking: str
+    signature: str
+    stop_reason: str | None
+
+
+class ContentBlockEvent(TypedDict, total=False):
+    type: str
+    id: str
+    name: str
+    data: str
+
+
+class MessageEvent(TypedDict, total=False):
+    usage: UsageEvent | None
+
+
+class ErrorEvent(TypedDict, total=False):
+    type: str
+    message: str
+
+
+class StreamEvent(TypedDict, total=False):
+    """One stream event, all its kinds' fields (``content_block_delta``: ``index`` and
+    ``delta``; ``message_start``: ``message``; ...)."""
+
+    type: str
+    index: int
+    delta: DeltaEvent
+    content_block: ContentBlockEvent
+    message: MessageEvent
+    usage: UsageEvent | None
+    error: ErrorEvent | None
+
+
+def stream_event(data: object) -> StreamEvent:
+    """The reader of the Messages stream: a decoded event as a `StreamEvent`."""
+    return cast(StreamEvent, json_object(data))
+
+
+def handle_event(event: object, out: AssistantBuilder) -> bool:
     """Apply one stream event; True once the message is complete."""
+    data = stream_event(event)
     kind = data.get("type")
     if kind == "content_block_delta":
         delta = data["delta"]

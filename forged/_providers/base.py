@@ -14,7 +14,7 @@ the builder keeps the partial content, and the loop finishes the message with ``
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import attrs
 import orjson
@@ -29,7 +29,8 @@ Emit = Callable[["w.Event"], None]
 class ToolSpec:
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: dict[str, object]
+    """The tool's JSON schema, sent as it is."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -63,7 +64,7 @@ def compute_cost(usage: w.Usage, cost: w.ModelCost) -> None:
     )
 
 
-def parse_tool_arguments(text: str) -> dict[str, Any]:
+def parse_tool_arguments(text: str) -> dict[str, object]:
     """Arguments of a finished tool call: the JSON object, or the best partial reading of it."""
     if not text.strip():
         return {}

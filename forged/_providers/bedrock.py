@@ -29,7 +29,7 @@ import struct
 import threading
 import zlib
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast
 from urllib.parse import quote, urlsplit
 
 import orjson
@@ -39,7 +39,10 @@ from .. import _wire as w
 from .._errors import ProviderError, ProviderStreamError
 from .base import AssistantBuilder, LlmMessage, ProviderRequest, llm_messages, max_output_tokens
 from .http import merge_headers, open_body
-from .sse import timed_chunks
+from .sse import json_object, timed_chunks
+
+if TYPE_CHECKING:
+    import botocore.session
 
 EMPTY_TEXT = "<empty>"
 REDACTED = "[Reasoning redacted]"
@@ -92,7 +95,118 @@ def caches(model: w.Model) -> bool:
         "claude-3-5-haiku"))
 
 
-def thinking_fields(model: w.Model, level: str) -> dict[str, Any] | None:
+# --- the request: what forged sends ------------------------------------------------------------
+
+class ImageSourceParam(TypedDict):
+    bytes: str
+    """The image's base64 (a blob, in JSON)."""
+
+
+class ImageParam(TypedDict):
+    format: str
+    source: ImageSourceParam
+
+
+class ToolUseParam(TypedDict):
+    toolUseId: str
+    name: str
+    input: dict[str, object]
+
+
+class ReasoningTextParam(TypedDict):
+    text: str
+    signature: NotRequired[str]
+
+
+class ReasoningContentParam(TypedDict, total=False):
+    reasoningText: ReasoningTextParam
+    redactedContent: str
+
+
+class ToolResultParam(TypedDict):
+    toolUseId: str
+    content: list[ContentBlockParam]
+    status: Literal["error", "success"]
+
+
+class CachePointParam(TypedDict):
+    type: Literal["default"]
+
+
+class ContentBlockParam(TypedDict, total=False):
+    """One block of a message, as Converse's ``ContentBlock``: each has one of these."""
+
+    text: str
+    image: ImageParam
+    toolUse: ToolUseParam
+    toolResult: ToolResultParam
+    reasoningContent: ReasoningContentParam
+    cachePoint: CachePointParam
+
+
+class MessageParam(TypedDict):
+    role: Literal["user", "assistant"]
+    content: list[ContentBlockParam]
+
+
+class SystemBlockParam(TypedDict, total=False):
+    text: str
+    cachePoint: CachePointParam
+
+
+class InputSchemaParam(TypedDict):
+    json: dict[str, object]
+
+
+class ToolSpecParam(TypedDict):
+    name: str
+    description: str
+    inputSchema: InputSchemaParam
+
+
+class ToolParam(TypedDict):
+    toolSpec: ToolSpecParam
+
+
+class ToolConfigParam(TypedDict):
+    tools: list[ToolParam]
+
+
+class InferenceConfigParam(TypedDict):
+    maxTokens: int
+
+
+class ClaudeThinkingParam(TypedDict):
+    type: Literal["adaptive", "enabled"]
+    budget_tokens: NotRequired[int]
+    display: Literal["summarized"]
+
+
+class EffortParam(TypedDict):
+    effort: str
+
+
+class ModelFieldsParam(TypedDict, total=False):
+    """``additionalModelRequestFields``: how the model is asked to think, in its own words."""
+
+    thinking: ClaudeThinkingParam
+    output_config: EffortParam
+    anthropic_beta: list[str]
+    reasoning_effort: str
+    reasoning: EffortParam
+
+
+class ConverseBody(TypedDict):
+    """A ConverseStream request's body, its keys in the order they are sent."""
+
+    messages: list[MessageParam]
+    inferenceConfig: InferenceConfigParam
+    system: NotRequired[list[SystemBlockParam]]
+    toolConfig: NotRequired[ToolConfigParam]
+    additionalModelRequestFields: NotRequired[ModelFieldsParam]
+
+
+def thinking_fields(model: w.Model, level: str) -> ModelFieldsParam | None:
     if level == "off" or not model.reasoning:
         return None
     if is_claude(model):
@@ -120,11 +234,11 @@ def thinking_fields(model: w.Model, level: str) -> dict[str, Any] | None:
 
 # --- the request body -------------------------------------------------------------------------
 
-def _text(text: str) -> dict[str, str] | None:
+def _text(text: str) -> ContentBlockParam | None:
     return {"text": text} if text.strip() else None
 
 
-def _image(block: w.ImageContent) -> dict[str, Any]:
+def _image(block: w.ImageContent) -> ContentBlockParam:
     image_format = _IMAGE_FORMATS.get(block.mime_type)
     if image_format is None:
         raise ProviderError(f"Bedrock takes no {block.mime_type} images")
@@ -135,8 +249,8 @@ def _call_id(call_id: str) -> str:
     return _BAD_ID.sub("_", call_id)[:64]
 
 
-def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[MessageParam]:
+    out: list[MessageParam] = []
     claude = is_claude(model)
     for message in messages:
         if isinstance(message, w.UserMessage):
@@ -145,7 +259,7 @@ def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[st
                 if part is not None]
             out.append({"role": "user", "content": content or [{"text": EMPTY_TEXT}]})
         elif isinstance(message, w.AssistantMessage):
-            blocks: list[dict[str, Any]] = []
+            blocks: list[ContentBlockParam] = []
             for block in message.content:
                 if isinstance(block, w.TextContent):
                     if (text := _text(block.text)) is not None:
@@ -169,7 +283,7 @@ def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[st
             if blocks:
                 out.append({"role": "assistant", "content": blocks})
         else:
-            result = {"toolResult": {
+            result: ContentBlockParam = {"toolResult": {
                 "toolUseId": _call_id(message.tool_call_id),
                 "content": [part for block in message.content for part in (
                     [_text(block.text)] if isinstance(block, w.TextContent)
@@ -186,9 +300,9 @@ def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[st
     return out
 
 
-def build_body(request: ProviderRequest) -> dict[str, Any]:
+def build_body(request: ProviderRequest) -> ConverseBody:
     model = request.model
-    body: dict[str, Any] = {
+    body: ConverseBody = {
         "messages": convert_messages(llm_messages(request.messages, model), model),
         "inferenceConfig": {"maxTokens": max_output_tokens(request)}}
     if request.system_prompt:
@@ -228,10 +342,10 @@ def _profile_region() -> str | None:
 
 
 _lock = threading.Lock()
-_sessions: dict[tuple[str | None, ...], Any] = {}
+_sessions: dict[tuple[str | None, ...], botocore.session.Session] = {}
 
 
-def _session() -> Any:
+def _session() -> botocore.session.Session:
     """botocore's session (its credential chain, which keeps what it found, and its config)
     for the profile and files the environment names now."""
     import botocore.session
@@ -296,7 +410,7 @@ async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
     reader.finish()
 
 
-def error_text(body: Any) -> str | None:
+def error_text(body: object) -> str | None:
     if isinstance(body, dict):
         for key in ("message", "Message"):
             if isinstance(body.get(key), str):
@@ -313,9 +427,9 @@ class EventStreamDecoder:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[dict[str, Any], bytes]]:
+    def feed(self, data: bytes) -> list[tuple[dict[str, HeaderValue], bytes]]:
         self._buffer += data
-        messages = []
+        messages: list[tuple[dict[str, HeaderValue], bytes]] = []
         while len(self._buffer) >= 12:
             total, header_bytes, prelude_crc = struct.unpack(">III", self._buffer[:12])
             if zlib.crc32(self._buffer[:8]) != prelude_crc or not 16 <= total <= MAX_MESSAGE_BYTES:
@@ -332,17 +446,20 @@ class EventStreamDecoder:
 
 
 _FIXED = {2: ">b", 3: ">h", 4: ">i", 5: ">q", 8: ">q"}
+HeaderValue = bool | int | bytes | str
+"""A header's value, by its type: true or false, an integer (a timestamp's milliseconds), bytes
+(a UUID's too), a string."""
 
 
-def parse_headers(data: bytes) -> dict[str, Any]:
-    headers: dict[str, Any] = {}
+def parse_headers(data: bytes) -> dict[str, HeaderValue]:
+    headers: dict[str, HeaderValue] = {}
     at = 0
     while at < len(data):
         size = data[at]
         name = data[at + 1:at + 1 + size].decode()
         kind = data[at + 1 + size]
         at += 2 + size
-        value: Any
+        value: HeaderValue
         if kind in (0, 1):
             value = kind == 0
         elif kind in _FIXED:
@@ -362,6 +479,56 @@ def parse_headers(data: bytes) -> dict[str, Any]:
     return headers
 
 
+class ToolUseStartEvent(TypedDict, total=False):
+    toolUseId: str | None
+    name: str | None
+
+
+class BlockStartEvent(TypedDict, total=False):
+    toolUse: ToolUseStartEvent | None
+
+
+class ToolUseDeltaEvent(TypedDict, total=False):
+    input: str | None
+
+
+class ReasoningDeltaEvent(TypedDict, total=False):
+    text: str | None
+    signature: str | None
+    redactedContent: str | None
+    """Base64."""
+
+
+class BlockDeltaEvent(TypedDict, total=False):
+    text: str
+    toolUse: ToolUseDeltaEvent
+    reasoningContent: ReasoningDeltaEvent
+
+
+class UsageEvent(TypedDict, total=False):
+    inputTokens: int | None
+    outputTokens: int | None
+    cacheReadInputTokens: int | None
+    cacheWriteInputTokens: int | None
+    totalTokens: int | None
+
+
+class ConverseEvent(TypedDict, total=False):
+    """One event's JSON payload, all its kinds' fields (``contentBlockDelta``:
+    ``contentBlockIndex`` and ``delta``; ``messageStop``: ``stopReason``; ...)."""
+
+    contentBlockIndex: int
+    start: BlockStartEvent | None
+    delta: BlockDeltaEvent | None
+    stopReason: object
+    usage: UsageEvent | None
+
+
+def converse_event(data: object) -> ConverseEvent:
+    """The reader of the stream: an event's decoded payload as a `ConverseEvent`."""
+    return cast(ConverseEvent, json_object(data))
+
+
 class StreamReader:
     """Converse's events into builder calls, blocks keyed by ``contentBlockIndex``."""
 
@@ -370,27 +537,27 @@ class StreamReader:
         self.redacted: dict[int, list[bytes]] = {}
         self.stopped = False
 
-    def message(self, headers: dict[str, Any], payload: bytes) -> None:
+    def message(self, headers: dict[str, HeaderValue], payload: bytes) -> None:
         kind = headers.get(":message-type")
-        data = orjson.loads(payload) if payload else {}
+        data: object = orjson.loads(payload) if payload else {}
         if kind == "exception":
             name = str(headers.get(":exception-type", "exception"))
             text = f"{_ERRORS.get(name, name)}: {error_text(data) or payload.decode()}"
             raise (ProviderStreamError if name in _RETRYABLE else ProviderError)(text)
         if kind == "error":
-            raise ProviderError(f"{headers.get(':error-code')}: {headers.get(':error-message')}")
-        getattr(self, "_" + str(headers.get(":event-type")), self._ignore)(data)
+            code, message = headers.get(":error-code"), headers.get(":error-message")
+            raise ProviderError(f"{code!s}: {message!s}")
+        handle = getattr(self, "_" + str(headers.get(":event-type")), None)
+        if handle is not None:  # (``messageStart`` and events forged does not know: nothing)
+            handle(converse_event(data))
 
-    def _ignore(self, data: dict[str, Any]) -> None:
-        pass
-
-    def _contentBlockStart(self, data: dict[str, Any]) -> None:
+    def _contentBlockStart(self, data: ConverseEvent) -> None:
         use = (data.get("start") or {}).get("toolUse")
         if use:
             self.out.start_tool_call(data["contentBlockIndex"], use.get("toolUseId") or "",
                                      use.get("name") or "")
 
-    def _contentBlockDelta(self, data: dict[str, Any]) -> None:
+    def _contentBlockDelta(self, data: ConverseEvent) -> None:
         index, delta = data["contentBlockIndex"], data.get("delta") or {}
         if "text" in delta:
             if not self.out.is_open(index):
@@ -402,24 +569,26 @@ class StreamReader:
             reasoning = delta["reasoningContent"]
             if not self.out.is_open(index):
                 self.out.start_thinking(index)
-            if reasoning.get("redactedContent"):
+            redacted, text, signature = (reasoning.get("redactedContent"), reasoning.get("text"),
+                                         reasoning.get("signature"))
+            if redacted:
                 if index not in self.redacted:
                     self.redacted[index] = []
                     self.out.thinking_delta(index, REDACTED)
-                self.redacted[index].append(base64.b64decode(reasoning["redactedContent"]))
+                self.redacted[index].append(base64.b64decode(redacted))
             elif index not in self.redacted:
-                if reasoning.get("text"):
-                    self.out.thinking_delta(index, reasoning["text"])
-                if reasoning.get("signature"):
-                    self.out.set_thinking_signature(index, reasoning["signature"], append=True)
+                if text:
+                    self.out.thinking_delta(index, text)
+                if signature:
+                    self.out.set_thinking_signature(index, signature, append=True)
 
-    def _contentBlockStop(self, data: dict[str, Any]) -> None:
+    def _contentBlockStop(self, data: ConverseEvent) -> None:
         index = data["contentBlockIndex"]
         if index in self.redacted:
             self.out.redact(index, base64.b64encode(b"".join(self.redacted.pop(index))).decode())
         self.out.end(index)
 
-    def _messageStop(self, data: dict[str, Any]) -> None:
+    def _messageStop(self, data: ConverseEvent) -> None:
         reason = str(data.get("stopReason"))
         stop = _STOP_REASONS.get(reason)
         if stop is None:
@@ -427,7 +596,7 @@ class StreamReader:
         self.out.set_stop_reason(stop)
         self.stopped = True
 
-    def _metadata(self, data: dict[str, Any]) -> None:
+    def _metadata(self, data: ConverseEvent) -> None:
         usage = data.get("usage") or {}
         if usage:
             self.out.set_usage(input=usage.get("inputTokens") or 0,

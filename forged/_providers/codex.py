@@ -15,13 +15,15 @@ have hit your ChatGPT usage limit (plus plan). Try again in ~N min."
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Literal, NotRequired, TypedDict
 
 from .._errors import ProviderError, ProviderStreamError
 from .base import AssistantBuilder, ProviderRequest
 from .http import merge_headers, open_events
 from .oauth import codex_account
 from .openai import handle_responses_event, reasoning_effort, responses_params
+from .openai_types import InputItemParam, ReasoningParam, ResponsesToolParam
 
 DEFAULT_BASE_URL = "https://chatgpt.com/backend-api"
 MIN_OUTPUT_TOKENS = 16
@@ -35,10 +37,31 @@ def url_of(base: str) -> str:
     return f"{base}/responses" if base.endswith("/codex") else f"{base}/codex/responses"
 
 
-def build_body(request: ProviderRequest) -> dict[str, Any]:
+class TextParam(TypedDict):
+    verbosity: Literal["low"]
+
+
+class CodexBody(TypedDict):
+    """The backend's Responses body, its keys in the order they are sent."""
+
+    model: str
+    store: bool
+    stream: bool
+    input: list[InputItemParam]
+    text: TextParam
+    include: list[str]
+    tool_choice: Literal["auto"]
+    parallel_tool_calls: bool
+    max_output_tokens: int
+    prompt_cache_key: NotRequired[str]
+    tools: NotRequired[list[ResponsesToolParam]]
+    reasoning: NotRequired[ReasoningParam]
+
+
+def build_body(request: ProviderRequest) -> CodexBody:
     model = request.model
     params = responses_params(request)
-    body: dict[str, Any] = {"model": params["model"], "store": False, "stream": True,
+    body: CodexBody = {"model": params["model"], "store": False, "stream": True,
                             "input": params["input"], "text": {"verbosity": "low"},
                             "include": ["reasoning.encrypted_content"],
                             "tool_choice": "auto", "parallel_tool_calls": True,
@@ -64,7 +87,7 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
     return body
 
 
-def error_text(body: Any) -> str | None:
+def error_text(body: object) -> str | None:
     """The error's message; a usage limit as the ancestor words it."""
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
@@ -77,7 +100,7 @@ def error_text(body: Any) -> str | None:
     return message if isinstance(message, str) and message else None
 
 
-def usage_limit(error: dict[str, Any]) -> str:
+def usage_limit(error: Mapping[str, object]) -> str:
     plan = f" ({str(error['plan_type']).lower()} plan)" if error.get("plan_type") else ""
     resets = error.get("resets_at")
     when = (f" Try again in ~{max(0, round((resets - time.time()) / 60))} min."

@@ -12,7 +12,6 @@ a request at the token's host and adds the headers Copilot asks for: who started
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import attrs
 
@@ -65,7 +64,7 @@ def prepare(request: ProviderRequest) -> ProviderRequest:
     images = any(isinstance(block, w.ImageContent) for message in request.messages
                  if isinstance(message, w.UserMessage | w.ToolResultMessage)
                  for block in message.content)
-    headers: dict[str, Any] = {
+    headers: dict[str, str] = {
         **HEADERS, **request.headers,
         "X-Initiator": "user" if isinstance(last, w.UserMessage) else "agent",
         "Openai-Intent": "conversation-edits"}

@@ -13,7 +13,6 @@ import itertools
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import unquote
 
 import orjson
@@ -41,7 +40,7 @@ def stop_reason(reply: Reply) -> str:
 Frame = tuple[bytes, float]  # bytes to send, seconds to wait before sending them
 
 
-def _sse(event: str | None, data: Any) -> bytes:
+def _sse(event: str | None, data: dict[str, object]) -> bytes:
     head = f"event: {event}\n".encode() if event else b""
     return head + b"data: " + orjson.dumps(data) + b"\n\n"
 
@@ -63,11 +62,11 @@ def render_anthropic(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
                   "cache_read_input_tokens": usage.cache_read,
                   "cache_creation_input_tokens": usage.cache_write}}}), reply.delay_ms / 1000
     for index, block in enumerate(reply.content):
-        def delta(body: dict[str, Any], index: int = index) -> bytes:
+        def delta(body: dict[str, object], index: int = index) -> bytes:
             return _sse("content_block_delta",
                         {"type": "content_block_delta", "index": index, "delta": body})
 
-        start: dict[str, Any]
+        start: dict[str, object]
         if isinstance(block, ScriptText):
             start = {"type": "text", "text": ""}
         elif isinstance(block, ScriptThinking):
@@ -104,7 +103,7 @@ def render_anthropic(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
 def render_chat(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
     chunk_id = ids.next("chatcmpl")
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    def chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
         return _sse(None, {"id": chunk_id, "object": "chat.completion.chunk", "created": 0,
                            "model": model, "choices": [
                                {"index": 0, "delta": delta, "finish_reason": finish}]})
@@ -147,17 +146,17 @@ def render_responses(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
     sequence = itertools.count()
     response_id = ids.next("resp")
 
-    def event(kind: str, **body: Any) -> bytes:
+    def event(kind: str, **body: object) -> bytes:
         return _sse(kind, {"type": kind, "sequence_number": next(sequence), **body})
 
-    def response(status: str, output: list[Any], usage: Any = None) -> dict[str, Any]:
+    def response(status: str, output: list[object], usage: object = None) -> dict[str, object]:
         return {"id": response_id, "object": "response", "created_at": 0, "model": model,
                 "status": status, "output": output, "usage": usage}
 
     yield event("response.created", response=response("in_progress", [])), reply.delay_ms / 1000
-    output: list[Any] = []
+    output: list[object] = []
     for index, block in enumerate(reply.content):
-        item: dict[str, Any]
+        item: dict[str, object]
         if isinstance(block, ScriptThinking | ScriptRedactedThinking):
             item_id = ids.next("rs")
             text = block.thinking if isinstance(block, ScriptThinking) else ""
@@ -229,13 +228,13 @@ def render_gemini(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
     function call whole in one part; the last event has the finish reason and the usage (a
     cut reply sends its parts and no finish)."""
     response_id = ids.next("gemini")
-    parts: list[tuple[dict[str, Any], float]] = []
+    parts: list[tuple[dict[str, object], float]] = []
     for block in reply.content:
         if isinstance(block, ScriptText | ScriptThinking):
             text = block.text if isinstance(block, ScriptText) else block.thinking
             pieces = split(text, block.chunks)
             for index, piece in enumerate(pieces):
-                part: dict[str, Any] = {"text": piece}
+                part: dict[str, object] = {"text": piece}
                 if isinstance(block, ScriptThinking):
                     part["thought"] = True
                     if index == len(pieces) - 1:
@@ -243,7 +242,7 @@ def render_gemini(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
                             block.signature.encode()).decode()
                 parts.append((part, block.delay_ms / 1000))
         elif isinstance(block, ScriptToolCall):
-            call: dict[str, Any] = {"name": block.name, "args": block.arguments}
+            call: dict[str, object] = {"name": block.name, "args": block.arguments}
             if block.id is not None:
                 call["id"] = block.id
             parts.append(({"functionCall": call}, block.delay_ms / 1000))
@@ -251,14 +250,14 @@ def render_gemini(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
         parts.append(({"text": ""}, 0))
     usage = reply.usage
     prompt = usage.input + usage.cache_read
-    metadata: dict[str, Any] = {"promptTokenCount": prompt,
+    metadata: dict[str, object] = {"promptTokenCount": prompt,
                                 "candidatesTokenCount": usage.output,
                                 "totalTokenCount": prompt + usage.output}
     if usage.cache_read:
         metadata["cachedContentTokenCount"] = usage.cache_read
     for index, (part, delay_s) in enumerate(parts):
-        candidate: dict[str, Any] = {"content": {"role": "model", "parts": [part]}, "index": 0}
-        response: dict[str, Any] = {"candidates": [candidate]}
+        candidate: dict[str, object] = {"content": {"role": "model", "parts": [part]}, "index": 0}
+        response: dict[str, object] = {"candidates": [candidate]}
         if index == len(parts) - 1 and not reply.cut:
             candidate["finishReason"] = ("MAX_TOKENS" if stop_reason(reply) == "length"
                                          else "STOP")
@@ -273,9 +272,9 @@ def render_mistral(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
     ``[DONE]``."""
     chunk_id = ids.next("cmpl")
 
-    def chunk(delta: dict[str, Any], finish: str | None = None,
-              usage: dict[str, Any] | None = None) -> bytes:
-        body: dict[str, Any] = {"id": chunk_id, "object": "chat.completion.chunk",
+    def chunk(delta: dict[str, object], finish: str | None = None,
+              usage: dict[str, object] | None = None) -> bytes:
+        body: dict[str, object] = {"id": chunk_id, "object": "chat.completion.chunk",
                                 "created": 0, "model": model, "choices": [
                                     {"index": 0, "delta": delta, "finish_reason": finish}]}
         if usage is not None:
@@ -308,7 +307,7 @@ def render_mistral(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
     yield b"data: [DONE]\n\n", 0
 
 
-def event_message(event_type: str, payload: dict[str, Any], *,
+def event_message(event_type: str, payload: dict[str, object], *,
                   message_type: str = "event") -> bytes:
     """One message of AWS's event-stream framing: prelude, string headers, JSON payload,
     CRC-32s."""
@@ -330,7 +329,7 @@ def render_bedrock(reply: Reply, model: str, ids: Ids) -> Iterator[Frame]:
     usage in ``metadata``."""
     yield event_message("messageStart", {"role": "assistant"}), reply.delay_ms / 1000
     for index, block in enumerate(reply.content):
-        def delta(body: dict[str, Any], index: int = index) -> bytes:
+        def delta(body: dict[str, object], index: int = index) -> bytes:
             return event_message("contentBlockDelta", {"contentBlockIndex": index,
                                                        "delta": body})
 
@@ -378,7 +377,7 @@ CONTENT_TYPES = {"bedrock": "application/vnd.amazon.eventstream"}
 """Each format's stream's content type, when not server-sent events."""
 
 
-def model_in(path: str, kind: str | None, body: Any) -> str:
+def model_in(path: str, kind: str | None, body: object) -> str:
     """The model a request names: in the path for Gemini and Bedrock, else in the body."""
     if kind == "gemini":
         return path.rsplit("/", 1)[-1].removesuffix(GEMINI_METHOD)

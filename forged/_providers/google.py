@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from typing import Any
+from typing import Literal, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -29,6 +29,7 @@ from .base import (
     max_output_tokens,
 )
 from .http import merge_headers, open_events
+from .sse import json_object
 
 GOOGLE_LEVELS = w.THINKING_LEVELS[1:w.THINKING_LEVELS.index("xhigh") + 1]
 """Those Gemini names (``minimal`` to ``xhigh``); ``max`` is not one."""
@@ -78,7 +79,75 @@ def google_level(model: w.Model, level: str) -> str:
     return resolved
 
 
-def thinking_config(model: w.Model, level: str) -> dict[str, Any] | None:
+# --- the request: what forged sends ------------------------------------------------------------
+
+class InlineDataParam(TypedDict):
+    mimeType: str
+    data: str
+
+
+class FunctionCallParam(TypedDict):
+    name: str
+    args: dict[str, object]
+    id: NotRequired[str]
+
+
+class FunctionResponseParam(TypedDict):
+    name: str
+    response: dict[str, str]
+    """``{"output": text}``, or ``{"error": text}``."""
+    parts: NotRequired[list[PartParam]]
+    id: NotRequired[str]
+
+
+class PartParam(TypedDict, total=False):
+    """A part of a turn: one of text, an image, a function call or its response, as Gemini's
+    ``Part`` (``thought`` marks text as thinking)."""
+
+    thought: bool
+    text: str
+    inlineData: InlineDataParam
+    functionCall: FunctionCallParam
+    functionResponse: FunctionResponseParam
+    thoughtSignature: str
+
+
+class ContentParam(TypedDict):
+    role: Literal["user", "model"]
+    parts: list[PartParam]
+
+
+class FunctionDeclarationParam(TypedDict):
+    name: str
+    description: str
+    parametersJsonSchema: object
+
+
+class ToolParam(TypedDict):
+    functionDeclarations: list[FunctionDeclarationParam]
+
+
+class ThinkingConfigParam(TypedDict, total=False):
+    includeThoughts: bool
+    thinkingBudget: int
+    thinkingLevel: str
+
+
+class GenerationConfigParam(TypedDict):
+    maxOutputTokens: int
+    thinkingConfig: NotRequired[ThinkingConfigParam]
+
+
+class GenerateContentBody(TypedDict):
+    """A ``streamGenerateContent`` request's body, its keys in the order they are sent."""
+
+    contents: list[ContentParam]
+    systemInstruction: NotRequired[ContentParam]
+    tools: NotRequired[list[ToolParam]]
+    generationConfig: NotRequired[GenerationConfigParam]
+
+
+def thinking_config(model: w.Model, level: str) -> ThinkingConfigParam | None:
     if not model.reasoning:
         return None
     if level == "off":
@@ -96,7 +165,7 @@ def thinking_config(model: w.Model, level: str) -> dict[str, Any] | None:
     return {"includeThoughts": True, "thinkingBudget": budget}
 
 
-def _signature(same_model: bool, signature: str | None) -> dict[str, str]:
+def _signature(same_model: bool, signature: str | None) -> PartParam:
     """A part's ``thoughtSignature``, when the model that made it reads it and it is base64."""
     if (same_model and signature and len(signature) % 4 == 0
             and _BASE64.match(signature)):
@@ -104,19 +173,19 @@ def _signature(same_model: bool, signature: str | None) -> dict[str, str]:
     return {}
 
 
-def _image(block: w.ImageContent) -> dict[str, Any]:
+def _image(block: w.ImageContent) -> PartParam:
     return {"inlineData": {"mimeType": block.mime_type, "data": block.data}}
 
 
-def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[str, Any]]:
-    contents: list[dict[str, Any]] = []
+def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[ContentParam]:
+    contents: list[ContentParam] = []
     with_ids = needs_call_ids(model.id)
 
     def call_id(value: str) -> str:
         return _BAD_ID_CHARS.sub("_", value)[:64] if with_ids else value
 
     for message in messages:
-        parts: list[dict[str, Any]] = []
+        parts: list[PartParam] = []
         if isinstance(message, w.UserMessage):
             parts = [{"text": block.text} if isinstance(block, w.TextContent)
                      else _image(block) for block in message.content]
@@ -134,7 +203,7 @@ def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[st
                     if block.thinking.strip() or signature:
                         parts.append({"thought": True, "text": block.thinking, **signature})
                 else:
-                    call: dict[str, Any] = {"name": block.name, "args": block.arguments}
+                    call: FunctionCallParam = {"name": block.name, "args": block.arguments}
                     if with_ids:
                         call["id"] = call_id(block.id)
                     parts.append({"functionCall": call,
@@ -148,7 +217,7 @@ def convert_messages(messages: list[LlmMessage], model: w.Model) -> list[dict[st
 
 
 def _tool_result(message: w.ToolResultMessage, model: w.Model, call_id: str, with_id: bool,
-                 contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                 contents: list[ContentParam]) -> list[ContentParam]:
     """The turns a tool result adds: its ``functionResponse`` joins the previous user turn of
     function responses (all of one reply's go in one turn); a Gemini before 3 gets its images
     in a user turn of their own."""
@@ -158,13 +227,13 @@ def _tool_result(message: w.ToolResultMessage, model: w.Model, call_id: str, wit
     value = text if text.strip() else "(see attached image)" if images else ""
     version = gemini_version(model.id)
     nested = version is None or version >= 3
-    response: dict[str, Any] = {"name": message.tool_name,
-                                "response": {"error" if message.is_error else "output": value}}
+    response: FunctionResponseParam = {
+        "name": message.tool_name, "response": {"error" if message.is_error else "output": value}}
     if images and nested:
         response["parts"] = images
     if with_id:
         response["id"] = call_id
-    added: list[dict[str, Any]] = []
+    added: list[ContentParam] = []
     previous = contents[-1] if contents else None
     if (previous is not None and previous["role"] == "user"
             and any("functionResponse" in part for part in previous["parts"])):
@@ -183,7 +252,7 @@ _SUBSCHEMAS = ("additionalProperties", "unevaluatedProperties", "propertyNames",
                "anyOf", "oneOf", "not", "if", "then", "else", "contentSchema")
 
 
-def const_as_enum(schema: Any, names: bool = False) -> Any:
+def const_as_enum(schema: object, names: bool = False) -> object:
     """`schema` with each string or number ``const`` as a one-value ``enum``: Gemini ignores
     ``const`` in ``parametersJsonSchema`` and honours ``enum``."""
     if isinstance(schema, list):
@@ -200,9 +269,9 @@ def const_as_enum(schema: Any, names: bool = False) -> Any:
     return result
 
 
-def build_body(request: ProviderRequest) -> dict[str, Any]:
+def build_body(request: ProviderRequest) -> GenerateContentBody:
     model = request.model
-    body: dict[str, Any] = {
+    body: GenerateContentBody = {
         "contents": convert_messages(llm_messages(request.messages, model), model)}
     if request.system_prompt:
         body["systemInstruction"] = {"role": "user", "parts": [{"text": request.system_prompt}]}
@@ -211,7 +280,7 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
             {"name": tool.name, "description": tool.description,
              "parametersJsonSchema": const_as_enum(tool.parameters)}
             for tool in request.tools]}]
-    config: dict[str, Any] = {"maxOutputTokens": max_output_tokens(request)}
+    config: GenerationConfigParam = {"maxOutputTokens": max_output_tokens(request)}
     thinking = thinking_config(model, request.thinking_level)
     if thinking is not None:
         config["thinkingConfig"] = thinking
@@ -219,10 +288,55 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
     return body
 
 
-def error_text(body: Any) -> str | None:
+def error_text(body: object) -> str | None:
     error = body.get("error") if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
     return message if isinstance(message, str) else None
+
+
+# --- the stream: what the service sends --------------------------------------------------------
+
+class FunctionCallEvent(TypedDict, total=False):
+    name: str | None
+    id: str | None
+    args: dict[str, object] | None
+
+
+class PartEvent(TypedDict, total=False):
+    text: str
+    thought: bool
+    thoughtSignature: str | None
+    functionCall: FunctionCallEvent
+
+
+class ContentEvent(TypedDict, total=False):
+    parts: list[PartEvent] | None
+
+
+class CandidateEvent(TypedDict, total=False):
+    content: ContentEvent | None
+    finishReason: str | None
+
+
+class UsageMetadataEvent(TypedDict, total=False):
+    promptTokenCount: int | None
+    candidatesTokenCount: int | None
+    thoughtsTokenCount: int | None
+    cachedContentTokenCount: int | None
+    totalTokenCount: int | None
+
+
+class GenerateContentResponse(TypedDict, total=False):
+    """One event of the stream: a whole response (its first candidate's parts, the last one's
+    finish reason and usage)."""
+
+    candidates: list[CandidateEvent] | None
+    usageMetadata: UsageMetadataEvent | None
+
+
+def stream_response(data: object) -> GenerateContentResponse:
+    """The reader of the stream: a decoded event as a `GenerateContentResponse`."""
+    return cast(GenerateContentResponse, json_object(data))
 
 
 class StreamReader:
@@ -235,7 +349,9 @@ class StreamReader:
         self.finished = False
         self.call_ids: set[str] = set()
 
-    def chunk(self, data: dict[str, Any]) -> None:
+    def chunk(self, event: object) -> None:
+        """Apply one decoded event of the stream."""
+        data = stream_response(event)
         candidates = data.get("candidates") or [{}]
         candidate = candidates[0]
         for part in (candidate.get("content") or {}).get("parts") or []:
@@ -266,7 +382,7 @@ class StreamReader:
                 + (usage.get("thoughtsTokenCount") or 0),
                 cache_read=cached, cache_write=0, total=usage.get("totalTokenCount") or 0)
 
-    def _call(self, call: dict[str, Any], signature: str | None) -> None:
+    def _call(self, call: FunctionCallEvent, signature: str | None) -> None:
         name = call.get("name") or ""
         call_id = call.get("id")
         if not call_id or call_id in self.call_ids:

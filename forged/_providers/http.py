@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, aclosing, asynccontextmanager, contextmanager, suppress
-from typing import Any
+from typing import TypedDict, cast
 
 import httpx
 import orjson
@@ -39,9 +39,10 @@ DRAIN_TIMEOUT_S = 1.0
 """How long a finished stream may take to end its body, so its connection is kept alive."""
 USER_AGENT = "forged"
 
-Events = AsyncIterator[tuple[bytes, Any]]
-ErrorText = Callable[[Any], str | None]
-"""The message of a parsed JSON error body, or None for the whole body."""
+Events = AsyncIterator[tuple[bytes, object]]
+"""A stream's (event name, decoded JSON data) pairs, the data for its wire API's reader."""
+ErrorText = Callable[[object], str | None]
+"""The message of a decoded JSON error body (any JSON value), or None for the whole body."""
 
 _BROKEN = (httpx.TransportError, OSError, trio.BrokenResourceError)
 
@@ -92,34 +93,64 @@ def redirected(url: str) -> str:
 SIGN_IN_TIMEOUT_S = 30.0
 
 
-async def _sign_in(method: str, url: str, **options: Any) -> tuple[int, Any]:
-    """A request to a sign-in endpoint (`redirected`): its status and parsed JSON answer (the
+class SignInAnswer(TypedDict, total=False):
+    """What the sign-in endpoints forged asks answer (OAuth token endpoints, device code
+    flows, Copilot's token exchange), each some of these; ``body`` holds an answer that was
+    not JSON. Fields the callers check before use are `object`."""
+
+    access_token: str
+    refresh_token: str
+    expires_in: object
+    token: object
+    expires_at: object
+    device_auth_id: str
+    device_code: str
+    user_code: str
+    verification_uri: str
+    interval: object
+    authorization_code: str
+    code_verifier: str
+    error: str | dict[str, str]
+    body: str
+
+
+def sign_in_answer(answer: object) -> SignInAnswer | None:
+    """The reader of sign-in endpoints' JSON: a JSON object as a `SignInAnswer`, else None."""
+    return cast(SignInAnswer, answer) if isinstance(answer, dict) else None
+
+
+async def _sign_in(method: str, url: str, headers: dict[str, str], *,
+                   json: Mapping[str, object] | None = None,
+                   form: Mapping[str, str] | None = None) -> tuple[int, object]:
+    """A request to a sign-in endpoint (`redirected`): its status and decoded JSON answer (the
     body's text, when it is not JSON)."""
     target = redirected(url)
     with provider_errors(target):
-        response = await client_for(target, "").request(method, target,
-                                                         timeout=SIGN_IN_TIMEOUT_S, **options)
+        response = await client_for(target, "").request(method, target, json=json, data=form,
+                                                         headers=headers,
+                                                         timeout=SIGN_IN_TIMEOUT_S)
     try:
         return response.status_code, orjson.loads(response.content)
     except orjson.JSONDecodeError:
         return response.status_code, {"body": response.text[:2000]}
 
 
-async def post_raw(url: str, *, json: dict[str, Any] | None = None,
-                   form: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+async def post_raw(url: str, *, json: Mapping[str, object] | None = None,
+                   form: Mapping[str, str] | None = None) -> tuple[int, SignInAnswer]:
     """POST to a sign-in endpoint: the status and the JSON answer ({} when it is not a JSON
     object)."""
-    status, answer = await _sign_in("POST", url, json=json, data=form,
-                                    headers={"accept": "application/json"})
-    return status, answer if isinstance(answer, dict) else {}
+    status, answer = await _sign_in("POST", url, {"accept": "application/json"}, json=json,
+                                    form=form)
+    return status, sign_in_answer(answer) or {}
 
 
-async def get_json(url: str, headers: dict[str, str], doing: str) -> dict[str, Any]:
+async def get_json(url: str, headers: dict[str, str], doing: str) -> SignInAnswer:
     """GET a sign-in endpoint's JSON, or a `ProviderError` saying what failed."""
-    status, answer = await _sign_in("GET", url, headers=headers)
-    if status >= 400 or not isinstance(answer, dict):
+    status, answer = await _sign_in("GET", url, headers)
+    read = sign_in_answer(answer)
+    if status >= 400 or read is None:
         raise ProviderError(f"Could not {doing} ({status}): {answer}")
-    return answer
+    return read
 
 
 def merge_headers(defaults: dict[str, str], configured: dict[str, str]) -> dict[str, str]:
@@ -131,7 +162,7 @@ def merge_headers(defaults: dict[str, str], configured: dict[str, str]) -> dict[
 
 @asynccontextmanager
 async def open_events(request: ProviderRequest, url: str, headers: dict[str, str],
-                      body: dict[str, Any], out: AssistantBuilder, *,
+                      body: Mapping[str, object], out: AssistantBuilder, *,
                       error_text: ErrorText | None = None) -> AsyncIterator[Events]:
     """POST `body` to `url` and yield the answer's server-sent events, as (event name, parsed
     data) pairs. An answer that does not start within `request.idle_timeout_s`, or a stream

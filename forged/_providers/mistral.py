@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict, cast
 
 import orjson
 
@@ -27,6 +27,7 @@ from .base import (
     max_output_tokens,
 )
 from .http import merge_headers, open_events
+from .sse import json_object
 
 ID_LENGTH = 9
 _NOT_ALNUM = re.compile(r"[^a-zA-Z0-9]")
@@ -61,29 +62,112 @@ def derive_id(call_id: str, attempt: int = 0) -> str:
     return hashlib.sha256(seed.encode()).hexdigest()[:ID_LENGTH]
 
 
-def _image(block: w.ImageContent) -> dict[str, Any]:
+# --- the request: what forged sends ------------------------------------------------------------
+
+class TextChunkParam(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageChunkParam(TypedDict):
+    type: Literal["image_url"]
+    image_url: str
+
+
+class ThinkingChunkParam(TypedDict):
+    type: Literal["thinking"]
+    thinking: list[TextChunkParam]
+
+
+class FunctionParam(TypedDict):
+    name: str
+    arguments: str
+
+
+class ToolCallParam(TypedDict):
+    id: str
+    type: Literal["function"]
+    index: int
+    function: FunctionParam
+
+
+class SystemMessageParam(TypedDict):
+    role: Literal["system"]
+    content: str
+
+
+class UserMessageParam(TypedDict):
+    role: Literal["user"]
+    content: str | list[TextChunkParam | ImageChunkParam]
+
+
+class AssistantMessageParam(TypedDict):
+    role: Literal["assistant"]
+    prefix: bool
+    content: NotRequired[list[TextChunkParam | ThinkingChunkParam]]
+    tool_calls: NotRequired[list[ToolCallParam]]
+
+
+class ToolMessageParam(TypedDict):
+    role: Literal["tool"]
+    tool_call_id: str
+    name: str
+    content: list[TextChunkParam | ImageChunkParam]
+
+
+MessageParam = SystemMessageParam | UserMessageParam | AssistantMessageParam | ToolMessageParam
+
+
+class FunctionSpecParam(TypedDict):
+    name: str
+    description: str
+    parameters: dict[str, object]
+    strict: bool
+
+
+class ToolParam(TypedDict):
+    type: Literal["function"]
+    function: FunctionSpecParam
+
+
+class ChatBody(TypedDict):
+    """A chat completions request's body, its keys in the order they are sent."""
+
+    model: str
+    stream: bool
+    messages: list[MessageParam]
+    max_tokens: int
+    tools: NotRequired[list[ToolParam]]
+    prompt_mode: NotRequired[Literal["reasoning"]]
+    reasoning_effort: NotRequired[str]
+    prompt_cache_key: NotRequired[str]
+
+
+def _image(block: w.ImageContent) -> ImageChunkParam:
     return {"type": "image_url", "image_url": f"data:{block.mime_type};base64,{block.data}"}
 
 
-def convert_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[dict[str, Any]]:
+def convert_messages(request: ProviderRequest, messages: list[LlmMessage]
+                     ) -> list[MessageParam]:
     images = "image" in request.model.input
     ids = CallIds()
-    out: list[dict[str, Any]] = []
+    out: list[MessageParam] = []
     if request.system_prompt:
         out.append({"role": "system", "content": request.system_prompt})
     for message in messages:
         if isinstance(message, w.UserMessage):
-            content = [{"type": "text", "text": block.text} if isinstance(block, w.TextContent)
-                       else _image(block) for block in message.content
-                       if isinstance(block, w.TextContent) or images]
+            content: list[TextChunkParam | ImageChunkParam] = [
+                {"type": "text", "text": block.text} if isinstance(block, w.TextContent)
+                else _image(block) for block in message.content
+                if isinstance(block, w.TextContent) or images]
             if content:
                 out.append({"role": "user", "content": content})
             elif any(isinstance(block, w.ImageContent) for block in message.content):
                 out.append({"role": "user",
                             "content": "(image omitted: model does not support images)"})
         elif isinstance(message, w.AssistantMessage):
-            parts: list[dict[str, Any]] = []
-            calls: list[dict[str, Any]] = []
+            parts: list[TextChunkParam | ThinkingChunkParam] = []
+            calls: list[ToolCallParam] = []
             for block in message.content:
                 if isinstance(block, w.TextContent):
                     if block.text.strip():
@@ -98,7 +182,7 @@ def convert_messages(request: ProviderRequest, messages: list[LlmMessage]) -> li
                                                "arguments": orjson.dumps(
                                                    block.arguments).decode()}})
             if parts or calls:
-                assistant: dict[str, Any] = {"role": "assistant", "prefix": False}
+                assistant: AssistantMessageParam = {"role": "assistant", "prefix": False}
                 if parts:
                     assistant["content"] = parts
                 if calls:
@@ -128,9 +212,9 @@ def _result_text(text: str, pictures: bool, images: bool, error: bool) -> str:
     return prefix + "(no tool output)"
 
 
-def build_body(request: ProviderRequest) -> dict[str, Any]:
+def build_body(request: ProviderRequest) -> ChatBody:
     model = request.model
-    body: dict[str, Any] = {
+    body: ChatBody = {
         "model": model.id, "stream": True,
         "messages": convert_messages(request, llm_messages(request.messages, model)),
         "max_tokens": max_output_tokens(request)}
@@ -146,20 +230,76 @@ def build_body(request: ProviderRequest) -> dict[str, Any]:
                 body["prompt_mode"] = "reasoning"
         elif level != "off":
             body["reasoning_effort"] = levels.get(level) or "high"
-        elif levels.get("off"):
-            body["reasoning_effort"] = levels["off"]
+        elif off := levels.get("off"):
+            body["reasoning_effort"] = off
     if request.session_id:
         body["prompt_cache_key"] = request.session_id
     return body
 
 
-def error_text(body: Any) -> str | None:
+def error_text(body: object) -> str | None:
     if not isinstance(body, dict):
         return None
     for key in ("message", "detail"):
         if isinstance(body.get(key), str) and body[key]:
             return str(body[key])
     return None
+
+
+# --- the stream: what the service sends --------------------------------------------------------
+
+class UsageDetailsEvent(TypedDict, total=False):
+    cached_tokens: int | None
+
+
+class UsageEvent(TypedDict, total=False):
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+    num_cached_tokens: int | None
+    prompt_tokens_details: UsageDetailsEvent | None
+
+
+class TextChunkEvent(TypedDict, total=False):
+    text: str | None
+
+
+class ContentChunkEvent(TypedDict, total=False):
+    type: str
+    text: str | None
+    thinking: list[TextChunkEvent] | None
+
+
+class FunctionEvent(TypedDict, total=False):
+    name: str | None
+    arguments: object
+    """A string of JSON, or the arguments themselves."""
+
+
+class ToolCallEvent(TypedDict, total=False):
+    id: str | None
+    index: int | None
+    function: FunctionEvent | None
+
+
+class DeltaEvent(TypedDict, total=False):
+    content: str | list[str | ContentChunkEvent] | None
+    tool_calls: list[ToolCallEvent] | None
+
+
+class ChoiceEvent(TypedDict, total=False):
+    delta: DeltaEvent | None
+    finish_reason: str | None
+
+
+class ChatChunk(TypedDict, total=False):
+    usage: UsageEvent | None
+    choices: list[ChoiceEvent] | None
+
+
+def chat_chunk(data: object) -> ChatChunk:
+    """The reader of the stream: a decoded chunk as a `ChatChunk`."""
+    return cast(ChatChunk, json_object(data))
 
 
 class StreamReader:
@@ -175,7 +315,9 @@ class StreamReader:
         if delta:  # an empty delta opens no block
             self.out.run_delta(kind, delta)
 
-    def chunk(self, data: dict[str, Any]) -> None:
+    def chunk(self, event: object) -> None:
+        """Apply one decoded chunk of the stream."""
+        data = chat_chunk(event)
         usage = data.get("usage")
         if usage:
             prompt = usage.get("prompt_tokens") or 0
@@ -210,7 +352,8 @@ class StreamReader:
         for call in delta.get("tool_calls") or []:
             self.out.end_run()
             function = call.get("function") or {}
-            call_id = call.get("id") if call.get("id") not in (None, "null") else derive_id(
+            given = call.get("id")
+            call_id = given if given is not None and given != "null" else derive_id(
                 f"toolcall:{call.get('index') or 0}")
             key = ("call", call.get("index") if call.get("index") is not None else call_id)
             if key not in self.calls:

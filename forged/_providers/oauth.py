@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 import orjson
 
 from .._auth import EARLY_MS, AuthFile, Entry, expired
 from .._errors import ProviderError
 from . import copilot
-from .http import get_json as get_json, post_raw as post_raw
+from .http import SignInAnswer, get_json as get_json, post_raw as post_raw
 
 ANTHROPIC_CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 ANTHROPIC_TOKEN_URL = "https://platform.claude.com/v1/oauth/token"
@@ -35,7 +34,7 @@ CODEX_TOKEN_URL = "https://auth.openai.com/oauth/token"
 CODEX_CLAIM = "https://api.openai.com/auth"
 
 
-async def post_json(url: str, body: dict[str, Any], doing: str) -> dict[str, Any]:
+async def post_json(url: str, body: Mapping[str, object], doing: str) -> SignInAnswer:
     """POST `body`; the JSON answer, or a `ProviderError` saying what failed."""
     status, answer = await post_raw(url, json=body)
     if status >= 400:
@@ -43,9 +42,9 @@ async def post_json(url: str, body: dict[str, Any], doing: str) -> dict[str, Any
     return answer
 
 
-async def post_token(url: str, provider: str, *, json: dict[str, Any] | None = None,
-                     form: dict[str, str] | None = None, doing: str | None = None
-                     ) -> dict[str, Any]:
+async def post_token(url: str, provider: str, *, json: Mapping[str, object] | None = None,
+                     form: Mapping[str, str] | None = None, doing: str | None = None
+                     ) -> SignInAnswer:
     """POST to a token endpoint; its JSON answer (with an ``access_token``), or a
     `ProviderError` saying what failed."""
     doing = doing or f"refresh the {provider} sign-in"
@@ -97,7 +96,7 @@ async def refresh_codex(entry: Entry) -> Entry:
          "client_id": CODEX_CLIENT_ID}, "refresh the openai-codex sign-in", entry["refresh"])
 
 
-def _tokens(answer: dict[str, Any], early_ms: int, refresh: str | None, doing: str) -> Entry:
+def _tokens(answer: SignInAnswer, early_ms: int, refresh: str | None, doing: str) -> Entry:
     seconds = answer.get("expires_in")
     refresh = answer.get("refresh_token") or refresh
     if not isinstance(seconds, int | float) or not refresh:

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Literal, cast
 
 import orjson
 
@@ -20,6 +20,22 @@ from .base import (
     max_output_tokens,
 )
 from .http import Events, merge_headers, open_events
+from .openai_types import (
+    AssistantItemParam,
+    AssistantMessageParam,
+    CacheControlParam,
+    ChatMessageParam,
+    ChatParams,
+    FunctionCallItemParam,
+    ImagePartParam,
+    InputImageParam,
+    InputItemParam,
+    ReasoningItemParam,
+    ResponsesParams,
+    ToolCallParam,
+    chat_chunk,
+    responses_event,
+)
 
 _CHAT_STOP: dict[str, w.StopReason] = {
     "stop": "stop", "end": "stop", "length": "length", "tool_calls": "toolUse",
@@ -37,7 +53,7 @@ def _text_of(content: list[w.UserContent]) -> str:
     return "\n".join(block.text for block in content if isinstance(block, w.TextContent))
 
 
-def _compat(model: w.Model, key: str, default: Any) -> Any:
+def _compat(model: w.Model, key: str, default: object) -> object:
     """A models.json ``compat`` field of `model`, else `default`."""
     return (model.compat or {}).get(key, default)
 
@@ -72,7 +88,7 @@ def build_headers(request: ProviderRequest) -> dict[str, str]:
     return merge_headers(headers, request.headers)
 
 
-def error_text(body: Any) -> str | None:
+def error_text(body: object) -> str | None:
     """``error.message`` of an OpenAI error body."""
     error = body.get("error") if isinstance(body, dict) else None
     message = error.get("message") if isinstance(error, dict) else None
@@ -80,7 +96,7 @@ def error_text(body: Any) -> str | None:
 
 
 @asynccontextmanager
-async def _open(request: ProviderRequest, path: str, body: dict[str, Any],
+async def _open(request: ProviderRequest, path: str, body: Mapping[str, object],
                 out: AssistantBuilder) -> AsyncIterator[Events]:
     url = f"{request.model.base_url.rstrip('/')}{path}"
     async with open_events(request, url, build_headers(request), body, out,
@@ -90,15 +106,17 @@ async def _open(request: ProviderRequest, path: str, body: dict[str, Any],
 
 # --- Chat Completions --------------------------------------------------------------------------
 
-def chat_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def chat_messages(request: ProviderRequest, messages: list[LlmMessage]
+                  ) -> list[ChatMessageParam]:
+    out: list[ChatMessageParam] = []
     model = request.model
     empty_reasoning = (model.reasoning and request.thinking_level != "off" and _compat(
         model, "requiresReasoningContentOnAssistantMessages", False))
     if request.system_prompt:
-        role = "developer" if _uses_developer_role(request.model) else "system"
+        role: Literal["developer", "system"] = (
+            "developer" if _uses_developer_role(request.model) else "system")
         out.append({"role": role, "content": request.system_prompt})
-    pending_images: list[dict[str, Any]] = []
+    pending_images: list[ImagePartParam] = []
     for message in messages:
         if not isinstance(message, w.ToolResultMessage) and pending_images:
             out.append({"role": "user", "content": [
@@ -114,12 +132,13 @@ def chat_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[
                     for block in message.content]})
         elif isinstance(message, w.AssistantMessage):
             text = "".join(b.text for b in message.content if isinstance(b, w.TextContent))
-            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            entry: AssistantMessageParam = {"role": "assistant", "content": text or None}
             if empty_reasoning:
                 entry["reasoning_content"] = ""
-            calls = [{"id": b.id, "type": "function",
-                      "function": {"name": b.name, "arguments": orjson.dumps(b.arguments).decode()}}
-                     for b in message.content if isinstance(b, w.ToolCall)]
+            calls: list[ToolCallParam] = [
+                {"id": b.id, "type": "function",
+                 "function": {"name": b.name, "arguments": orjson.dumps(b.arguments).decode()}}
+                for b in message.content if isinstance(b, w.ToolCall)]
             if calls:
                 entry["tool_calls"] = calls
             if text or calls:
@@ -136,16 +155,19 @@ def chat_messages(request: ProviderRequest, messages: list[LlmMessage]) -> list[
     return out
 
 
-def chat_params(request: ProviderRequest) -> dict[str, Any]:
+def chat_params(request: ProviderRequest) -> ChatParams:
     model = request.model
-    params: dict[str, Any] = {
+    params: ChatParams = {
         "model": model.id,
         "messages": chat_messages(request, llm_messages(request.messages, model)),
         "stream": True,
     }
     if _compat(model, "supportsUsageInStreaming", True):
         params["stream_options"] = {"include_usage": True}
-    params[_compat(model, "maxTokensField", "max_completion_tokens")] = max_output_tokens(request)
+    if _compat(model, "maxTokensField", "max_completion_tokens") == "max_tokens":
+        params["max_tokens"] = max_output_tokens(request)
+    else:
+        params["max_completion_tokens"] = max_output_tokens(request)
     if _compat(model, "supportsStore", False):
         params["store"] = False
     if request.tools:
@@ -161,30 +183,31 @@ def chat_params(request: ProviderRequest) -> dict[str, Any]:
     return params
 
 
-CACHE_CONTROL = {"type": "ephemeral"}
+CACHE_CONTROL: CacheControlParam = {"type": "ephemeral"}
 
 
-def mark_cache(params: dict[str, Any]) -> None:
+def mark_cache(params: ChatParams) -> None:
     """Anthropic's cache markers on an OpenAI-compatible request (``compat.cacheControlFormat``
     ``anthropic``, as OpenRouter takes them for Claude): the system prompt, the last tool and
     the last message with text."""
-    messages: list[dict[str, Any]] = params["messages"]
+    messages = params["messages"]
     system = next((m for m in messages if m["role"] in ("system", "developer")), None)
     last = next((m for m in reversed(messages) if m["role"] in ("user", "assistant", "tool")
                  and m.get("content")), None)
     for message in (system, last):
         if message is None:
             continue
-        if isinstance(message["content"], str):
-            message["content"] = [{"type": "text", "text": message["content"]}]
-        texts = [part for part in message["content"] if part.get("type") == "text"]
+        content = message["content"]
+        if isinstance(content, str):
+            content = message["content"] = [{"type": "text", "text": content}]
+        texts = [part for part in content or () if part["type"] == "text"]
         if texts:
             texts[-1]["cache_control"] = CACHE_CONTROL
     if params.get("tools"):
         params["tools"][-1]["cache_control"] = CACHE_CONTROL
 
 
-def _template_values(template: Any, thinking: bool, effort: str | None) -> Any:
+def _template_values(template: object, thinking: bool, effort: str | None) -> object:
     """``chatTemplateArgs``/``chatTemplateKwargs`` with their ``{"$var": ...}`` filled in."""
     if isinstance(template, dict):
         if set(template) == {"$var"}:
@@ -195,7 +218,7 @@ def _template_values(template: Any, thinking: bool, effort: str | None) -> Any:
     return template
 
 
-def thinking_params(params: dict[str, Any], model: w.Model, level: str) -> None:
+def thinking_params(params: ChatParams, model: w.Model, level: str) -> None:
     """How a reasoning model is asked to think at `level`, in the form its endpoint reads
     (models.json ``compat.thinkingFormat``), as the ancestor asks."""
     thinking = level != "off"
@@ -219,8 +242,8 @@ def thinking_params(params: dict[str, Any], model: w.Model, level: str) -> None:
             key = "chatTemplateKwargs" if form == "chat-template" else "chatTemplateArgs"
             template = _compat(model, key, None)
             if template:
-                field = "chat_template_kwargs" if form == "chat-template" else (
-                    "chat_template_args")
+                field: Literal["chat_template_kwargs", "chat_template_args"] = (
+                    "chat_template_kwargs" if form == "chat-template" else "chat_template_args")
                 params[field] = _template_values(template, thinking, effort)
             with_effort = with_effort and form == "baseten"
             off_effort = level_map.get("off")
@@ -246,7 +269,7 @@ def thinking_params(params: dict[str, Any], model: w.Model, level: str) -> None:
                 params["thinking"] = (level_map.get(level) or level) if thinking else (
                     level_map.get("off") or "none")
             with_effort = False
-    if with_effort:
+    if with_effort and effort is not None:
         params["reasoning_effort"] = effort
 
 
@@ -264,9 +287,10 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
         return key
 
     async with _open(request, "/chat/completions", chat_params(request), out) as events:
-        async for _, chunk in events:
-            if chunk.get("error"):
-                error = chunk["error"]
+        async for _, data in events:
+            chunk = chat_chunk(data)
+            error = chunk.get("error")
+            if error:
                 raise ProviderError(str(error.get("message") or error))
             usage = chunk.get("usage")
             if usage:
@@ -283,20 +307,23 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
                         out.start_thinking(switch("thinking", len(out.message.content)))
                     assert current is not None
                     out.thinking_delta(current[1], reasoning)
-                if delta.get("content"):
+                text = delta.get("content")
+                if text:
                     if current is None or current[0] != "text":
                         out.start_text(switch("text", len(out.message.content)))
                     assert current is not None
-                    out.text_delta(current[1], delta["content"])
+                    out.text_delta(current[1], text)
                 for call in delta.get("tool_calls") or ():
                     index = call.get("index", 0)
                     function = call.get("function") or {}
-                    if call.get("id") and tool_keys.get(index) != call["id"]:
-                        tool_keys[index] = call["id"]
-                        out.start_tool_call(switch("tool", call["id"]), call["id"],
+                    call_id = call.get("id")
+                    if call_id and tool_keys.get(index) != call_id:
+                        tool_keys[index] = call_id
+                        out.start_tool_call(switch("tool", call_id), call_id,
                                             function.get("name", ""))
-                    if function.get("arguments") and index in tool_keys:
-                        out.tool_call_delta(tool_keys[index], function["arguments"])
+                    arguments = function.get("arguments")
+                    if arguments and index in tool_keys:
+                        out.tool_call_delta(tool_keys[index], arguments)
                 reason = choice.get("finish_reason")
                 if reason:
                     if reason == "content_filter":
@@ -313,8 +340,16 @@ async def stream_chat(request: ProviderRequest, out: AssistantBuilder) -> None:
 
 # --- Responses ---------------------------------------------------------------------------------
 
-def responses_input(request: ProviderRequest, messages: list[LlmMessage]) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+def _reasoning_item(signature: str) -> ReasoningItemParam:
+    """A thinking block's signature as the reasoning item it keeps (`handle_responses_event`
+    keeps the service's item whole), to send back as it came; `orjson.JSONDecodeError` when
+    the signature is not JSON."""
+    return cast(ReasoningItemParam, orjson.loads(signature))
+
+
+def responses_input(request: ProviderRequest, messages: list[LlmMessage]
+                    ) -> list[InputItemParam]:
+    items: list[InputItemParam] = []
     model = request.model
     for message in messages:
         if isinstance(message, w.UserMessage):
@@ -328,11 +363,11 @@ def responses_input(request: ProviderRequest, messages: list[LlmMessage]) -> lis
                 if isinstance(block, w.ThinkingContent):
                     if same_model and block.thinking_signature:
                         try:
-                            items.append(orjson.loads(block.thinking_signature))
+                            items.append(_reasoning_item(block.thinking_signature))
                         except orjson.JSONDecodeError:
                             pass
                 elif isinstance(block, w.TextContent):
-                    item: dict[str, Any] = {
+                    item: AssistantItemParam = {
                         "type": "message", "role": "assistant", "status": "completed",
                         "content": [{"type": "output_text", "text": block.text,
                                      "annotations": []}]}
@@ -341,9 +376,9 @@ def responses_input(request: ProviderRequest, messages: list[LlmMessage]) -> lis
                     items.append(item)
                 else:
                     call_id, _, item_id = block.id.partition("|")
-                    call: dict[str, Any] = {"type": "function_call", "call_id": call_id,
-                                            "name": block.name,
-                                            "arguments": orjson.dumps(block.arguments).decode()}
+                    call: FunctionCallItemParam = {
+                        "type": "function_call", "call_id": call_id, "name": block.name,
+                        "arguments": orjson.dumps(block.arguments).decode()}
                     if same_model and item_id:
                         call["id"] = item_id
                     items.append(call)
@@ -351,8 +386,9 @@ def responses_input(request: ProviderRequest, messages: list[LlmMessage]) -> lis
             items.append({"type": "function_call_output",
                           "call_id": message.tool_call_id.partition("|")[0],
                           "output": _text_of(message.content) or "(no text output)"})
-            images = [{"type": "input_image", "detail": "auto", "image_url": _data_url(block)}
-                      for block in message.content if isinstance(block, w.ImageContent)]
+            images: list[InputImageParam] = [
+                {"type": "input_image", "detail": "auto", "image_url": _data_url(block)}
+                for block in message.content if isinstance(block, w.ImageContent)]
             if images:
                 items.append({"role": "user", "content": [
                     {"type": "input_text", "text": "Attached image(s) from tool result:"},
@@ -360,9 +396,9 @@ def responses_input(request: ProviderRequest, messages: list[LlmMessage]) -> lis
     return items
 
 
-def responses_params(request: ProviderRequest) -> dict[str, Any]:
+def responses_params(request: ProviderRequest) -> ResponsesParams:
     model = request.model
-    params: dict[str, Any] = {
+    params: ResponsesParams = {
         "model": model.id,
         "input": responses_input(request, llm_messages(request.messages, model)),
         "stream": True,
@@ -398,8 +434,9 @@ async def stream_responses(request: ProviderRequest, out: AssistantBuilder) -> N
     raise ProviderStreamError("terminated: the stream ended before the message was complete")
 
 
-def handle_responses_event(event: dict[str, Any], out: AssistantBuilder) -> bool:
-    """Apply one Responses stream event; True once the response is complete."""
+def handle_responses_event(data: object, out: AssistantBuilder) -> bool:
+    """Apply one decoded Responses stream event; True once the response is complete."""
+    event = responses_event(data)
     kind = event.get("type", "")
     if kind == "response.output_text.delta" or kind == "response.refusal.delta":
         out.text_delta(event["item_id"], event["delta"])

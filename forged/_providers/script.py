@@ -5,7 +5,7 @@ API's streaming format)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 import orjson
@@ -42,7 +42,7 @@ class ScriptRedactedThinking:
 class ScriptToolCall:
     type: str = tag("toolCall")
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, object]
     id: str | None = None
     chunks: int = 1
     delay_ms: float = 0

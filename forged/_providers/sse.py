@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
 import orjson
 import trio
@@ -90,9 +89,10 @@ async def timed_chunks(chunks: AsyncIterator[bytes], out: AssistantBuilder,
 
 
 async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
-                     idle_timeout_s: float) -> AsyncGenerator[tuple[bytes, Any], None]:
+                     idle_timeout_s: float) -> AsyncGenerator[tuple[bytes, object], None]:
     """(event name, parsed JSON data) pairs; ``[DONE]`` ends the stream. A stream that
-    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`."""
+    sends nothing for `idle_timeout_s` fails with `ProviderStreamError`. The data is the
+    service's JSON, unchecked: each wire API reads it through its own reader (`json_object`)."""
     decoder = SseDecoder()
     async with aclosing(timed_chunks(chunks, out, idle_timeout_s)) as timed:
         async for chunk in timed:
@@ -103,3 +103,12 @@ async def sse_events(chunks: AsyncIterator[bytes], out: AssistantBuilder,
                     yield event, orjson.loads(data)
                 except orjson.JSONDecodeError as exc:
                     raise ProviderStreamError(f"Malformed stream event: {exc}") from exc
+
+
+def json_object(data: object) -> dict[str, object]:
+    """A decoded stream event as the JSON object every wire API's events are; a
+    `ProviderStreamError` when it is some other JSON value. Each wire API's event reader
+    starts here and casts the object to its format's event type."""
+    if not isinstance(data, dict):
+        raise ProviderStreamError(f"Malformed stream event: not a JSON object: {data!r:.100}")
+    return data

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -31,6 +31,9 @@ from .._tls import tls_context
 from .base import AssistantBuilder, ProviderRequest
 from .google import stream_events
 from .http import merge_headers
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
 
 AUTHENTICATED = "<authenticated>"
 """The key a provider signed in by ambient credentials has (the ancestor's placeholder)."""
@@ -85,7 +88,7 @@ async def stream(request: ProviderRequest, out: AssistantBuilder) -> None:
 # --- application default credentials -----------------------------------------------------------
 
 _lock = threading.Lock()
-_found: dict[str | None, tuple[Any, str | None]] = {}
+_found: dict[str | None, tuple[Credentials, str | None]] = {}
 """The credentials (and their project) found for each ``GOOGLE_APPLICATION_CREDENTIALS``."""
 
 
@@ -102,7 +105,8 @@ def access_token() -> tuple[str, str | None]:
                 _found[source] = google.auth.default(scopes=[SCOPE])
             credentials, project = _found[source]
             if not credentials.valid:
-                credentials.refresh(HttpxRequest())
+                # google-auth leaves `refresh` unannotated.
+                credentials.refresh(HttpxRequest())  # type: ignore[no-untyped-call]
         except google.auth.exceptions.GoogleAuthError as exc:
             raise ProviderError(f"Vertex AI sign-in failed: {exc}") from exc
         return str(credentials.token), project
@@ -113,7 +117,7 @@ class HttpxRequest:
 
     def __call__(self, url: str, method: str = "GET", body: bytes | None = None,
                  headers: dict[str, str] | None = None, timeout: float | None = None,
-                 **kwargs: Any) -> Any:
+                 **kwargs: object) -> _Response:
         import google.auth.exceptions
         import httpx
 
@@ -121,8 +125,9 @@ class HttpxRequest:
             with httpx.Client(verify=tls_context(), timeout=timeout or 60) as client:
                 response = client.request(method, url, content=body, headers=headers)
         except httpx.HTTPError as exc:
-            transport_error: Any = google.auth.exceptions.TransportError  # untyped
-            raise transport_error(str(exc)) from exc
+            # google-auth leaves its exceptions' constructor unannotated.
+            raise google.auth.exceptions.TransportError(  # type: ignore[no-untyped-call]
+                str(exc)) from exc
         return _Response(response.status_code, dict(response.headers), response.content)
 
 

@@ -10,16 +10,18 @@ import fnmatch
 import functools
 import json
 from collections.abc import Collection
-from typing import Any
 
 import attrs
 
+from .. import _wire as w
 from .._settings import DEFAULTS
 from .base import (
+    Arguments as Arguments,
     InvalidArguments as InvalidArguments,
     Tool as Tool,
     ToolContext as ToolContext,
     ToolError as ToolError,
+    make_tool as make_tool,
     text_result as text_result,
 )
 
@@ -36,7 +38,7 @@ def builtin_tools() -> dict[str, Tool]:
     return {tool.name: tool for tool in (READ, BASH, EDIT, WRITE, GREP, FIND, LS)}
 
 
-def parse_arguments(tool: Tool, arguments: dict[str, Any]) -> Any:
+def parse_arguments(tool: Tool, arguments: w.JSONObject) -> Arguments:
     """What the tool's `run` takes from a call's `arguments` (built-in and plugin tools alike),
     or `ToolError` with the problems and the arguments as received."""
     try:

@@ -11,7 +11,7 @@ import tempfile
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypeVar, overload
 
 import attrs
 import cattrs
@@ -21,6 +21,12 @@ from .._errors import InvalidArguments as InvalidArguments, ToolError as ToolErr
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
+
+P = TypeVar("P")
+"""A tool's parameters, as its `run` takes them."""
+A = TypeVar("A", bound=attrs.AttrsInstance)
+"""A built-in tool's parameters: an attrs class (`typed_tool`)."""
+T = TypeVar("T")
 
 
 @attrs.define(kw_only=True, frozen=True)
@@ -104,41 +110,72 @@ class ToolContext:
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
+class Arguments:
+    """A call's arguments as its tool takes them, bound to the tool's run."""
+
+    params: object
+    """The tool's parameters: a built-in tool's attrs class, a plugin's or an MCP server's
+    JSON object."""
+    run: Callable[[ToolContext], Awaitable[w.ToolResult]]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
 class Tool:
     """A tool the model can call. `parameters` is the JSON schema the model is shown; `parse`
-    turns a call's arguments into what `run` takes, or raises `InvalidArguments`."""
+    turns a call's arguments into the `Arguments` `run` takes, or raises `InvalidArguments`.
+    Made by `make_tool`, where the tool's parameters have their type."""
 
     name: str
     description: str
     snippet: str  # the one line the system prompt lists the tool with
-    parameters: dict[str, Any]
-    parse: Callable[[dict[str, Any]], Any]
-    run: Callable[[Any, ToolContext], Awaitable[w.ToolResult]]
+    parameters: w.JSONObject
+    parse: Callable[[w.JSONObject], Arguments]
+
+    async def run(self, arguments: Arguments, context: ToolContext) -> w.ToolResult:
+        return await arguments.run(context)
 
 
-def text_result(text: str, details: dict[str, Any] | None = None,
-                structured: dict[str, Any] | None = None) -> w.ToolResult:
+def make_tool(*, name: str, description: str, snippet: str, parameters: w.JSONObject,
+              parse: Callable[[w.JSONObject], P],
+              run: Callable[[P, ToolContext], Awaitable[w.ToolResult]]) -> Tool:
+    """A tool whose `parse` gives the parameters its `run` takes."""
+    def bind(arguments: w.JSONObject) -> Arguments:
+        params = parse(arguments)
+        return Arguments(params=params, run=functools.partial(run, params))
+
+    return Tool(name=name, description=description, snippet=snippet, parameters=parameters,
+                parse=bind)
+
+
+def text_result(text: str, details: w.JSONObject | None = None,
+                structured: w.JSONObject | None = None) -> w.ToolResult:
     return w.ToolResult(content=[w.TextContent(text=text)], details=details,
                         structured_content=structured)
 
 
 # --- typed parameters --------------------------------------------------------------------------
 
-def param(description: str, default: Any = attrs.NOTHING) -> Any:
-    """A field of a tool's parameter class, with the description the model reads."""
+@overload
+def param(description: str) -> str: ...
+@overload
+def param(description: str, default: T) -> T: ...
+def param(description: str, default: object = attrs.NOTHING) -> object:
+    """A field of a tool's parameter class, with the description the model reads; without a
+    default, a required one (text: every required parameter is)."""
     return attrs.field(default=default, metadata={"description": description})
 
 
-_JSON_TYPES: dict[Any, str] = {str: "string", int: "number", float: "number", bool: "boolean"}
+_JSON_TYPES: dict[object, str] = {str: "string", int: "number", float: "number",
+                                  bool: "boolean"}
 
 
-def typed_tool(*, name: str, snippet: str, description: str, params: type[Any],
-               run: Callable[[Any, ToolContext], Awaitable[w.ToolResult]]) -> Tool:
+def typed_tool(*, name: str, snippet: str, description: str, params: type[A],
+               run: Callable[[A, ToolContext], Awaitable[w.ToolResult]]) -> Tool:
     """A built-in tool whose parameters are the attrs class `params`: the schema the model
     sees is made from it (camelCase names, its descriptions, required when without default)
     and its arguments are converted into it, coerced as JSON-schema validators coerce
     (``"5"`` is 5)."""
-    properties: dict[str, Any] = {}
+    properties: w.JSONObject = {}
     required: list[str] = []
     for field in attrs.fields(attrs.resolve_types(params)):
         kinds = [kind for kind in typing.get_args(field.type) if kind is not type(None)]
@@ -147,13 +184,13 @@ def typed_tool(*, name: str, snippet: str, description: str, params: type[Any],
                                  "description": field.metadata["description"]}
         if field.default is attrs.NOTHING:
             required.append(json_name)
-    schema = {"type": "object", "properties": properties, "required": required,
-              "additionalProperties": False}
-    return Tool(name=name, snippet=snippet, description=description, parameters=schema,
-                parse=functools.partial(_structure, params), run=run)
+    schema: w.JSONObject = {"type": "object", "properties": properties, "required": required,
+                            "additionalProperties": False}
+    return make_tool(name=name, snippet=snippet, description=description, parameters=schema,
+                     parse=functools.partial(_structure, params), run=run)
 
 
-def _structure(params: type[Any], arguments: dict[str, Any]) -> Any:
+def _structure(params: type[A], arguments: w.JSONObject) -> A:
     try:
         return _params_converter().structure(arguments, params)
     except cattrs.BaseValidationError as exc:
@@ -162,7 +199,7 @@ def _structure(params: type[Any], arguments: dict[str, Any]) -> Any:
         raise InvalidArguments([str(exc)]) from None
 
 
-def _coerce_int(value: Any, _: Any) -> int:
+def _coerce_int(value: object, _: object) -> int:
     if type(value) is bool:
         raise ValueError("expected an integer")
     if isinstance(value, float) and value.is_integer():
@@ -174,16 +211,16 @@ def _coerce_int(value: Any, _: Any) -> int:
     raise ValueError("expected an integer")
 
 
-def _coerce_float(value: Any, _: Any) -> float:
-    if type(value) is bool:
+def _coerce_float(value: object, _: object) -> float:
+    if type(value) is bool or not isinstance(value, str | int | float):
         raise ValueError("expected a number")
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except ValueError:
         raise ValueError("expected a number") from None
 
 
-def _coerce_bool(value: Any, _: Any) -> bool:
+def _coerce_bool(value: object, _: object) -> bool:
     if isinstance(value, bool):
         return value
     if value in ("true", "false"):
@@ -219,7 +256,7 @@ def resolve_path(path: str, cwd: Path) -> Path:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class Truncation:
     truncated: bool
-    truncated_by: str | None = w.keep_null()
+    truncated_by: str | None = w.keep_null(None)
     total_lines: int
     total_bytes: int
     output_lines: int
@@ -229,8 +266,9 @@ class Truncation:
     max_lines: int = MAX_LINES
     max_bytes: int = MAX_BYTES
 
-    def details(self) -> dict[str, Any]:
-        return _codec.unstructure(self)  # type: ignore[no-any-return]
+    def details(self) -> w.JSONObject:
+        details: w.JSONObject = _codec.unstructure(self)
+        return details
 
 
 def format_size(size: int) -> str:
@@ -256,7 +294,7 @@ def _take_lines(lines: Iterable[str], max_lines: int, max_bytes: int) -> tuple[l
     return kept, "lines"
 
 
-def listing_result(entries: list[str], notices: list[str], details: dict[str, Any],
+def listing_result(entries: list[str], notices: list[str], details: w.JSONObject,
                    last_notice: str | None = None) -> w.ToolResult:
     """A list of lines (ls, grep, find) cut at `MAX_BYTES`, the notices in one bracket after:
     `notices`, then the size limit's, then `last_notice`."""

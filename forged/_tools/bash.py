@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import attrs
 import trio
@@ -172,7 +172,7 @@ def _environment(changes: Mapping[str, str | None] | None,
 
 
 async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s: float | None,
-                      on_output: Any, shell: Shell | None = None,
+                      on_output: Callable[[str], None], shell: Shell | None = None,
                       wait_for_room: Callable[[], Awaitable[None]] | None = None,
                       env: Mapping[str, str | None] | None = None,
                       base_env: Mapping[str, str] | None = None,
@@ -224,7 +224,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
 
 
-def format_output(spool: OutputSpool) -> tuple[str, dict[str, Any] | None]:
+def format_output(spool: OutputSpool) -> tuple[str, w.JSONObject | None]:
     """The result text for the model: the tail, with a notice naming the full output file.
 
     The rolling tail holds more than a result shows, so whenever output was dropped from
@@ -310,7 +310,7 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
     if execution.timed_out:
         raise ToolError(f"{_ahead(text)}Command timed out after {params.timeout:g} seconds",
                         details)
-    structured: dict[str, Any] = {"output": whole, "truncated": cut}
+    structured: w.JSONObject = {"output": whole, "truncated": cut}
     if cut and details is not None:
         structured["full_output_path"] = details["fullOutputPath"]
     structured["exit_code"] = execution.exit_code

@@ -9,7 +9,7 @@ import stat
 import unicodedata
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import attrs
 import trio
@@ -60,7 +60,7 @@ def image_type(head: bytes) -> str | None:
 READ_CHUNK_BYTES = 1 << 20
 
 
-def _newline_offsets(file: Any, wanted: list[int]) -> tuple[list[int | None], int, int]:
+def _newline_offsets(file: BinaryIO, wanted: list[int]) -> tuple[list[int | None], int, int]:
     """One pass over `file` in chunks (memory stays bounded however large it is): the byte
     offset of the n-th newline for each n of `wanted` (None past the end), the file's size
     and its number of newlines."""
@@ -79,7 +79,7 @@ def _newline_offsets(file: Any, wanted: list[int]) -> tuple[list[int | None], in
     return found, offset, newlines
 
 
-def _read_text(file: Any, params: ReadParams) -> w.ToolResult:
+def _read_text(file: BinaryIO, params: ReadParams) -> w.ToolResult:
     """Lines as ``text.split("\\n")`` gives them, `params.offset` (1-based) to the `limit`-th
     after it, cut by `truncate_head`; read in two passes, keeping only what a result shows."""
     start = max(0, (params.offset or 1) - 1)
@@ -120,7 +120,7 @@ def _read_text(file: Any, params: ReadParams) -> w.ToolResult:
     return text_result(selected)
 
 
-def _open_regular(path: Path) -> Any:
+def _open_regular(path: Path) -> BinaryIO:
     """`path` opened for reading, if it is a regular file: a FIFO or a device could block a
     read for ever or never end."""
     if not path.exists():
@@ -379,7 +379,7 @@ def _ls_sync(params: LsParams, path: Path) -> w.ToolResult:
     if not entries:
         return text_result("(empty directory)")
     limit = max(1, params.limit)
-    details: dict[str, Any] = {}
+    details: w.JSONObject = {}
     notices: list[str] = []
     if len(entries) > limit:
         entries = entries[:limit]

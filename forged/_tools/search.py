@@ -6,8 +6,8 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import attrs
 import orjson
@@ -44,8 +44,8 @@ def ripgrep() -> str:
     return found
 
 
-async def _run_rg(args: list[str], cwd: Path, ctx: ToolContext, on_line: Any
-                  ) -> tuple[int, str]:
+async def _run_rg(args: list[str], cwd: Path, ctx: ToolContext,
+                  on_line: Callable[[bytes], bool]) -> tuple[int, str]:
     """Run rg as the permission mode lets it run, feeding each stdout line to `on_line`
     until it returns False.
 
@@ -155,7 +155,7 @@ async def run_grep(params: GrepParams, ctx: ToolContext) -> w.ToolResult:
         raise ToolError(errors.strip() or f"rg exited with code {code}")
     if matches == 0:
         return text_result("No matches found")
-    details: dict[str, Any] = {}
+    details: w.JSONObject = {}
     notices: list[str] = []
     if matches >= limit:
         details["matchLimitReached"] = limit
@@ -218,7 +218,7 @@ async def run_find(params: FindParams, ctx: ToolContext) -> w.ToolResult:
     if not found:
         return text_result("No files found matching pattern")
     found.sort()
-    details: dict[str, Any] = {}
+    details: w.JSONObject = {}
     notices: list[str] = []
     if len(found) >= limit:
         details["resultLimitReached"] = limit

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .base import (
     ABSENT as ABSENT,
     KEEP_NULL as KEEP_NULL,
     THINKING_LEVELS as THINKING_LEVELS,
+    Absent as Absent,
     GetState as GetState,
+    JSONObject as JSONObject,
+    JSONValue as JSONValue,
     Model as Model,
     ModelCost as ModelCost,
     PromptAccepted as PromptAccepted,
@@ -183,19 +186,19 @@ if TYPE_CHECKING:
 LAZY_MODULES = ("messages", "commands", "events", "responses")
 
 
-class _CommandTable(Mapping[str, type[Any]]):
+class _CommandTable(Mapping[str, "type[Command | DaemonCommand]"]):
     """`commands.COMMAND_CLASSES` (or the daemon's), by a command's ``type``: ``get_state``
     is found in `base`, any other loads `commands`."""
 
     def __init__(self, name: str) -> None:
         self._name = name
 
-    def _table(self) -> dict[str, type[Any]]:
-        table: dict[str, type[Any]] = getattr(
+    def _table(self) -> dict[str, type[Command | DaemonCommand]]:
+        table: dict[str, type[Command | DaemonCommand]] = getattr(
             importlib.import_module(f"{__name__}.commands"), self._name)
         return table
 
-    def __getitem__(self, kind: str) -> type[Any]:
+    def __getitem__(self, kind: str) -> type[Command | DaemonCommand]:
         return GetState if kind == "get_state" else self._table()[kind]
 
     def __iter__(self) -> Iterator[str]:
@@ -205,13 +208,14 @@ class _CommandTable(Mapping[str, type[Any]]):
         return len(self._table())
 
 
-COMMAND_CLASSES: Mapping[str, type[Any]] = _CommandTable("COMMAND_CLASSES")
+COMMAND_CLASSES: Mapping[str, type[Command | DaemonCommand]] = _CommandTable("COMMAND_CLASSES")
 """Every command's class by its ``type``."""
-DAEMON_COMMAND_CLASSES: Mapping[str, type[Any]] = _CommandTable("DAEMON_COMMAND_CLASSES")
+DAEMON_COMMAND_CLASSES: Mapping[str, type[Command | DaemonCommand]] = _CommandTable(
+    "DAEMON_COMMAND_CLASSES")
 """As `COMMAND_CLASSES`, and the daemon's own commands."""
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     for module_name in LAZY_MODULES:
         module = importlib.import_module(f"{__name__}.{module_name}")
         if name in module.__all__:

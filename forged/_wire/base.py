@@ -4,20 +4,29 @@ is declared with."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import enum
+from typing import Final, Literal, TypeAlias, TypeVar
 
 import attrs
 
 from .._vocabulary import THINKING_LEVELS as THINKING_LEVELS, ThinkingLevel as ThinkingLevel
 
 KEEP_NULL = "forged.keep_null"
+T = TypeVar("T")
+
+JSONValue: TypeAlias = object
+"""JSON that is someone else's, as it came: a tool call's arguments, a result's ``details``,
+models.json's ``compat``. Read it with ``isinstance``; the converter passes it through as it
+is (`forged._codec`)."""
+JSONObject: TypeAlias = dict[str, JSONValue]
 
 
-def tag(value: str) -> Any:
+def tag(value: str) -> str:
+    """The first field of a class, its wire ``type`` (or ``role``): not an argument."""
     return attrs.field(default=value, init=False)
 
 
-def keep_null(default: Any = None) -> Any:
+def keep_null(default: T) -> T:
     """A field written as ``null`` instead of being omitted when it is None."""
     return attrs.field(default=default, metadata={KEEP_NULL: True})
 
@@ -73,20 +82,24 @@ class Model:
     thinking_levels: list[str]
     thinking_level_map: dict[str, str | None] | None = None
     """models.json ``thinkingLevelMap``: the value the provider is sent for a level."""
-    compat: dict[str, Any] | None = None
+    compat: JSONObject | None = None
     """models.json ``compat``: how the provider differs from its API's standard."""
 
 
 # --- the response, and the state a session starts with ---------------------------------------
 
-class _Absent:
-    """`Response.data` when the response has no `data` key (unlike a `null` data)."""
+class Absent(enum.Enum):
+    """The type of `ABSENT`, its one value: ``data is ABSENT`` and ``isinstance(data,
+    Absent)`` both narrow ``X | Absent`` to X."""
+
+    ABSENT = "ABSENT"
 
     def __repr__(self) -> str:
         return "ABSENT"
 
 
-ABSENT: Any = _Absent()
+ABSENT: Final = Absent.ABSENT
+"""`Response.data` when the response has no ``data`` key (unlike a ``null`` data)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -95,7 +108,10 @@ class Response:
     type: str = tag("response")
     command: str
     success: bool
-    data: Any = ABSENT
+    data: object = ABSENT
+    """The command's answer: its wire class (`forged.client.data_classes` names each
+    command's), None, or `ABSENT`. A reader checks it is what it asked for (``isinstance``),
+    as `forged.client.Client.call` does."""
     error: str | None = None
 
 
@@ -120,7 +136,7 @@ class GetState:
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class SessionState:
-    model: Model | None = keep_null()
+    model: Model | None = keep_null(None)
     thinking_level: str
     is_streaming: bool
     is_compacting: bool
@@ -138,13 +154,14 @@ class SessionState:
     """Why the session file cannot be written, while it cannot (forged's addition)."""
 
 
-def _repr(self: Any) -> str:
+def _repr(self: object) -> str:
+    cls = type(self)
     fields = ", ".join(f"{field.name}={getattr(self, field.name)!r}"
-                       for field in attrs.fields(type(self)) if field.init)
-    return f"{type(self).__name__}({fields})"
+                       for field in (attrs.fields(cls) if attrs.has(cls) else ()) if field.init)
+    return f"{cls.__name__}({fields})"
 
 
-def share_repr(namespace: dict[str, Any]) -> None:
+def share_repr(namespace: dict[str, object]) -> None:
     """Give the wire classes a module defines the one shared ``__repr__`` (attrs would compile
     one per class)."""
     for value in list(namespace.values()):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import attrs
 
-from .base import GetState, QueueMode, share_repr, tag
+from .base import GetState, JSONObject, QueueMode, share_repr, tag
 from .messages import ImageContent
 
 __all__ = [
@@ -111,7 +111,7 @@ class NewSession:
     """Continue the cwd's most recent session (as ``--continue``)."""
     permission_mode: str | None = None
     """The new session's permission mode (as ``--permission-mode``; default: the daemon's)."""
-    mcp_servers: dict[str, Any] | None = None
+    mcp_servers: JSONObject | None = None
     """MCP servers for this session beside the configured ones, as mcp.json's
     ``mcpServers`` (an ACP editor's, through ``forged connect --acp``)."""
     plain: bool = False
@@ -323,7 +323,7 @@ Command = (
     | GetLastAssistantText | SetSessionName | GetCommands | ExtensionUiResponse | GetMcpServers
 )
 
-COMMAND_CLASSES: dict[str, type[Any]] = {
+COMMAND_CLASSES: dict[str, type[Command]] = {
     attrs.fields(cls).type.default: cls for cls in get_args(Command)
 }
 
@@ -352,7 +352,7 @@ class Detach:
 
 DaemonCommand = ListSessions | Attach | Detach
 
-DAEMON_COMMAND_CLASSES: dict[str, type[Any]] = {
+DAEMON_COMMAND_CLASSES: dict[str, type[Command | DaemonCommand]] = {
     **COMMAND_CLASSES,
     **{attrs.fields(cls).type.default: cls for cls in get_args(DaemonCommand)},
 }

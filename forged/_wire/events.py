@@ -3,11 +3,11 @@ the queues', compaction's, retries', dialogs'."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import attrs
 
-from .base import Usage, keep_null, share_repr, tag
+from .base import JSONObject, Usage, keep_null, share_repr, tag
 from .messages import AgentMessage, ToolCall, ToolResult, ToolResultMessage
 
 __all__ = [
@@ -178,7 +178,7 @@ class ToolExecutionStart:
     type: str = tag("tool_execution_start")
     tool_call_id: str
     tool_name: str
-    args: dict[str, Any]
+    args: JSONObject
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -186,7 +186,7 @@ class ToolExecutionUpdate:
     type: str = tag("tool_execution_update")
     tool_call_id: str
     tool_name: str
-    args: dict[str, Any]
+    args: JSONObject
     partial_result: ToolResult
 
 
@@ -234,7 +234,9 @@ class CompactionResult:
     tokens_before: int
     estimated_tokens_after: int | None = None
     usage: Usage | None = None
-    details: dict[str, Any] | None = None
+    details: dict[str, list[str]] | None = None
+    """The files the summarized part read and the ones it changed: ``readFiles``,
+    ``modifiedFiles``."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -247,7 +249,7 @@ class CompactionStart:
 class CompactionEnd:
     type: str = tag("compaction_end")
     reason: Literal["manual", "threshold", "overflow"]
-    result: CompactionResult | None = keep_null()
+    result: CompactionResult | None = keep_null(None)
     aborted: bool
     will_retry: bool
     error_message: str | None = None

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
-from .base import StopReason, Usage, keep_null, share_repr, tag
+from .base import JSONObject, JSONValue, StopReason, Usage, keep_null, share_repr, tag
 
 __all__ = [
     "AgentMessage",
@@ -56,7 +54,7 @@ class ToolCall:
     type: str = tag("toolCall")
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
     thought_signature: str | None = None
     """Gemini's signature of the reasoning behind the call, sent back with it."""
 
@@ -93,7 +91,7 @@ class ToolResultMessage:
     tool_call_id: str
     tool_name: str
     content: list[UserContent]
-    details: dict[str, Any] | None = None
+    details: JSONObject | None = None
     is_error: bool
     timestamp: int
 
@@ -103,10 +101,10 @@ class BashExecutionMessage:
     role: str = tag("bashExecution")
     command: str
     output: str
-    exit_code: int | None = keep_null()
+    exit_code: int | None = keep_null(None)
     cancelled: bool
     truncated: bool
-    full_output_path: str | None = keep_null()
+    full_output_path: str | None = keep_null(None)
     timestamp: int
     exclude_from_context: bool | None = None
     """Kept in the session, never shown to the model (``bash`` with ``excludeFromContext``)."""
@@ -120,7 +118,7 @@ class CustomMessage:
     custom_type: str
     content: list[UserContent]
     display: bool = True
-    details: Any = None
+    details: JSONValue = None
     timestamp: int
 
 
@@ -153,8 +151,8 @@ AgentMessage = (
 @attrs.define(kw_only=True, eq=False, repr=False)
 class ToolResult:
     content: list[UserContent]
-    details: dict[str, Any] | None = None
-    structured_content: dict[str, Any] | None = None
+    details: JSONObject | None = None
+    structured_content: JSONObject | None = None
     """The result as data, for programs (``bash``: output, exit code, ...)."""
 
 

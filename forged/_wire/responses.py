@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import attrs
 
-from .base import Model, keep_null, share_repr
+from .base import JSONObject, Model, keep_null, share_repr
 from .messages import AgentMessage
 
 __all__ = [
@@ -116,18 +116,18 @@ class ThinkingLevelList:
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class AssistantText:
-    text: str | None = keep_null()
+    text: str | None = keep_null(None)
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class EntryList:
-    entries: list[dict[str, Any]]
-    leaf_id: str | None = keep_null()
+    entries: list[JSONObject]
+    leaf_id: str | None = keep_null(None)
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class TreeNode:
-    entry: dict[str, Any]
+    entry: JSONObject
     children: list[TreeNode]
     label: str | None = None
     label_timestamp: str | None = None
@@ -136,7 +136,7 @@ class TreeNode:
 @attrs.define(kw_only=True, eq=False, repr=False)
 class EntryTree:
     tree: list[TreeNode]
-    leaf_id: str | None = keep_null()
+    leaf_id: str | None = keep_null(None)
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -253,9 +253,9 @@ class TokenTotals:
 
 @attrs.define(kw_only=True, eq=False, repr=False)
 class ContextUsage:
-    tokens: int | None = keep_null()
+    tokens: int | None = keep_null(None)
     context_window: int
-    percent: float | None = keep_null()
+    percent: float | None = keep_null(None)
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

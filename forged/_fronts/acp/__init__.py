@@ -22,7 +22,6 @@ A ``session/prompt`` is answered when its own turn ends (`.turns`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -166,10 +165,11 @@ class AcpSession:
         self.turns.prompted()
 
         def answered(response: w.Response) -> None:
-            if not response.success:
-                self.turns.refused(request_id, str(response.error))
-            else:
+            if isinstance(response.data, w.PromptAccepted):
                 self.turns.accepted(request_id, response.data.disposition)
+            else:
+                self.turns.refused(request_id, response.error or f"prompt answered "
+                                   f"{response.data!r}")
 
         self.link.send(w.Prompt(message=text, images=images or None,
                                 streaming_behavior="steer" if self.busy_prompt == "steer"
@@ -250,7 +250,7 @@ class AcpSession:
             log(f"[{self.session_id}] {event.notify_type or 'info'}: {event.message}")
 
     async def _permission(self, tool_call: JSONObject, text: str,
-                          options: list[JSONObject]) -> object:
+                          options: list[dict[str, str]]) -> object:
         """``session/request_permission`` about `tool_call`, saying `text`: the id of the
         option the user selected, or None (cancelled, or an answer without one). `AcpError`
         or `ClientGone` when there is no answer."""
@@ -551,7 +551,7 @@ async def serve_acp(sessions: Sessions, nursery: trio.Nursery, stdin: trio.abc.R
 ACP_OPENED_ID = "forged-connect"
 
 
-async def serve_in_daemon(hub: Hub, request: dict[str, Any],
+async def serve_in_daemon(hub: Hub, request: w.JSONObject,
                           stream: trio.abc.HalfCloseableStream, read: bytes) -> None:
     """A socket connection of the daemon that asked for ACP (``{"type": "acp", "cwd"?,
     "provider"?, "model"?, "permissionMode"?, "id"?}``, answered as an RPC response to that
@@ -569,7 +569,9 @@ async def serve_in_daemon(hub: Hub, request: dict[str, Any],
                                "an ACP session")
             return trio.SocketStream(ours)
 
-        await stream.send_all(encode(response("acp", request.get("id") or ACP_OPENED_ID)))
+        request_id = request.get("id") or ACP_OPENED_ID
+        await stream.send_all(encode(response(
+            "acp", request_id if isinstance(request_id, str | int) else ACP_OPENED_ID)))
         await serve_acp(InDaemon(connect, provider=provider if isinstance(provider, str)
                                  else None, model=model if isinstance(model, str) else None,
                                  permission_mode=mode if isinstance(mode, str) else None),

@@ -70,9 +70,9 @@ async def call(link: Link, command: object, data: type[T]) -> T:
     (response,) = answers
     if not response.success:
         raise CommandError(str(response.error))
-    if data is not type(None) and not isinstance(response.data, data):
+    if not isinstance(response.data, data):
         raise CommandError(f"{response.command} answered {response.data!r}")
-    return response.data  # type: ignore[no-any-return]
+    return response.data
 
 
 class LocalLink:

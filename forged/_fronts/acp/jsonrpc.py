@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Final
 
 import attrs
 import trio
@@ -28,7 +28,8 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
 AUTH_REQUIRED = -32000
 
 RequestId = int | str
-JSONObject = dict[str, Any]
+JSONObject = dict[str, object]
+"""A JSON object as it came: read with ``isinstance``."""
 Handler = Callable[[str, JSONObject, RequestId | None], Awaitable[object]]
 """A request's (or a notification's, with no id) method and params to its result."""
 Failure = Callable[[str, Exception], tuple[int, str]]
@@ -40,7 +41,7 @@ class _Later:
         return "LATER"
 
 
-LATER: Any = _Later()
+LATER: Final = _Later()
 """A handler's result that says the request is answered later (`Peer.answer`)."""
 
 
