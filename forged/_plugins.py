@@ -240,6 +240,28 @@ class SessionView(Protocol):
     def send_user_message(self, text: str) -> None: ...
 
 
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PluginHost:
+    """A `SessionView` made of values and callables: what a session hands its plugins
+    instead of itself."""
+
+    cwd: Path
+    ui: Dialogs
+    settings: Settings
+    session_id_of: Callable[[], str]
+    session_name_of: Callable[[], str | None]
+    set_session_name: Callable[[str], None]
+    send_user_message: Callable[[str], None]
+
+    @property
+    def session_id(self) -> str:
+        return self.session_id_of()
+
+    @property
+    def session_name(self) -> str | None:
+        return self.session_name_of()
+
+
 class _SessionFacing:
     """What both the API and a handler's context show of the session: its cwd, and the
     user's dialogs."""
@@ -395,7 +417,7 @@ async def call(function: Callable[..., Any], *args: Any) -> Any:
 class Plugins:
     """The plugins of one session: their commands, tools, gates and observers."""
 
-    def __init__(self, sources: Sequence[PluginSource], session: SessionView) -> None:
+    def __init__(self, session: SessionView) -> None:
         self._session = session
         self.commands: dict[str, PluginCommand] = {}
         self.tools: dict[str, Tool] = {}
@@ -407,6 +429,10 @@ class Plugins:
         self._running = 0
         self._commands_done = trio.Event()
         self._commands_done.set()
+
+    def register(self, sources: Sequence[PluginSource]) -> None:
+        """Load `sources`, each calling its ``register(api)``; one that fails is said and
+        left out."""
         for source in sources:
             self._register(source)
 

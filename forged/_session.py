@@ -38,7 +38,7 @@ from ._mcp import (
 )
 from ._model_choice import ModelChoice
 from ._opening import SessionConfig, SessionFiles
-from ._plugins import Plugins
+from ._plugins import PluginHost, Plugins
 from ._queues import Queues, user_message
 from ._retry import RunSettings
 from ._settings import Settings
@@ -122,10 +122,14 @@ class Session:
         self._sink = sink
         self._nursery = nursery
         self._wait_for_room = wait_for_room
-        self.plugins = Plugins([], self)  # `emit` tells them; the real ones register last
+        self.ui = Dialogs(self.emit, interactive=config.interactive)
+        self.plugins = Plugins(PluginHost(
+            cwd=config.cwd, ui=self.ui, settings=settings,
+            session_id_of=lambda: self.session_id, session_name_of=lambda: self.session_name,
+            set_session_name=self.set_session_name,
+            send_user_message=self.send_user_message))  # `emit` tells them: they load last
         self.queues = Queues(self.emit, settings)
         self.scratch = ScratchDir()
-        self.ui = Dialogs(self.emit, interactive=config.interactive)
         self._checkpoints: Checkpoints | None = None
         mode = starting_mode(config.permission_mode, settings)
         self.guard = Guard(mode,
@@ -152,7 +156,7 @@ class Session:
         self.choice = ModelChoice(config.registry, settings, config.model,
                                   config.thinking_level, config.model_scope,
                                   lambda: self.store, self.emit)
-        self.plugins = Plugins(config.plugins, self)
+        self.plugins.register(config.plugins)
         plugin_tools = _plugin_tools(self.plugins)
         self.tools = Tools(
             self.guard, self.mcp, settings, plugin_tools=plugin_tools,
