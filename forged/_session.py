@@ -8,13 +8,16 @@ encodes them at its own edge.
 
 What a session does is owned by three parts, each with its own cancel scope: the run driver
 (`forged._run.Runner`: prompts, retries, compaction, ``abort``), the direct bash slot
-(`DirectBash`, ``abort_bash``) and the plugin commands (`forged._plugins.Plugins`). `Session.idle`
-is the one answer to "is this session doing something".
+(`forged._direct_bash.DirectBash`, ``abort_bash``) and the plugin commands
+(`forged._plugins.Plugins`). `Session.idle` is the one answer to "is this session doing
+something".
 
-A run is given values: the context, the way to ask the model (`Session.model_request`), the
-tools (`Toolbox`) and the queues; its events come back through `Session.emit`, which stores a
-message as its ``message_end`` passes (and holds a ``message_start`` that is not streamed
-until then), so nothing is announced that is not stored.
+A run is given values, never the session: the context (`forged._context.Context`, its one
+owner), the way to ask the model (`forged._asking.ModelAsker`), the tools
+(`forged._toolset.Toolbox`), the queues and the run's settings (`forged._retry.RunSettings`);
+its events come back through `Session.emit`, which stores a message as its ``message_end``
+passes (and holds a ``message_start`` that is not streamed until then), so nothing is
+announced that is not stored.
 """
 
 from __future__ import annotations

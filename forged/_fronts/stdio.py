@@ -30,10 +30,10 @@ The supervision tree of a stdio process::
 
 A prompt's way down: the reader parses the line into a `Prompt` (`forged._codec`); the
 dispatch hands it to `Dispatcher.prompt`, which answers it and calls `Session.start_prompt`;
-that starts `Runner._drive`, which calls `run_agent`; its `stream_assistant` asks
-`Session.model_request` for the request and calls the provider, which POSTs it
-(`forged._providers.http`). Events come back as wire objects to the connection, which encodes
-them into its outbox: `Session.emit` -> `Connection.send`.
+that starts `Runner._drive`, which calls `run_agent`; its `stream_assistant` asks the
+session's `ModelAsker.model_request` (`forged._asking`) for the request and calls the
+provider, which POSTs it (`forged._providers.http`). Events come back as wire objects to the
+connection, which encodes them into its outbox: `Session.emit` -> `Connection.send`.
 
 Shutdown: at stdin EOF the reader ends, the dispatcher drains, the current run and its queued
 messages finish, the outbox is flushed and the process exits 0. A signal aborts the run first
