@@ -407,8 +407,8 @@ async def compact(store: SessionFile, summaries: Summaries, settings: Compaction
     summary += prep.files.tags()
     details = prep.files.details()
     store.append("compaction", summary=summary, firstKeptEntryId=prep.first_kept_entry_id,
-                      tokensBefore=prep.tokens_before, details=details,
-                      usage=_codec.unstructure(summarizer.usage))
+                 tokensBefore=prep.tokens_before, details=details,
+                 usage=_codec.unstructure(summarizer.usage))
     messages = build_context(store)
     return w.CompactionResult(
         summary=summary, first_kept_entry_id=prep.first_kept_entry_id,

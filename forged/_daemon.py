@@ -216,7 +216,7 @@ async def _drain(hub: Hub, grace_s: float) -> None:
     with trio.move_on_after(grace_s):
         for live in list(hub.live):
             await live.agent.wait_idle()
-    busy = [live for live in hub.live if not live.session.idle]
+    busy = [live for live in hub.live if live.session.busy or live.session.settling]
     for live in busy:
         log(f"aborting session {live.id}")
         live.session.stop()

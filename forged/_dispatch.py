@@ -335,7 +335,8 @@ class Dispatcher:
                                "active; wait for agent_settled or abort it first")
 
         async def restore() -> object:
-            await session.run.wait_settled()  # a closing checkpoint first: the present
+            if session.settling:  # the closing checkpoint first: the present is captured
+                await session.run.wait_settled()
             return await session.checkpoints.restore(
                 command.entry_id, force=command.force, dry_run=command.dry_run)
 

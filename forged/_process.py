@@ -343,7 +343,7 @@ async def kill_process_group(process: Child, *, force: bool = False) -> None:
         finally:
             for fd in ends:
                 os.close(fd)
-        if not gone or process.returncode is None:
+        if not gone:  # the grace ran out
             signal_group(pgid, signal.SIGKILL)
             await process.wait()
 

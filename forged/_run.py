@@ -71,7 +71,7 @@ class Decision:
 
 
 class Asking(Summaries, Protocol):
-    """How the run driver asks the session's model (`forged._asking.Asking`)."""
+    """How the run driver asks the session's model (`forged._asking.ModelAsker`)."""
 
     def check_can_prompt(self) -> None:
         """`CommandError` when no model, or no key for it, would answer."""

@@ -283,11 +283,14 @@ class Session:
         return self._runner is not None and self._runner.busy
 
     @property
+    def settling(self) -> bool:
+        return self._runner is not None and self._runner.settling
+
+    @property
     def idle(self) -> bool:
         """Nothing runs: no prompt, no direct bash command, no plugin command."""
-        runner = self._runner
-        return (runner is None or not (runner.busy or runner.settling)) and (
-            not self.bash.running and not self.plugins.running)
+        return (not self.busy and not self.settling and not self.bash.running
+                and not self.plugins.running)
 
     async def wait_idle(self) -> None:
         while not self.idle:
