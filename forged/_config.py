@@ -312,9 +312,19 @@ def stored_title(path: Path) -> str:
 def find_stored(id_prefix: str) -> dict[str, tuple[Path, Path]]:
     """The stored sessions of any cwd whose id starts with `id_prefix` (taken literally:
     never a pattern, never a path): each id's file, and the cwd its header names."""
-    found: dict[str, tuple[Path, Path]] = {}
     if not id_prefix or "/" in id_prefix or "\0" in id_prefix:
-        return found
+        return {}
+    return _stored_named(id_prefix)
+
+
+def every_stored() -> dict[str, tuple[Path, Path]]:
+    """The stored sessions of every cwd (the configured folder's, and each cwd's under the
+    agent dir): each id's file, and the cwd its header names."""
+    return _stored_named("")
+
+
+def _stored_named(id_prefix: str) -> dict[str, tuple[Path, Path]]:
+    found: dict[str, tuple[Path, Path]] = {}
     name = f"*_{glob.escape(id_prefix)}*.jsonl"
     configured = sessions_folder(Path.cwd(), Settings(agent_dir()))
     for path in [*configured.glob(name), *(agent_dir() / "sessions").glob(f"*/{name}")]:

@@ -118,7 +118,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                         session_name=request.session_name or options.session_name,
                         no_session=request.no_session or options.no_session,
                         permission_mode=request.permission_mode or options.permission_mode,
-                        mcp_handed=request.mcp_servers), asked)
+                        fork=request.fork, mcp_handed=request.mcp_servers), asked)
 
                 async with trio.open_nursery() as sessions_nursery:
                     hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,
@@ -127,6 +127,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                               empty_unload_s=(EMPTY_IDLE_UNLOAD_S if serve.empty_unload_s is None
                                               else serve.empty_unload_s))
                     hub.default_cwd = options.cwd
+                    hub.models = models
                     async with trio.open_nursery() as peers_nursery:
                         async with trio.open_nursery() as listen_nursery:
                             await _listen(hub, serve, unix_sockets, tcp_sockets, socket_path,

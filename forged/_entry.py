@@ -9,6 +9,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "--login" in argv and _acp(argv):  # an ACP editor's terminal sign-in method
+        from ._login import choose
+
+        return choose()
     if argv[:1] in (["connect"], ["status"]):
         from . import _thin
 
@@ -27,3 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         _codecache.install()
         from ._cli import main as full
     return full(argv)
+
+
+def _acp(argv: list[str]) -> bool:
+    """`argv` is an ACP front's command line (``--mode acp``, ``connect --acp``)."""
+    return ("--acp" in argv and argv[:1] == ["connect"]) or "--mode=acp" in argv or any(
+        argv[i:i + 2] == ["--mode", "acp"] for i in range(len(argv)))

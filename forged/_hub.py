@@ -27,7 +27,7 @@ import orjson
 import trio
 
 from . import _codec, _wire as w
-from ._config import daemon_setting, find_stored, list_stored, one_session
+from ._config import Models, daemon_setting, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
 from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError
@@ -43,6 +43,8 @@ PEER_QUEUE_BYTES = 16 * 1024 * 1024
 """A client with more than this unread is cut off."""
 IDLE_UNLOAD_S = float(DEFAULTS["daemon.idleUnloadSeconds"])
 EMPTY_IDLE_UNLOAD_S = 10.0
+UNLOAD_WAIT_S = 2.0
+"""How long `Hub.unload` waits for the clients leaving a session to be gone."""
 """How long a session that holds nothing yet stays loaded once its last client left: a
 dropped connection's fresh session is not worth keeping, and cheap to make again."""
 STALLED_S = 5.0
@@ -120,6 +122,16 @@ def _unstamped(line: bytes) -> bytes:
     return encode_line(data)
 
 
+DAEMON_ONLY_EVENTS = (w.ExtensionUiResolved, w.ModelChanged, w.PermissionModeChanged)
+"""Events a plain client (one that reads what stdio writes) never gets."""
+
+
+def _daemon_only(line: bytes) -> bool:
+    return any(marker in line for marker in (
+        b'"type":"extension_ui_resolved"', b'"type":"model_changed"',
+        b'"type":"permission_mode_changed"'))
+
+
 def _no_reply(_: w.Response) -> None:
     """A live session's commands each name their client's reply sink."""
 
@@ -144,6 +156,8 @@ class LiveSession:
         self._unclaimed.set()
         self._stirred = trio.Event()
         """Set by anything that restarts the idle count: a client attaching, an event."""
+        self.closed = trio.Event()
+        """Set once it is unloaded (its file closed)."""
 
     @property
     def id(self) -> str:
@@ -161,7 +175,7 @@ class LiveSession:
             self._open_message = None
         data = _codec.unstructure(event)
         stamped = encode_line({"sessionId": self.id, "seq": self.seq, **data})
-        plain = (None if isinstance(event, w.ExtensionUiResolved)
+        plain = (None if isinstance(event, DAEMON_ONLY_EVENTS)
                  else encode_line(data) if any(peer.plain for peer in self.clients) else b"")
         self._replay.append((self.seq, stamped))
         self._replay_bytes += len(stamped)
@@ -194,7 +208,7 @@ class LiveSession:
             kept = [line for seq, line in self._replay if seq >= started]
             open_message = kept if not peer.plain else [
                 _unstamped(line) for line in kept
-                if b'"type":"extension_ui_resolved"' not in line]
+                if not _daemon_only(line)]
         if peer not in self.clients:
             self.clients.append(peer)
         if self._unclaimed.is_set():
@@ -232,6 +246,10 @@ class LiveSession:
     def idle(self) -> bool:
         return not self.clients and self.session.idle
 
+    async def unclaimed(self) -> None:
+        """Until no client is attached."""
+        await self._unclaimed.wait()
+
     @property
     def empty(self) -> bool:
         """The session holds no conversation yet (no message)."""
@@ -246,6 +264,7 @@ class LiveSession:
             async with open_agent(self.config, self.broadcast, _no_reply) as agent:
                 self.agent, self.session = agent, agent.session
                 agent.session.ui.announce_resolved = True
+                agent.session.choice.announce_changes = True
                 agent.session.ui.interactive = False
                 agent.session.ui.client_wait_s = daemon_setting(  # (its settings, read)
                     "permissionWaitSeconds", PERMISSION_WAIT_S,
@@ -288,6 +307,8 @@ class SessionRequest:
     permission_mode: str | None = None
     mcp_servers: dict[str, Any] = attrs.Factory(dict)
     """MCP servers the client hands the session, as mcp.json entries."""
+    fork: str | None = None
+    """A session file whose active branch the new session copies (as ``--fork``)."""
 
 
 class Hub:
@@ -309,6 +330,8 @@ class Hub:
         """Live sessions being opened: they count against `max_live_sessions` already."""
         self.peers: list[Peer] = []
         self.default_cwd = Path.cwd()
+        self.models: Models | None = None
+        """The daemon's models (`authenticate` of an ACP editor reads them again)."""
 
     def forget_peer(self, peer: Peer) -> None:
         if peer.live is not None:
@@ -361,6 +384,7 @@ class Hub:
                     self.live.remove(live)
                 for peer in list(live.clients):
                     live.detach(peer)
+                live.closed.set()
 
         self._starting += 1
         try:
@@ -387,6 +411,23 @@ class Hub:
         idle[0].unload_scope.cancel()
         self.live.remove(idle[0])
 
+    async def unload(self, session_id: str) -> None:
+        """The live session `session_id` unloaded, if live (its file closed): once no
+        client is attached (those leaving it go; `UNLOAD_WAIT_S` at most); `CommandError`
+        while another client holds it, or it runs."""
+        live = self.find_live(session_id)
+        if live is None:
+            return
+        with trio.move_on_after(UNLOAD_WAIT_S):
+            await live.unclaimed()
+        if live.clients:
+            raise CommandError(f"Session {session_id} is open in another client of the "
+                               f"daemon ({len(live.clients)} attached)")
+        if not live.session.idle:
+            raise CommandError(f"Session {session_id} still runs in the daemon")
+        live.unload_scope.cancel()
+        await live.closed.wait()
+
     def find_live(self, session_id: str) -> LiveSession | None:
         return next((live for live in self.live if live.id == session_id), None)
 
@@ -412,6 +453,9 @@ class Hub:
                 reply.ok(attached)
                 for line in open_message:  # before any event that follows: no await between
                     peer.put_line(line)
+            elif isinstance(command, w.UnloadSession):
+                await self.unload(command.session_id)
+                reply.ok()
             elif isinstance(command, w.Detach):
                 peer.opening = None
                 if peer.live is not None:
@@ -421,7 +465,7 @@ class Hub:
                     peer.live is None or command.cwd or command.provider or command.model
                     or command.session or command.continue_recent or command.no_session
                     or command.session_name or command.mcp_servers
-                    or command.permission_mode):
+                    or command.permission_mode or command.fork):
                 peer.plain = peer.plain or command.plain
                 config = await self.session_config(SessionRequest(
                     cwd=_folder(command.cwd) if command.cwd else None,
@@ -429,7 +473,7 @@ class Hub:
                     continue_recent=command.continue_recent,
                     session_name=command.session_name, no_session=command.no_session,
                     permission_mode=command.permission_mode,
-                    mcp_servers=command.mcp_servers or {}))
+                    mcp_servers=command.mcp_servers or {}, fork=command.fork))
                 if peer.live is None:  # opened by the first command that needs it
                     self._make_room(unload=False)  # (refused now, if it could not be)
                     peer.opening = config

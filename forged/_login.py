@@ -110,6 +110,25 @@ def main(command: str, argv: list[str]) -> int:
     return 0
 
 
+def choose() -> int:
+    """``forged --mode acp --login`` (an editor's terminal sign-in): the providers listed,
+    one chosen by its number or name, then ``forged login`` for it."""
+    providers = known_providers()
+    shown = [*SIGN_INS, *(name for name in providers if name not in SIGN_INS)]
+    say("Sign in to a model provider for forged:")
+    for number, name in enumerate(shown, 1):
+        how = "an account" if name in SIGN_INS else "an API key"
+        say(f"  {number:>3}. {name} ({how})")
+    print("Provider (a number or a name): ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline().strip()
+    if answer.isdigit() and 1 <= int(answer) <= len(shown):
+        answer = shown[int(answer) - 1]
+    if not answer:
+        say("No provider chosen: nothing signed in")
+        return 2
+    return main("login", [answer])
+
+
 def _replace_with(entry: Entry) -> Any:
     async def change(_: Entry | None) -> Entry:
         return entry

@@ -32,6 +32,9 @@ class ModelChoice:
         """``--models``: the patterns `cycle_model` cycles through (else ``enabledModels``)."""
         self._store = store
         self._emit = emit
+        self.announce_changes = False
+        """Emit ``model_changed`` (the daemon: its clients follow a shared session's model;
+        not on stdio, where pi writes no such event)."""
 
     @property
     def thinking_level(self) -> str:
@@ -113,6 +116,8 @@ class ModelChoice:
         self.model = model
         self._store().append("model_change", provider=model.provider, modelId=model.id)
         self._settings.remember(defaultProvider=model.provider, defaultModel=model.id)
+        if self.announce_changes:
+            self._emit(w.ModelChanged(provider=model.provider, model_id=model.id))
         self._record_level(level)
 
     def _record_level(self, previous: str) -> None:

@@ -188,6 +188,8 @@ class Session:
             raise CommandError(str(exc)) from None
         self.tools.take_mode(mode)
         record_mode(self.store, mode)
+        if self.choice.announce_changes:
+            self.emit(w.PermissionModeChanged(mode=mode))
         if self.guard.sandboxed:
             self._nursery.start_soon(unusable_modes_problem)
 

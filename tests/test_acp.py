@@ -202,8 +202,10 @@ def test_permission_modes_are_modes_and_thinking_and_model_config_options(
     model = seen["chosen"].config_options[0]
     assert model.current_value == "scripted/openai-completions"
     assert "Model not found" in seen["refused"]
-    assert [c.name for c in seen["commands"]] == ["undo", "checkpoints", "review"]
-    assert seen["commands"][2].description == "Review the change"
+    assert [c.name for c in seen["commands"]] == [
+        "compact", "export", "name", "session", "fork", "model", "undo", "checkpoints",
+        "review"]
+    assert seen["commands"][-1].description == "Review the change"
 
 
 def test_edits_show_as_diffs_and_usage_is_reported(tmp_path: Path) -> None:
@@ -478,10 +480,15 @@ def test_a_queued_prompt_is_answered_when_its_own_turn_ends(tmp_path: Path, how:
 RESULTS = {"initialize": "InitializeResponse", "session/new": "NewSessionResponse",
            "session/load": "LoadSessionResponse", "session/list": "ListSessionsResponse",
            "session/prompt": "PromptResponse", "session/set_mode": "SetSessionModeResponse",
-           "session/set_config_option": "SetSessionConfigOptionResponse"}
+           "session/set_config_option": "SetSessionConfigOptionResponse",
+           "session/resume": "ResumeSessionResponse", "session/fork": "ForkSessionResponse",
+           "session/close": "CloseSessionResponse", "session/delete": "DeleteSessionResponse",
+           "authenticate": "AuthenticateResponse", "logout": "LogoutResponse"}
 PARAMS = {"session/update": "SessionNotification",
           "session/request_permission": "RequestPermissionRequest",
-          "fs/read_text_file": "ReadTextFileRequest", "fs/write_text_file": "WriteTextFileRequest"}
+          "fs/read_text_file": "ReadTextFileRequest", "fs/write_text_file": "WriteTextFileRequest",
+          "elicitation/create": "CreateFormSessionElicitationRequest",
+          "$/cancel_request": "CancelRequestNotification"}
 
 
 def closed(schema: Any) -> Any:

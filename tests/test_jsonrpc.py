@@ -5,6 +5,7 @@ pair, or one peer talks to the test writing raw lines."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -116,11 +117,12 @@ async def nothing(method: str, params: JSONObject, request_id: RequestId | None)
     return LATER
 
 
-async def asked(peer: Peer, method: str, outcomes: list[object], **options: float) -> None:
+async def asked(peer: Peer, method: str, outcomes: list[object],
+                timeout_s: float = math.inf) -> None:
     """Ask `method` of the other side; its result, or the exception it raised, joins
     `outcomes`."""
     try:
-        outcomes.append(await peer.request(method, {"path": "/x"}, **options))
+        outcomes.append(await peer.request(method, {"path": "/x"}, timeout_s=timeout_s))
     except (AcpError, ClientGone) as exc:
         outcomes.append(exc)
 

@@ -91,6 +91,7 @@ if TYPE_CHECKING:
         SetThinkingLevel as SetThinkingLevel,
         Steer as Steer,
         SwitchSession as SwitchSession,
+        UnloadSession as UnloadSession,
     )
     from .events import (
         EVENT_TYPES as EVENT_TYPES,
@@ -110,6 +111,8 @@ if TYPE_CHECKING:
         MessageEnd as MessageEnd,
         MessageStart as MessageStart,
         MessageUpdate as MessageUpdate,
+        ModelChanged as ModelChanged,
+        PermissionModeChanged as PermissionModeChanged,
         QueueUpdate as QueueUpdate,
         SessionInfoChanged as SessionInfoChanged,
         SummarizationRetryAttemptStart as SummarizationRetryAttemptStart,

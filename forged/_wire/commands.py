@@ -55,6 +55,7 @@ __all__ = [
     "SetThinkingLevel",
     "Steer",
     "SwitchSession",
+    "UnloadSession",
 ]
 
 # --- commands ----------------------------------------------------------------------------------
@@ -114,6 +115,8 @@ class NewSession:
     mcp_servers: JSONObject | None = None
     """MCP servers for this session beside the configured ones, as mcp.json's
     ``mcpServers`` (an ACP editor's, through ``forged connect --acp``)."""
+    fork: str | None = None
+    """A session file: the new session holds a copy of its active branch (as ``--fork``)."""
     plain: bool = False
     """The daemon only: from now on the connection reads what ``forged --mode rpc`` writes
     (events without ``sessionId``/``seq``, no ``extension_ui_resolved``)."""
@@ -350,7 +353,16 @@ class Detach:
     type: str = tag("detach")
 
 
-DaemonCommand = ListSessions | Attach | Detach
+@attrs.define(kw_only=True, eq=False, repr=False)
+class UnloadSession:
+    """The daemon only: the live session `session_id` is unloaded (its file closed), once
+    its leaving clients are gone; refused while another client holds it or it runs."""
+
+    type: str = tag("unload_session")
+    session_id: str
+
+
+DaemonCommand = ListSessions | Attach | Detach | UnloadSession
 
 DAEMON_COMMAND_CLASSES: dict[str, type[Command | DaemonCommand]] = {
     **COMMAND_CLASSES,

@@ -28,6 +28,8 @@ __all__ = [
     "MessageEnd",
     "MessageStart",
     "MessageUpdate",
+    "ModelChanged",
+    "PermissionModeChanged",
     "QueueUpdate",
     "SessionInfoChanged",
     "SummarizationRetryAttemptStart",
@@ -214,6 +216,24 @@ class ThinkingLevelChanged:
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
+class ModelChanged:
+    """forged's addition: the session's model changed (``set_model``, ``cycle_model``, a
+    plugin), so that every client of a shared session follows it."""
+
+    type: str = tag("model_changed")
+    provider: str
+    model_id: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PermissionModeChanged:
+    """forged's addition, as `ModelChanged`: the session's permission mode changed."""
+
+    type: str = tag("permission_mode_changed")
+    mode: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
 class QueueUpdate:
     type: str = tag("queue_update")
     steering: list[str]
@@ -320,6 +340,7 @@ Event = (
     | BashExecutionUpdate | CompactionStart | CompactionEnd | AutoRetryStart | AutoRetryEnd
     | SummarizationRetryScheduled | SummarizationRetryAttemptStart | SummarizationRetryFinished
     | ExtensionUiRequest | ExtensionUiResolved | SessionInfoChanged | ThinkingLevelChanged
+    | ModelChanged | PermissionModeChanged
 )
 
 EVENT_TYPES: frozenset[str] = frozenset(attrs.fields(cls).type.default for cls in get_args(Event))

@@ -21,15 +21,16 @@ from ..._config import Models, Options, list_stored, open_models, session_config
 from ..._connection import read_lines
 from ..._dispatch import Agent, open_agent
 from ..._errors import AcpError, CommandError
+from ..._hub import Hub
 from ..._jsonl import LineTooLong
 from ..._log import log
-from ..._models import first_use_hints
+from ..._models import ModelRegistry, first_use_hints
+from ..._paths import agent_dir
 from ...client import Unknown, read_line
 from .jsonrpc import INVALID_PARAMS
 
 T = TypeVar("T")
 Answered = Callable[[w.Response], None]
-AuthMethod = dict[str, str]
 
 
 class Host(Protocol):
@@ -152,13 +153,19 @@ def _failed(command: str, error: str) -> w.Response:
 class Sessions(Protocol):
     """Where the front's sessions run: in this process, or in the daemon."""
 
-    async def serve(self, host: Host, stored_id: str | None, *,
+    async def serve(self, host: Host, stored_id: str | None, *, fork_of: Path | None = None,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open a new session in ``host.cwd`` (or the stored `stored_id`), `attach` it,
-        report started, and serve it until cancelled."""
+        """Open a new session in ``host.cwd`` (or the stored `stored_id`, or a new one
+        holding a copy of `fork_of`'s active branch), `attach` it, report started, and
+        serve it until cancelled."""
 
-    async def auth_methods(self) -> list[AuthMethod]:
-        """Empty when a model is available; else how to make one available."""
+    async def has_model(self, *, reread: bool = False) -> bool:
+        """Whether some model has a key (`reread`: auth.json, models.json and the
+        environment read again first)."""
+
+    async def release(self, session_id: str) -> None:
+        """Before the stored session `session_id` is deleted: nothing holds it any more;
+        `AcpError` when something else still does."""
 
 
 class InProcess:
@@ -174,18 +181,16 @@ class InProcess:
             self._models = await open_models(self._options, self._nursery)
         return self._models
 
-    async def auth_methods(self) -> list[AuthMethod]:
-        if (await self._registry()).registry.available():
-            return []
-        return [{"id": "api-key", "name": "Set a provider's API key", "description": (
-            "forged found no model with a key. Set the provider's key in the environment "
-            "the editor starts forged in (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...), sign in "
-            "or save a key with `forged login PROVIDER` in a terminal, or add the provider "
-            "to ~/.agent-forge/agent/models.json, and restart the agent. To try forged "
-            "without a key: --provider scripted --script FILE (docs/keys.md, The scripted "
-            "provider)." + _pi_hint())}]
+    async def has_model(self, *, reread: bool = False) -> bool:
+        models = await self._registry()
+        if reread:
+            await trio.to_thread.run_sync(reread_models, models.registry)
+        return bool(models.registry.available())
 
-    async def serve(self, host: Host, stored_id: str | None, *,
+    async def release(self, session_id: str) -> None:
+        pass  # (a session of this process is closed before it is deleted)
+
+    async def serve(self, host: Host, stored_id: str | None, *, fork_of: Path | None = None,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         models = await self._registry()
         options = attrs.evolve(self._options, cwd=host.cwd, mcp_handed=host.mcp_servers)
@@ -193,6 +198,9 @@ class InProcess:
             path = await stored_path(host.cwd, stored_id)
             options = attrs.evolve(options, session=str(path), continue_=False,
                                    session_id=None, fork=None)
+        elif fork_of is not None:
+            options = attrs.evolve(options, fork=str(fork_of), session=None,
+                                   continue_=False, session_id=None)
         config = session_config(options, models)
         async with open_agent(config, host.on_event, _ignore_response,
                               in_thread=False) as agent:
@@ -209,24 +217,49 @@ class InDaemon:
 
     def __init__(self, connect: Callable[[], Awaitable[trio.abc.Stream]], *,
                  provider: str | None = None, model: str | None = None,
-                 permission_mode: str | None = None) -> None:
+                 permission_mode: str | None = None, hub: Hub | None = None) -> None:
         self._connect = connect
         self._provider = provider
         self._model = model
         self._permission_mode = permission_mode
         """Each new session's (``connect --acp --permission-mode``); None: the daemon's."""
+        self._hub = hub
+        """The daemon's, when the front runs in it (None: `forged connect --acp` serving
+        the editor from its own process while the daemon starts)."""
 
-    async def auth_methods(self) -> list[AuthMethod]:
-        return []
+    async def has_model(self, *, reread: bool = False) -> bool:
+        models = self._hub.models if self._hub is not None else None
+        if models is None:
+            return True  # the daemon's sessions say so themselves
+        if reread:
+            await trio.to_thread.run_sync(reread_models, models.registry)
+        return bool(models.registry.available())
 
-    async def serve(self, host: Host, stored_id: str | None, *,
+    async def release(self, session_id: str) -> None:
+        """The daemon unloads the session (``unload_session``), if it holds it."""
+        stream = await self._connect()
+        async with stream, trio.open_nursery() as nursery:
+            link = DaemonLink(stream, lambda _: None)
+            nursery.start_soon(link.serve)
+            try:
+                await call(link, w.UnloadSession(session_id=session_id), object)
+            except CommandError as exc:
+                refused: str | None = str(exc)
+            else:
+                refused = None
+            nursery.cancel_scope.cancel()
+        if refused is not None:
+            raise AcpError(INVALID_PARAMS, refused)
+
+    async def serve(self, host: Host, stored_id: str | None, *, fork_of: Path | None = None,
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         handed = host.mcp_servers or None
         opening: object
         if stored_id is None:
             opening = w.NewSession(cwd=str(host.cwd), provider=self._provider,
                                    model=self._model, mcp_servers=handed,
-                                   permission_mode=self._permission_mode)
+                                   permission_mode=self._permission_mode,
+                                   fork=str(fork_of) if fork_of is not None else None)
         else:  # a file of this folder, named by its exact id, as --mode acp finds it
             path = await stored_path(host.cwd, stored_id)
             opening = (w.NewSession(cwd=str(host.cwd), session=str(path), mcp_servers=handed)
@@ -279,6 +312,22 @@ def mcp_entries(servers: object) -> dict[str, object]:
                               and isinstance(pair.get("value"), str)}
         entries[server["name"]] = entry
     return entries
+
+
+def no_model_text() -> str:
+    """How to make a model available, when none is."""
+    return ("forged found no model with a key. Set the provider's key in the environment "
+            "the editor starts forged in (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...), sign in "
+            "or save a key with `forged login PROVIDER` in a terminal, or add the provider "
+            "to ~/.agent-forge/agent/models.json; then sign in again here (no restart). To "
+            "try forged without a key: --provider scripted --script FILE (docs/keys.md, The "
+            "scripted provider)." + _pi_hint())
+
+
+def reread_models(registry: ModelRegistry) -> None:
+    """models.json read again into `registry` (auth.json is read on each use, and the
+    environment is the process's)."""
+    registry.load_models_json(agent_dir() / "models.json")
 
 
 def _pi_hint() -> str:
