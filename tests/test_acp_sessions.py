@@ -464,3 +464,57 @@ def test_cancel_withdraws_an_open_permission_request_and_cancel_request_is_honou
     first_answer = next(i for i, m in enumerate(written)
                         if m.get("result", {}).get("stopReason") == "cancelled")
     assert withdrawn < first_answer
+
+
+def write(path: str, content: str) -> dict[str, Any]:
+    return {"content": [{"type": "toolCall", "name": "write",
+                         "arguments": {"path": path, "content": content}}]}
+
+
+def test_a_fork_copies_the_branch_and_rewrites_files_only_when_asked(
+        tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
+    project = tmp_path / "project"
+    use_script(command, tmp_path, replies=[write("a.txt", "v1\n"), said("Wrote."),
+                                           write("a.txt", "v2\n"), said("Again.")])
+
+    async def drive() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with acp.spawn_agent_process(Editor(), *teed(command, tmp_path, "fork"), env=env,
+                                           cwd=str(project)) as (conn, _):
+            await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            sid = (await conn.new_session(cwd=str(project))).session_id
+            for text in ("first", "second"):
+                await conn.prompt(session_id=sid, prompt=[acp.text_block(text)])
+            copy = await raw(conn, "session/fork", {"sessionId": sid, "cwd": str(project),
+                                                    "mcpServers": []})
+            seen["after_copy"] = (project / "a.txt").read_text()
+            (original,) = (tmp_path / "agent" / "sessions").glob(f"*/*_{sid}.jsonl")
+            second = next(entry["id"] for entry in map(json.loads, original.read_text(
+            ).splitlines()) if entry.get("message", {}).get("content") == [
+                {"type": "text", "text": "second"}] or entry.get("message", {}).get(
+                "content") == "second")
+            back = await raw(conn, "session/fork", {
+                "sessionId": sid, "cwd": str(project), "mcpServers": [],
+                "_meta": {"forged": {"entryId": second, "restoreFiles": True}}})
+            seen["after_restore"] = (project / "a.txt").read_text()
+            seen["ids"] = (sid, copy["sessionId"], back["sessionId"])
+            seen["listed"] = {s.session_id for s in (
+                await conn.list_sessions(cwd=str(project))).sessions}
+        return seen
+
+    seen = asyncio.run(asyncio.wait_for(drive(), 60))
+    sid, copy, back = seen["ids"]
+    assert len({sid, copy, back}) == 3 and {sid, copy, back} <= seen["listed"]
+    assert seen["after_copy"] == "v2\n" and seen["after_restore"] == "v1\n"
+    sessions = tmp_path / "agent" / "sessions"
+
+    def prompts(session_id: str) -> list[str]:
+        (path,) = sessions.glob(f"*/*_{session_id}.jsonl")
+        return [str(m["content"] if isinstance(m["content"], str) else m["content"][0]["text"])
+                for m in (json.loads(line).get("message") for line in
+                          path.read_text().splitlines()) if m and m.get("role") == "user"]
+
+    assert prompts(copy) == ["first", "second"] and prompts(back) == ["first"]
+    assert len(list(sessions.glob("*/*.jsonl"))) == 3  # the copy taken for the fork is gone
+    checked(tmp_path, "fork")
