@@ -9,8 +9,9 @@ against the import graph). A package named here stands for all its modules::
     _fronts                              how a process meets a client: stdio, -p and
                                          --mode json, ACP, forged connect
     client                               the public client of the protocol
-    _daemon _oneshot _login              the daemon's tree and shutdown; --export, ...;
-                                         forged login and logout
+    _daemon _oneshot _login _mcp_login   the daemon's tree and shutdown; --export, ...;
+                                         forged login and logout, forged mcp login and
+                                         logout
     _transports                          the daemon's listeners: the Unix socket, the
                                          WebSocket
     _hub                                 the daemon's live sessions and their clients

@@ -61,6 +61,8 @@ other commands:
                       daemon.drainSeconds to finish), and wait until it has
   forged mcp list | add NAME (--url URL | -- COMMAND ARGS...) | remove NAME
                       the MCP servers sessions connect (mcp.json)
+  forged mcp login NAME | forged mcp logout NAME
+                      sign in to an HTTP MCP server (OAuth), or out
   forged login PROVIDER | forged logout PROVIDER
                       save or remove a sign-in (anthropic, openai-codex, github-copilot)
                       or an API key
@@ -271,7 +273,9 @@ def build_mcp_parser() -> argparse.ArgumentParser:
     adding.add_argument("command", nargs="*", help="after --: a stdio server's command")
     removing = actions.add_parser("remove", help="remove a server")
     removing.add_argument("name")
-    for sub in (listing, adding, removing):
+    for action, what in (("login", "sign in to"), ("logout", "sign out of")):
+        actions.add_parser(action, help=f"{what} an HTTP server (OAuth)").add_argument("name")
+    for sub in (listing, adding, removing, actions.choices["login"], actions.choices["logout"]):
         sub.add_argument("--cwd", type=Path, help="the project directory (default: the "
                          "current directory)")
     for sub in (adding, removing):
@@ -517,9 +521,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if argv[:1] == ["mcp"]:
+        mcp_args = parse_mcp_args(argv[1:])
+        if mcp_args.action in ("login", "logout"):
+            from ._mcp_login import main as mcp_login
+
+            return mcp_login(mcp_args)
         from ._oneshot import mcp_command
 
-        return mcp_command(parse_mcp_args(argv[1:]))
+        return mcp_command(mcp_args)
     if argv[:1] and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv[0], argv[1:])
     args = parse_command_line(argv)

@@ -11,7 +11,9 @@ the dispatcher answers a command.
 A session switch (``new_session``, ``switch_session``, ``fork``, ``clone``) is such a task. While
 it runs, reads and aborts are still answered at once (about the session being left), and every
 other command waits, in order, to be handled against the new session once the switch has
-answered: nothing sent after a switch lands in the session it left.
+answered: nothing sent after a switch lands in the session it left. A prompt that names an MCP
+server's prompt is such a task too while its server renders it: the commands after it wait
+likewise.
 """
 
 from __future__ import annotations
@@ -350,14 +352,17 @@ class Dispatcher:
             plugin_command, args = found
             self._in_task(reply, lambda: self.session.plugins.run_command(plugin_command, args))
             return
-        text = self.session.resources.expand(command.message)
-        disposition = self.session.disposition(command.streaming_behavior)
-        reply.ok(w.PromptAccepted(disposition=disposition))
-        if disposition == "started":
-            self.session.start_prompt(text, command.images)
-        else:
-            kind = "steer" if command.streaming_behavior == "steer" else "follow_up"
-            self.session.queues.add(kind, text, command.images)
+
+        def start(text: str) -> None:
+            disposition = self.session.disposition(command.streaming_behavior)
+            reply.ok(w.PromptAccepted(disposition=disposition))
+            if disposition == "started":
+                self.session.start_prompt(text, command.images)
+            else:
+                kind = "steer" if command.streaming_behavior == "steer" else "follow_up"
+                self.session.queues.add(kind, text, command.images)
+
+        self._expanded(command.message, reply, start)
 
     def steer(self, command: w.Steer, reply: Reply) -> None:
         self._queue("steer", command.message, command.images, reply)
@@ -370,9 +375,29 @@ class Dispatcher:
         if self.session.plugins.command_for(text) is not None:
             raise CommandError(f'Plugin command "{text.split()[0]}" cannot be queued; send '
                                "it with prompt, which runs it at once")
-        text = self.session.resources.expand(text)
-        reply.ok(w.PromptAccepted(disposition="queued"))
-        self.session.queues.add(kind, text, images)
+
+        def enqueue(expanded: str) -> None:
+            reply.ok(w.PromptAccepted(disposition="queued"))
+            self.session.queues.add(kind, expanded, images)
+
+        self._expanded(text, reply, enqueue)
+
+    def _expanded(self, text: str, reply: Reply, use: Callable[[str], None]) -> None:
+        """`use` the text of a prompt: a skill or template expanded at once; an MCP
+        server's prompt (``/mcp__<server>__<prompt>``) once the server has rendered it, in a
+        task, while the commands after it wait as during a switch (nothing overtakes it). A
+        prompt that cannot be rendered fails the command, and nothing is used."""
+        if not self.session.mcp.names_prompt(text):
+            use(self.session.resources.expand(text))
+            return
+        self._held = []
+        self._switched = trio.Event()
+
+        async def render() -> object:
+            use(await self.session.mcp.render(text))  # answers the command
+            return None
+
+        self._in_task(reply, render, then=self._release)
 
     def extension_ui_response(self, command: w.ExtensionUiResponse, reply: Reply) -> None:
         """Answer an open dialog; an id that is not open changes nothing. It is the one

@@ -21,8 +21,11 @@ import base64
 import difflib
 import getpass
 import hashlib
+import html
 import secrets
 import sys
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -270,7 +273,8 @@ async def anthropic_browser_flow() -> Entry:
     found: dict[str, str] = {}
     done = trio.Event()
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(_callback_server, verifier, found, done)
+        port = await nursery.start(partial(serve_redirect, found, done, state=lambda: verifier,
+                                           service="Claude", port=ANTHROPIC_PORT))
         redirect = f"http://localhost:{port}/callback"
         query = urlencode({"code": "true", "client_id": ANTHROPIC_CLIENT_ID,
                            "response_type": "code", "redirect_uri": redirect,
@@ -280,7 +284,7 @@ async def anthropic_browser_flow() -> Entry:
             f"  {ANTHROPIC_AUTHORIZE_URL}?{query}\n\nforged waits for the browser's redirect to "
             f"{redirect}; if the browser is on another machine, paste the address it ends "
             "on here.")
-        nursery.start_soon(_read_pasted, found, done)
+        nursery.start_soon(read_pasted, found, done)
         await done.wait()
         nursery.cancel_scope.cancel()
     if "error" in found:
@@ -293,22 +297,32 @@ async def anthropic_browser_flow() -> Entry:
         "redirect_uri": redirect, "code_verifier": verifier}, "sign in to Claude")}
 
 
-async def _read_pasted(found: dict[str, str], done: trio.Event) -> None:
+async def read_pasted(found: dict[str, str], done: trio.Event) -> None:
+    """What is pasted on stdin, a line at a time, until one holds a code: its code, state and
+    (RFC 9207) ``iss`` into `found`, and `done` set."""
     while not done.is_set():
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         if not line:
             return  # no input: the browser's redirect is the only way
         code, state = pasted_code(line)
         if code:
-            found.update(code=code, **({"state": state} if state else {}))
+            issuer = parse_qs(urlsplit(line.strip()).query).get("iss")
+            found.update(code=code, **({"state": state} if state else {}),
+                         **({"iss": issuer[0]} if issuer else {}))
             done.set()
 
 
-async def _callback_server(state: str, found: dict[str, str], done: trio.Event, *,
-                           task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-    """The loopback page the browser is sent back to, with the code."""
+async def serve_redirect(found: dict[str, str], done: trio.Event, *,
+                         state: Callable[[], str | None], service: str, port: int = 0,
+                         refused: Callable[[dict[str, str]], str | None] | None = None,
+                         task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """The loopback page the browser is sent back to, with the code, on 127.0.0.1: `port`
+    (any free one when it is taken, or 0), which it starts with. A redirect whose state is
+    not ``state()`` is answered 400 and waited past; one that carries an error, or that
+    `refused` refuses (saying why), sets ``found["error"]``; any other puts its code, state
+    and ``iss`` into `found`. Either sets `done`. Serves until cancelled."""
     try:
-        listeners = await trio.open_tcp_listeners(ANTHROPIC_PORT, host="127.0.0.1")
+        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
     except OSError:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     task_status.started(listeners[0].socket.getsockname()[1])
@@ -323,14 +337,23 @@ async def _callback_server(state: str, found: dict[str, str], done: trio.Event, 
                 request += data
             target = request.split(b" ", 2)[1].decode(errors="replace")
             query = parse_qs(urlsplit(target).query)
-            if urlsplit(target).path != "/callback" or query.get("state", [""])[0] != state:
+            expected = state()
+            if (urlsplit(target).path != "/callback" or expected is None
+                    or query.get("state", [""])[0] != expected):
                 await _page(stream, 400, "This is not the sign-in forged is waiting for.")
                 return
             if query.get("error"):
-                found["error"] = ("Claude sign-in failed: "
+                found["error"] = (f"{service} sign-in failed: "
                                   + query.get("error_description", query["error"])[0])
             elif query.get("code"):
-                found.update(code=query["code"][0], state=state)
+                got = {"code": query["code"][0], "state": expected,
+                       **({"iss": query["iss"][0]} if query.get("iss") else {})}
+                if (why := refused(got) if refused else None) is not None:
+                    found["error"] = why
+                    await _page(stream, 400, f"forged refused this sign-in: {why}")
+                    done.set()
+                    return
+                found.update(got)
             else:
                 await _page(stream, 400, "No code in the address.")
                 return
@@ -341,7 +364,7 @@ async def _callback_server(state: str, found: dict[str, str], done: trio.Event, 
 
 
 async def _page(stream: trio.SocketStream, status: int, text: str) -> None:
-    body = f"<!doctype html><title>forged</title><p>{text}</p>".encode()
+    body = f"<!doctype html><title>forged</title><p>{html.escape(text)}</p>".encode()
     head = (f"HTTP/1.1 {status} {'OK' if status == 200 else 'Bad Request'}\r\n"
             "content-type: text/html; charset=utf-8\r\ncache-control: no-store\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")

@@ -209,7 +209,9 @@ async def _list_servers(servers: Any, specs: list[Any], config: Any) -> int:
         for server in servers.servers.values():
             spec = server.spec
             where = spec.command if spec.transport == "stdio" else spec.url
-            print(f"{spec.name}  {spec.transport}  {server.status}  {where}  ({spec.source})")
+            status = (f"{server.status} (MCP {server.protocol_version})"
+                      if server.status == "ready" else server.status)
+            print(f"{spec.name}  {spec.transport}  {status}  {where}  ({spec.source})")
             if server.status == "ready":
                 names = [tool.name if exposed(tool.name, spec.tool_exposure, spec.exposure)
                          else f"{tool.name} (hidden)" for tool in server.listed]
@@ -217,6 +219,11 @@ async def _list_servers(servers: Any, specs: list[Any], config: Any) -> int:
             elif server.status == "failed":
                 failed = True
                 print(f"  error: {server.last_error}")
+            if spec.transport == "http":
+                from ._mcp_login import sign_in_line
+
+                if (line := sign_in_line(server)) is not None:
+                    print(line)
         if not specs and not config.problems:
             print(f"no MCP servers (add one with: forged mcp add NAME -- COMMAND, or in "
                   f"{agent_dir() / MCP_FILE})")

@@ -322,9 +322,10 @@ class Session:
         return session_stats(self.store, self.totals, self.context.messages, self.model)
 
     def commands(self) -> list[w.CommandInfo]:
-        """What ``/name`` runs: plugin commands, prompt templates, then skills
-        (get_commands)."""
-        return [*self.plugins.command_infos(), *self.resources.command_infos()]
+        """What ``/name`` runs: plugin commands, prompt templates, skills, then the MCP
+        servers' prompts (get_commands)."""
+        return [*self.plugins.command_infos(), *self.resources.command_infos(),
+                *self.mcp.command_infos()]
 
     # --- prompting -----------------------------------------------------------------------------
 

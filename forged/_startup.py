@@ -27,6 +27,7 @@ DEFERRED = {
     "forged._oneshot": "the one-shot commands (--export, mcp, config, ...)",
     "forged._daemon": "forged serve",
     "forged._login": "forged login and logout",
+    "forged._mcp_login": "forged mcp login and logout, and mcp list's sign-ins",
     "forged._config": "options, models and sessions: after argv is read (--help needs none)",
     "forged._resources": "skills and templates: after argv is read",
     "forged._tools": "the tool table: after argv is read (--tools checks names in it)",
@@ -64,6 +65,8 @@ DEFERRED = {
     "forged._providers.scripted": "the scripted provider: --provider scripted only",
     "forged._mcp.http": "MCP over HTTP: with an http server configured",
     "forged._mcp.stdio": "MCP over stdio: with a stdio server configured",
+    "forged._mcp.oauth": "MCP's OAuth sign-ins: with an HTTP server configured",
+    "forged._mcp.eras": "the SDK's client and its protocol revisions: once a server connects",
     "forged._transports.unix": "the daemon's listeners: once it serves",
     "forged._transports.websocket": "the daemon's listeners: with --ws",
     # Other people's code, costly to import and needed by few.
@@ -90,6 +93,7 @@ DEFERRED = {
     "re": "reading an MCP server's sandbox failure",
     "socket": "naming a network error",
     "sysconfig": "where ripgrep may be installed",
+    "webbrowser": "forged mcp login, where there is a browser to open",
 }
 """Each module forged imports inside a function rather than at the top of a module, by its
 name (forged's own) or its top package (others'), with why it waits. ``tests/test_layout.py``

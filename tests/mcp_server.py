@@ -74,13 +74,15 @@ def build(name: str) -> MCPServer:
         os._exit(3)
 
     @server.tool(description="Numbered lines, size characters in all")
-    def flood(size: int) -> str:
+    async def flood(size: int, ctx: Context) -> str:
+        await ctx.debug(f"flooding {size}")  # a 2026-07-28 HTTP answer streams (SSE) after it
         return "".join(f"{n:07d}\n" for n in range(size // 8))
 
     @server.tool(description="Offer one more tool, extra, and tell the client")
     async def grow(ctx: Context) -> str:
         server.add_tool(lambda: "extra!", name="extra", description="Added by grow")
-        await ctx.session.send_tool_list_changed()
+        await ctx.session.send_tool_list_changed()  # a handshake connection's notification
+        await ctx.notify_tools_changed()  # a 2026-07-28 connection's subscriptions/listen event
         return "grown"
 
     @server.tool(description="Write n lines to stderr")

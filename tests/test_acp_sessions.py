@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .acp_editor import Editor, acp
-from .test_acp import BIN, forged_acp, how, lines, schema_problems, teed, use_script
+from .test_acp import forged_acp, how, lines, schema_problems, teed, use_script
+from .test_process import BIN
 
 __all__ = ["how"]  # the fixture, used by name
 

@@ -46,6 +46,23 @@ class Resources:
         return text
 
 
+class Mcp:
+    """The session's MCP servers, as the dispatcher reads them: ``/mcp__…`` names a server's
+    prompt, rendered once `rendered` is set (``/mcp__s__broken`` fails)."""
+
+    def __init__(self) -> None:
+        self.rendered = trio.Event()
+
+    def names_prompt(self, text: str) -> bool:
+        return text.startswith("/mcp__")
+
+    async def render(self, text: str) -> str:
+        await self.rendered.wait()
+        if text == "/mcp__s__broken":
+            raise CommandError("/mcp__s__broken: MCP server s refused the prompt: broke")
+        return f"rendered {text}"
+
+
 class Stand:
     """What the dispatcher reads of a session: `name` says which session a command landed in,
     `busy` whether a run (or compaction) is under way, and a switch waits for `switch_done`."""
@@ -59,6 +76,7 @@ class Stand:
         self.queues = Queues()
         self.plugins = NoPlugins()
         self.resources = Resources()
+        self.mcp = Mcp()
         self.session_dir: Path | None = None
         self.cwd = Path("/")
         self.switch_done = trio.Event()
@@ -159,6 +177,30 @@ async def test_a_switch_that_fails_says_why_and_lets_the_held_commands_run() -> 
         assert h.answered()[0] == ("c1", "switch_session",
                                    "error: Session file not found: /nope")
         assert h.session.prompts == [("old", "still here")]
+
+
+async def test_an_mcp_prompt_holds_what_came_after_it_until_its_server_renders_it() -> None:
+    """A prompt naming an MCP server's prompt: its rendered text is what starts (or is
+    queued); reads are answered meanwhile, everything else waits, in order. One that cannot
+    be rendered fails, and nothing starts."""
+    async with trio.open_nursery() as nursery:
+        h = Harness(nursery)
+        h.send(w.Prompt(message="/mcp__s__review a.py"))
+        h.send(w.FollowUp(message="/mcp__s__review b.py"))
+        h.send(w.GetState())
+        h.send(w.Prompt(message="/mcp__s__broken"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.answered() == [("c3", "get_state", "old")]
+        assert h.session.prompts == []
+
+        h.session.mcp.rendered.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [(answer[0], answer[1]) for answer in h.answered()[1:]] == [
+            ("c1", "prompt"), ("c2", "follow_up"), ("c4", "prompt")]
+        assert h.answered()[-1][2] == (
+            "error: /mcp__s__broken: MCP server s refused the prompt: broke")
+        assert h.session.prompts == [("old", "rendered /mcp__s__review a.py")]
+        assert h.session.queues.queued == [("follow_up", "rendered /mcp__s__review b.py")]
 
 
 async def test_an_abort_is_answered_after_the_runs_agent_end_not_before() -> None:

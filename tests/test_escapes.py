@@ -655,7 +655,8 @@ async def connect(tmp_path: Path, runtime: Path, lines: list[dict[str, Any]], *o
                   ) -> list[dict[str, Any]]:
     from .test_process import BIN, child_env
 
-    env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(runtime)}
+    env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(runtime),
+           "ANTHROPIC_API_KEY": "sk-never-used"}  # ACP opens a session once a model has a key
     stdin = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
     with trio.fail_after(30):
         done = await trio.run_process(

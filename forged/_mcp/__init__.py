@@ -1,9 +1,12 @@
-"""Model Context Protocol servers as tool sources, in every mode.
+"""Model Context Protocol servers as tool sources (and their prompts as commands), in every
+mode.
 
 Its modules: `config` (where servers come from, what an entry says), `cache` (each server's
-tools as it last listed them), `server` (one server: its task, its state, its calls),
-`servers` (a session's servers and the tools they give the model), and the transports
-`stdio` and `http`, with `sieve` between a transport and the SDK's session.
+tools and prompts as it last listed them), `server` (one server: its task, its state, its
+calls), `eras` (the protocol revisions and how one is chosen), `listing` (what a server
+offers, listed), `results` (its answers as the model gets them), `servers` (a session's
+servers and the tools they give the model), `prompts` (their prompts as commands), and the
+transports `stdio` and `http`, with `sieve` between a transport and the SDK's session.
 """
 
 from .cache import CACHE_DIR as CACHE_DIR, Listing as Listing, ListingCache as ListingCache

@@ -1,5 +1,5 @@
-"""Each server's tools as it last listed them, kept in ``<agentDir>/mcp-cache/``: a session
-offers them from its first request, before the server has connected."""
+"""Each server's tools and prompts as it last listed them, kept in ``<agentDir>/mcp-cache/``: a
+session offers them from its first request, before the server has connected."""
 
 from __future__ import annotations
 
@@ -27,9 +27,25 @@ class ListedTool:
 
 
 @attrs.frozen(kw_only=True)
+class PromptArgument:
+    name: str
+    description: str | None = None
+    required: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ListedPrompt:
+    name: str
+    description: str | None = None
+    arguments: list[PromptArgument] = attrs.Factory(list)
+    """In the order the server declares them: a command's arguments fill them so."""
+
+
+@attrs.frozen(kw_only=True)
 class Listing:
     tools: list[ListedTool]
     resources: bool = False
+    prompts: list[ListedPrompt] = attrs.Factory(list)
 
 
 class ListingCache:

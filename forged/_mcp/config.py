@@ -15,7 +15,8 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import attrs
 import orjson
@@ -34,6 +35,10 @@ DEFAULT_MAX_RESULT_BYTES = 32 * 1024 * 1024
 """The most one message from a server may hold (``maxResultBytes``): past it, the call it
 answers fails, naming the limit, and nothing more of it is read."""
 MAX_TOOL_NAME = 64
+PROTOCOLS = ("auto", "legacy", "2026-07-28")
+"""An entry's ``protocol``: ``auto`` asks ``server/discover`` and falls back to the
+2025-11-25 handshake (``initialize``); ``legacy`` opens with the handshake only; a revision
+(``2026-07-28``) is spoken from the first request, unasked."""
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _NOT_NAME = re.compile(r"[^A-Za-z0-9_]")
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -73,6 +78,27 @@ class ServerSpec:
     sandbox: bool = True
     """In a sandboxed permission mode: the server starts in the sandbox (``"sandbox":
     false``: unconfined, the user's explicit choice)."""
+    protocol: str = "auto"
+    """How the protocol revision is chosen: one of `PROTOCOLS`."""
+    scope: Literal["user", "project", "temporary"] = "user"
+    """Whose entry it is, as ``get_commands`` says of its prompts: ``user``, ``project``,
+    or ``temporary`` (``--mcp-config``, a client's)."""
+    oauth: OAuthSpec | None = None
+    """An HTTP server's ``oauth`` object: how `forged mcp login` signs in to it."""
+
+
+@attrs.define(kw_only=True, frozen=True)
+class OAuthSpec:
+    """An entry's ``oauth``: the client forged signs in as (by default, one it registers
+    where the authorization server offers dynamic registration)."""
+
+    client_metadata_url: str | None = None
+    """``clientMetadataUrl``: forged's client-ID metadata document, an https URL with a path,
+    used as its client ID where the authorization server accepts such documents."""
+    scopes: tuple[str, ...] = ()
+    """``scopes``: what to ask for (none: what the server says it needs)."""
+    client_id: str | None = None
+    """``clientId``: a client registered beforehand (a public one: no secret)."""
 
 
 def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
@@ -110,6 +136,12 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
     for flag in ("network", "sandbox"):
         if not isinstance(raw.get(flag, True), bool):
             raise ConfigProblem(f"server {name}: {flag} must be true or false")
+    oauth = _oauth(raw["oauth"], name) if "oauth" in raw else None
+    if oauth is not None and transport == "stdio":
+        raise ConfigProblem(f"server {name}: oauth is for HTTP servers (a url)")
+    protocol = raw.get("protocol", "auto")
+    if protocol not in PROTOCOLS:
+        raise ConfigProblem(f"server {name}: protocol must be one of {', '.join(PROTOCOLS)}")
     return ServerSpec(
         name=name, transport=transport, command=raw.get("command"),
         args=_strings(raw.get("args", []), name, "args"),
@@ -122,7 +154,8 @@ def parse_entry(name: str, raw: Any, source: str) -> ServerSpec:
         description=raw["description"] if isinstance(raw.get("description"), str) else None,
         exposure=_exposure(raw.get("exposure", "direct"), name, "exposure"),
         tool_exposure=_tool_exposure(raw.get("toolExposure", []), name),
-        source=source, network=raw.get("network", True), sandbox=raw.get("sandbox", True))
+        source=source, network=raw.get("network", True), sandbox=raw.get("sandbox", True),
+        protocol=protocol, oauth=oauth)
 
 
 EXPOSURES = ("direct", "codemode", "codemode-deferred", "deferred", "hidden")
@@ -137,6 +170,27 @@ def startup_timeout(section: Any) -> float:
 def seconds(value: Any) -> bool:
     """Whether `value` is a positive number of seconds."""
     return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _oauth(value: Any, name: str) -> OAuthSpec:
+    if not isinstance(value, dict):
+        raise ConfigProblem(f"server {name}: oauth must be an object")
+    document, scopes, client = (value.get(key) for key in ("clientMetadataUrl", "scopes",
+                                                           "clientId"))
+    if document is not None:
+        where = urlsplit(document) if isinstance(document, str) else None
+        if where is None or where.scheme != "https" or not where.netloc or where.path in (
+                "", "/"):
+            raise ConfigProblem(f"server {name}: oauth.clientMetadataUrl must be an https URL "
+                                "with a path")
+    if scopes is not None and (not isinstance(scopes, list) or not all(
+            isinstance(scope, str) and scope and not any(c.isspace() for c in scope)
+            for scope in scopes)):
+        raise ConfigProblem(f"server {name}: oauth.scopes must be a list of scopes (strings "
+                            "without spaces)")
+    if client is not None and (not isinstance(client, str) or not client.strip()):
+        raise ConfigProblem(f"server {name}: oauth.clientId must be a string")
+    return OAuthSpec(client_metadata_url=document, scopes=tuple(scopes or ()), client_id=client)
 
 
 def _exposure(value: Any, name: str, key: str) -> str:
@@ -199,7 +253,7 @@ class McpConfig:
         """The servers, each problem reported on stderr and its entry skipped."""
         if self.disabled:
             return []
-        raw: dict[str, tuple[Any, str]] = {}
+        raw: dict[str, tuple[Any, str, str]] = {}
         layers: list[tuple[str, dict[str, Any] | Path | None]] = [
             ("user", self.user_file), ("project", self.project_file),
             *(("file", path) for path in self.files), ("client", self.handed)]
@@ -223,11 +277,12 @@ class McpConfig:
                     self._problem(f"MCP server skipped ({source}): {name} and {same} name one "
                                   "server (- and _ are alike in tool names)")
                     continue
-                raw[name] = (entry, source)
+                raw[name] = (entry, source, layer)
         specs: list[ServerSpec] = []
-        for name, (entry, source) in raw.items():
+        for name, (entry, source, layer) in raw.items():
             try:
-                specs.append(parse_entry(name, entry, source))
+                specs.append(attrs.evolve(parse_entry(name, entry, source),
+                                          scope=_SCOPES.get(layer, "temporary")))
             except ConfigProblem as exc:
                 self._problem(f"MCP server skipped ({source}): {exc}")
         return specs
@@ -235,6 +290,11 @@ class McpConfig:
     def _problem(self, text: str) -> None:
         log(text)
         self.problems.append(text)
+
+
+_SCOPES: dict[str, Literal["user", "project", "temporary"]] = {
+    "user": "user", "project": "project"}
+"""A configuration layer's scope, as a command's source says it (the others: temporary)."""
 
 
 def _same_server(one: str, other: str) -> bool:

@@ -55,11 +55,11 @@ def _load_sdk() -> None:
     """Import the parts of the MCP SDK a connection uses (in a worker thread: the loop goes
     on answering meanwhile)."""
     import httpx2  # noqa: F401
-    import mcp.client.session  # noqa: F401 (loaded here, used later)
+    import mcp.client.client  # noqa: F401 (loaded here, used later)
     import mcp.client.stdio  # noqa: F401
     import mcp.client.streamable_http  # noqa: F401
 
-    from . import http  # noqa: F401
+    from . import eras, http  # noqa: F401
 
     sdk = logging.getLogger("mcp")
     if not any(isinstance(handler, _SdkLog) for handler in sdk.handlers):

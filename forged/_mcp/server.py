@@ -8,7 +8,11 @@ Its task is one `McpServer.serve`, whose body is this tree, one connection at a 
         │                              HTTP: one client, retrying (`.http`)
         ├── _read_stderr               a stdio server's stderr -> forged's log, as [mcp NAME];
         │                              its end is the server's
-        ├── _follow_tools              while up: the tools listed again when they changed
+        ├── the SDK's client           its protocol revision negotiated (`.eras`)
+        ├── _follow_changes            while up: the tools or prompts listed again when
+        │                              they changed (a notification, a listen event)
+        ├── keep_listening             while up, in 2026-07-28: the subscriptions/listen
+        │                              stream that tells so (`.eras`)
         └── _keep_listing              while up: the listing to <agentDir>/mcp-cache
         then, while lost: the next use (a call), and the back-off (0.25 s doubling to 30 s)
 
@@ -24,12 +28,10 @@ import contextlib
 import enum
 import math
 import os
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import orjson
 import trio
 
@@ -38,15 +40,13 @@ from .._errors import ServerExited, ToolError
 from .._log import log, log_exception
 from .._process import PIPE, kill_process_group, open_process
 from .._tools import ToolContext, text_result
-from .._tools.base import ScratchDir
-from .._version import __version__
 from . import sdk
-from .cache import ListedTool, Listing, ListingCache
+from .cache import ListedPrompt, ListedTool, Listing, ListingCache
 from .config import DEFAULT_STARTUP_TIMEOUT_S, ServerSpec, expand
-from .sieve import Sieve, object_schema
+from .listing import has_resources, if_offered, list_prompts, list_tools
+from .results import bounded_result, tool_result
+from .sieve import Sieve
 
-RESULT_TEXT_LIMIT = 20 * 1024
-"""Characters of a result's text the model gets, as in the ancestor."""
 MAX_BACKOFF_S = 30.0
 PROGRESS_BURST = 20
 PROGRESS_PER_S = 20.0
@@ -116,15 +116,30 @@ class McpServer:
         """The server's tools as last listed (kept from an earlier session until it connects)."""
         self.resources = listing.resources if listing else False
         """The server offers resources."""
+        self.prompts: list[ListedPrompt] = listing.prompts if listing else []
+        """The server's prompts as last listed (the commands ``mcp__<server>__<prompt>``)."""
         self.summary: str | None = None
         """The first line of the server's instructions, once connected."""
+        self.protocol_version: str | None = None
+        """The protocol revision negotiated when it last connected."""
         self.session: Any = None
-        """The SDK's ClientSession while up."""
+        """The SDK's ``Client`` (`forged._mcp.eras`) while up."""
+        self._tools_ttl_s: float | None = None
+        """How long its tools listing stays fresh (2026-07-28's ``ttlMs``; None: until it
+        says they changed)."""
+        self._tools_listed_at = -math.inf
+        self._listen_for: frozenset[str] = frozenset()
+        """What changes to ask a ``subscriptions/listen`` stream for (none: no stream)."""
+        self._listen_kinds: frozenset[str] = frozenset()
+        """What the open ``subscriptions/listen`` stream tells the changes of."""
+        self._changes: set[str] = set()
+        """What it said changed (``tools``, ``prompts``) and is not listed again yet."""
+        self._listing = trio.Lock()
         self._wanted = trio.Event()
         """Set by a use that wants a connection: a lost server connects again."""
         self._lost = trio.Event()
         """Set when the connection that is up ends (the server exited, or `lose`)."""
-        self._tools_changed = trio.Event()
+        self._change = trio.Event()
         self._stderr_tail: list[str] = []
         self._sandbox: str | None = None
         """The permission mode whose sandbox the server runs in (None: unconfined)."""
@@ -134,6 +149,9 @@ class McpServer:
         self._cut: str | None = None
         """Why the transport last refused a message past ``maxResultBytes``, until a call
         that failed takes it."""
+        self._oauth: Any = None
+        """An HTTP server's OAuth sign-in (`forged._mcp.oauth.SessionAuth`) on its last
+        connection; None when its headers sign in."""
 
     @property
     def status(self) -> str:
@@ -184,7 +202,9 @@ class McpServer:
     async def _connect(self) -> bool:
         """One connection, from its start until it is lost or the session ends; whether it
         came up. It ends `LOST` either way, its process stopped."""
-        self._lost, self._tools_changed = trio.Event(), trio.Event()
+        self._lost, self._change = trio.Event(), trio.Event()
+        self._changes.clear()
+        self._listen_kinds = frozenset()
         self._stderr_tail.clear()
         self._trouble = None
         up = False
@@ -200,8 +220,10 @@ class McpServer:
                 log(f"MCP server {self.spec.name} connected: {len(self.listed)} tools")
                 self._enter(State.UP)
                 async with trio.open_nursery() as connected:
-                    connected.start_soon(self._follow_tools)
+                    connected.start_soon(self._follow_changes)
                     connected.start_soon(self._keep_listing)
+                    if self._listen_for:
+                        connected.start_soon(self._keep_listening)
                     await self._lost.wait()
                     connected.cancel_scope.cancel()
                 self.session = None
@@ -224,51 +246,122 @@ class McpServer:
         else:
             await sdk.loaded()
             streams = await self._http(stack)
-        from mcp.client.session import ClientSession
-        from mcp.types import Implementation
+        from .eras import offer, open_client
 
         sieve = Sieve(self.spec.name, *streams)
-        session = await stack.enter_async_context(ClientSession(
-            sieve.read, sieve.write,
-            read_timeout_seconds=self.spec.timeout_s, logging_callback=self._on_log,
-            message_handler=self._on_message,
-            client_info=Implementation(name="forged", version=__version__)))
-        with trio.fail_at(self.started_at + self.spec.timeout_s):
-            init = await session.initialize()
-            self.listed = await _list_tools(session, self.spec.name)
-        self.resources = init.capabilities.resources is not None
-        self.summary = next(iter((init.instructions or "").strip().splitlines()), None)
-        return session
+        answer_by = self.started_at + self.spec.timeout_s
+        client = await open_client(stack, self.spec, sieve.read, sieve.write,
+                                   negotiated_by=answer_by, on_log=self._on_log,
+                                   on_message=self._on_message)
+        with trio.fail_at(answer_by):
+            offered = offer(client, self.spec)
+            await self._list_tools(client)
+            name = self.spec.name
+            self.prompts = await if_offered(offered.prompts, lambda: list_prompts(client), [],
+                                            server=name, what="prompts")
+            self.resources = bool(offered.resources) or await if_offered(
+                offered.resources, lambda: has_resources(client), False, server=name,
+                what="resources")
+        self._listen_for = offered.listen
+        self.protocol_version = client.protocol_version
+        self.summary = next(iter((client.instructions or "").strip().splitlines()), None)
+        return client
+
+    async def _list_tools(self, client: Any) -> None:
+        self.listed, self._tools_ttl_s = await list_tools(client, self.spec.name)
+        self._tools_listed_at = trio.current_time()
 
     async def _keep_listing(self) -> None:
-        """Remember the tools just listed, for the next session, when they changed."""
-        listing = Listing(tools=self.listed, resources=self.resources)
+        """Remember the tools and prompts just listed, for the next session, when they
+        changed."""
+        listing = Listing(tools=self.listed, resources=self.resources, prompts=self.prompts)
         if listing != self._kept:
             self._kept = listing
             await trio.to_thread.run_sync(self._cache.write, self.spec, listing)
 
     async def _on_message(self, message: Any) -> None:
-        from mcp.types import ToolListChangedNotification
+        """A notification: in either era, a list that changed is listed again (a
+        2026-07-28 listen stream's events come here too)."""
+        from mcp.types import PromptListChangedNotification, ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
-            self._tools_changed.set()
+            self._note_changes({"tools"})
+        elif isinstance(message, PromptListChangedNotification):
+            self._note_changes({"prompts"})
 
-    async def _follow_tools(self) -> None:
-        """List the tools again each time the server says they changed: new ones are
-        offered from the next model request, withdrawn ones no more."""
+    def _note_changes(self, kinds: set[str] | frozenset[str]) -> None:
+        if kinds:
+            self._changes |= kinds
+            self._change.set()
+
+    async def _keep_listening(self) -> None:
+        from .eras import keep_listening
+
+        def listened(kinds: frozenset[str]) -> None:
+            self._listen_kinds = kinds
+            self._note_changes(kinds)  # no replay: what changed meanwhile is listed again
+
+        await keep_listening(self.session, self.spec.name, kinds=self._listen_for,
+                             listened=listened)
+
+    async def _follow_changes(self) -> None:
+        """List the tools (or prompts) again each time the server says they changed: new
+        ones are offered from the next model request, withdrawn ones no more."""
         while True:
-            await self._tools_changed.wait()
-            self._tools_changed = trio.Event()
+            await self._change.wait()
+            self._change = trio.Event()
+            kinds, self._changes = self._changes, set()
+            if "tools" in kinds:
+                await self.relist_tools()
+            if "prompts" in kinds:
+                await self._relist_prompts()
+
+    def tools_stale(self) -> bool:
+        """Whether its tools listing has outlived its ``ttlMs`` (2026-07-28). A ``ttlMs`` of
+        0 (stale at once) is no deadline while a listen stream tells the tools' changes."""
+        ttl = self._tools_ttl_s
+        if ttl is None or (ttl == 0 and "tools" in self._listen_kinds):
+            return False
+        return trio.current_time() >= self._tools_listed_at + ttl
+
+    async def relist_tools(self, *, if_stale: bool = False) -> None:
+        """List its tools again (only if they are stale, with `if_stale`), within its
+        ``timeout``; a listing that fails keeps the old one. Says whoever offers them when
+        they changed. At once when it is not connected."""
+        async with self._listing:
+            session = self.session
+            if session is None or self._lost.is_set() or (if_stale and not self.tools_stale()):
+                return
+            before = self.listed
             try:
                 with trio.fail_after(self.spec.timeout_s):
-                    self.listed = await _list_tools(self.session, self.spec.name)
+                    await self._list_tools(session)
             except Exception as exc:  # the old list stays
-                log(f"MCP server {self.spec.name}: listing its changed tools failed: "
-                    f"{_describe(exc, [])}")
-                continue
+                self._relisting_failed("tools", exc)
+                return
+        if self.listed != before:
             log(f"MCP server {self.spec.name} changed its tools: {len(self.listed)} tools")
             self._changed()
             await self._keep_listing()
+
+    async def _relist_prompts(self) -> None:
+        before, session = self.prompts, self.session
+        if session is None:
+            return
+        try:
+            with trio.fail_after(self.spec.timeout_s):
+                self.prompts = await list_prompts(session)
+        except Exception as exc:  # the old list stays
+            self._relisting_failed("prompts", exc)
+            return
+        if self.prompts != before:
+            log(f"MCP server {self.spec.name} changed its prompts: {len(self.prompts)} prompts")
+            await self._keep_listing()
+
+    def _relisting_failed(self, what: str, exc: Exception) -> None:
+        why = (f"no answer within {self.spec.timeout_s:g} s" if isinstance(exc, trio.TooSlowError)
+               else _describe(exc, []))
+        log(f"MCP server {self.spec.name}: listing its {what} again failed: {why}")
 
     async def _on_log(self, params: Any) -> None:
         """A logging notification, to forged's log as ``[mcp NAME] level logger: message``."""
@@ -334,14 +427,17 @@ class McpServer:
         from mcp.client.streamable_http import streamable_http_client
 
         from .http import SSE_SLACK_BYTES, RetryingTransport
+        from .oauth import session_auth
 
         url, headers = await trio.to_thread.run_sync(
             lambda: (expand(self.spec.url or ""),
                      {k: expand(v) for k, v in self.spec.headers.items()}))
+        self._oauth = await session_auth(self.spec.name, url, headers)
+        transport = RetryingTransport(self.spec.name, self.spec.max_result_bytes,
+                                      self._cut_message)
         client = await stack.enter_async_context(httpx2.AsyncClient(
-            headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s),
-            transport=RetryingTransport(self.spec.name, self.spec.max_result_bytes,
-                                        self._cut_message)))
+            headers=headers, timeout=httpx2.Timeout(self.spec.timeout_s), auth=self._oauth,
+            transport=self._oauth.answers(transport) if self._oauth else transport))
         # The transport cuts an event at the limit; the SDK's own bound is only a backstop.
         return await stack.enter_async_context(streamable_http_client(
             url, http_client=client,
@@ -454,7 +550,7 @@ class McpServer:
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.lose(str(exc))
             raise ToolError(f"MCP server {self.spec.name}: {exc}") from None
-        bounded = await bounded_result(_result(result), ctx)
+        bounded = await bounded_result(tool_result(result), ctx)
         if result.is_error:
             raise ToolError("\n".join(block.text for block in bounded.content
                                       if isinstance(block, w.TextContent)) or "The tool failed",
@@ -465,45 +561,9 @@ class McpServer:
         return w.McpServerInfo(
             name=self.spec.name, transport=self.spec.transport, status=self.status,
             tool_count=len(self.listed), last_error=self.last_error,
-            description=self.spec.description or self.summary, source=self.spec.source or None)
-
-
-async def _list_tools(session: Any, server: str) -> list[ListedTool]:
-    """Every page of a server's ``tools/list`` (a cursor seen before ends it), without the
-    tools no model API would take, and each name once."""
-    from mcp.types import PaginatedRequestParams
-
-    tools: list[ListedTool] = []
-    cursor: str | None = None
-    seen: set[str] = set()
-    names: set[str] = set()
-    while True:
-        page = await session.list_tools(
-            params=PaginatedRequestParams(cursor=cursor) if cursor else None)
-        cursor = page.next_cursor
-        for tool in page.tools:
-            if tool.name in names:
-                continue
-            names.add(tool.name)
-            listed = _listed(tool)
-            if listed is None:
-                log(f"MCP server {server}: tool {tool.name!r} skipped: its inputSchema is not "
-                    "a JSON schema of an object")
-            else:
-                tools.append(listed)
-        if not cursor or cursor in seen:
-            return tools
-        seen.add(cursor)
-
-
-def _listed(tool: Any) -> ListedTool | None:
-    """The SDK's ``Tool`` as kept; None when its schema is not an object's (valid from MCP
-    2026-07-28 on, but a model API would refuse every request that offered it)."""
-    schema = tool.input_schema
-    if not object_schema(schema) or not tool.name:
-        return None
-    return ListedTool(name=tool.name, description=tool.description,
-                      input_schema={"type": "object", **schema})
+            description=self.spec.description or self.summary, source=self.spec.source or None,
+            protocol_version=self.protocol_version,
+            needs_auth=True if self._oauth is not None and self._oauth.needs_auth else None)
 
 
 def _stdio_values(spec: ServerSpec, session_cwd: Path) -> dict[str, Any]:
@@ -529,56 +589,6 @@ def _describe(exc: BaseException | None, stderr: list[str]) -> str:
         error = getattr(inner, "error", None)  # the SDK's MCPError
         text = str(getattr(error, "message", None) or inner) or type(inner).__name__
     return f"{text}; its stderr ended: {stderr[-1]}" if stderr else text
-
-
-def _result(result: Any) -> w.ToolResult:
-    """A ``tools/call`` result's text, images and resources as a tool result (the caller
-    makes one with ``isError`` a failure)."""
-    content: list[w.UserContent] = []
-    for block in result.content:
-        kind = getattr(block, "type", "")
-        if kind == "text":
-            content.append(w.TextContent(text=block.text))
-        elif kind == "image":
-            content.append(w.ImageContent(data=block.data, mime_type=block.mime_type))
-        elif kind == "resource":
-            inner = block.resource
-            text = getattr(inner, "text", None)
-            content.append(w.TextContent(
-                text=f"<resource uri=\"{inner.uri}\">\n{text}\n</resource>" if text is not None
-                else f"[binary resource {inner.uri} ({inner.mime_type or 'unknown type'})]"))
-        elif kind == "resource_link":
-            content.append(w.TextContent(text=f"[{block.name}]({block.uri})"))
-        else:
-            content.append(w.TextContent(text=f"[{kind or 'unknown'} content]"))
-    structured = result.structured_content if isinstance(result.structured_content,
-                                                         dict) else None
-    return w.ToolResult(content=content or [w.TextContent(text="(no output)")],
-                        structured_content=structured)
-
-
-async def bounded_result(result: w.ToolResult, ctx: ToolContext) -> w.ToolResult:
-    """`result` with its text cut to `RESULT_TEXT_LIMIT` characters: the middle of a longer
-    text is left out (marked ``…N chars truncated…``), and the whole text is kept in a file
-    the result names. Images stay."""
-    texts = [block.text for block in result.content if isinstance(block, w.TextContent)]
-    whole = "\n".join(texts)
-    if len(whole) <= RESULT_TEXT_LIMIT:
-        return result
-    path = await trio.to_thread.run_sync(_keep, whole, ctx.scratch)
-    half = RESULT_TEXT_LIMIT // 2
-    shown = (f"{whole[:half]}\n…{len(whole) - 2 * half} chars truncated…\n{whole[-half:]}"
-             f"\n\n[The whole result is in {path}]")
-    return attrs.evolve(result, content=[w.TextContent(text=shown), *(
-        block for block in result.content if not isinstance(block, w.TextContent))])
-
-
-def _keep(text: str, scratch: ScratchDir | None) -> Path:
-    descriptor, name = tempfile.mkstemp(prefix="forged-mcp-", suffix=".txt",
-                                        dir=scratch.path() if scratch is not None else None)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        file.write(text)
-    return Path(name)
 
 
 class _RateLimit:

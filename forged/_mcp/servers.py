@@ -1,4 +1,4 @@
-"""A session's MCP servers, and the tools they give its model.
+"""A session's MCP servers, and the tools (and prompt commands) they give it.
 
 Each server of a session is a task of that session; nothing is shared between sessions but
 the listings kept on disk::
@@ -10,15 +10,17 @@ the listings kept on disk::
 ``get_state`` never waits for a server. Each server's tools as it last listed them are kept
 in ``<agentDir>/mcp-cache/``, so a session offers them from its first request, which never
 waits for such a server; a server never listed before is waited for by a model request,
-until its startup timeout at most (`McpServers.first_listings`). A call to a tool of a server
-still connecting waits for that server. A call that hangs past the server's ``timeout``
-fails and restarts the server; ``abort`` cancels the call (the SDK sends
-``notifications/cancelled``) and the tool ends at once.
+until its startup timeout at most (`McpServers.first_listings`), and so is a listing past its
+``ttlMs`` (2026-07-28), listed again. A call to a tool of a server still connecting waits for
+that server. A call that hangs past the server's ``timeout`` fails and restarts the server;
+``abort`` cancels the call (the SDK sends ``notifications/cancelled``) and the tool ends at
+once. The servers' prompts are commands (`forged._mcp.prompts`).
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ import orjson
 import trio
 
 from .. import _wire as w
-from .._errors import ToolError
+from .._errors import CommandError, ToolError
 from .._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, make_tool, text_result
 from .cache import ListedTool, Listing, ListingCache
 from .config import (
@@ -38,7 +40,9 @@ from .config import (
     suffixed,
     tool_name,
 )
-from .server import Confine, McpServer, bounded_result
+from .prompts import command_infos, render, server_named
+from .results import bounded_result
+from .server import Confine, McpServer
 
 
 class McpServers:
@@ -81,11 +85,35 @@ class McpServers:
         return self.tools.get(name)
 
     async def first_listings(self) -> None:
-        """Until each server that has never listed its tools has listed them (or failed),
-        each at most until its startup timeout: a first request offers them. A server with
-        a listing kept from an earlier session never delays a request."""
+        """Until each server's tools are as a model request should offer them: a server that
+        has never listed its tools has listed them (or failed), each at most until its
+        startup timeout, so a first request offers them (a server with a listing kept from
+        an earlier session never delays a request); a connected server whose listing has
+        outlived its ``ttlMs`` (2026-07-28) has listed them again, within its timeout."""
         for server in self.servers.values():  # their deadlines run side by side
             await server.first_listed()
+        stale = [server for server in self.servers.values() if server.tools_stale()]
+        if stale:
+            async with trio.open_nursery() as nursery:
+                for server in stale:
+                    nursery.start_soon(functools.partial(server.relist_tools, if_stale=True))
+
+    def command_infos(self) -> list[w.CommandInfo]:
+        """The servers' prompts, as ``get_commands`` lists them (`forged._mcp.prompts`)."""
+        return command_infos(self.servers.values())
+
+    def names_prompt(self, text: str) -> bool:
+        """Whether `text` is a command naming a server's prompt (``/mcp__<server>__…``),
+        which `render` renders."""
+        return server_named(self.servers.values(), text) is not None
+
+    async def render(self, text: str) -> str:
+        """The text of the server's prompt `text` names, as the model gets it;
+        `CommandError` when it cannot be had."""
+        server = server_named(self.servers.values(), text)
+        if server is None:
+            raise CommandError(f"No MCP server has the prompt {text.split()[0]}")
+        return await render(server, text)
 
     def restart_stdio(self, reason: str) -> None:
         """Stop the stdio servers that run (the permission mode changed how they start):

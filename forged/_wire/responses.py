@@ -235,6 +235,12 @@ class McpServerInfo:
     source: str | None = None
     """The file that configures it, or ``client`` (handed by the client, as ACP's
     ``mcpServers``)."""
+    protocol_version: str | None = None
+    """The MCP revision negotiated when it last connected (``2026-07-28``, ``2025-11-25``,
+    ...); None until it has connected."""
+    needs_auth: bool | None = None
+    """True when the server answers 401 and no stored OAuth sign-in passes (``forged mcp
+    login NAME`` signs in); None (not written) otherwise, as the codec omits a None."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

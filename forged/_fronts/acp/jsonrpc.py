@@ -29,6 +29,7 @@ AUTH_REQUIRED = -32000
 REQUEST_CANCELLED = -32800
 """The answer to a request the other side withdrew with ``$/cancel_request``."""
 CANCEL_REQUEST = "$/cancel_request"
+WITHDRAWN_KEPT = 1024
 WAITING_MESSAGES = 64
 """Messages read ahead of the one being handled: a ``$/cancel_request`` among them is
 seen at once."""
@@ -100,8 +101,9 @@ class Peer:
         self._gone = False
         self._handling: tuple[RequestId, trio.CancelScope] | None = None
         """The other side's request being handled now, and its scope."""
-        self._withdrawn: set[RequestId] = set()
-        """The other side's requests it withdrew before they were handled."""
+        self._withdrawn: dict[RequestId, None] = {}
+        """The other side's requests it withdrew before they were handled (the latest
+        `WITHDRAWN_KEPT`: ids it never sent cannot grow it without end)."""
         self._later: dict[RequestId, Callable[[], None]] = {}
         """What withdraws each request answered later (`on_withdrawn`)."""
 
@@ -191,7 +193,9 @@ class Peer:
         elif request_id in self._later:
             self._later.pop(request_id)()
         else:
-            self._withdrawn.add(request_id)
+            self._withdrawn[request_id] = None
+            if len(self._withdrawn) > WITHDRAWN_KEPT:
+                del self._withdrawn[next(iter(self._withdrawn))]
 
     def settle_unreadable(self, line: bytes, reason: str) -> bool:
         """A line that is not valid JSON but may answer a request of ours: when its id can
@@ -250,8 +254,9 @@ class Peer:
                 self.fail(request_id, INVALID_PARAMS, f"Invalid params: {message['method']} "
                           f"takes an object, not {type(params).__name__}")
             return
-        if request_id is not None and request_id in self._withdrawn:
-            self._withdrawn.discard(request_id)
+        if is_id(request_id) and request_id in self._withdrawn:
+            assert isinstance(request_id, int | str)
+            del self._withdrawn[request_id]
             self.fail(request_id, REQUEST_CANCELLED, "Request cancelled")
             return
         scope = trio.CancelScope()
