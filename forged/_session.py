@@ -145,7 +145,8 @@ class Session:
                               keep=config.tools.keeps_mcp,
                               startup_timeout_s=startup_timeout(settings.get("mcp")),
                               confine=lambda argv, cwd, spec: self.guard.server(
-                                  argv, cwd, network=spec.network, sandbox=spec.sandbox))
+                                  argv, cwd, network=spec.network, sandbox=spec.sandbox),
+                              dialogs=self.ui if config.interactive else None)
         self.files: ClientFiles | None = None
         """The client's files, for the file tools (an ACP editor's), else the disk."""
         self.shell = Shell.from_settings(settings.get("shellPath"),

@@ -67,6 +67,7 @@ DEFERRED = {
     "forged._mcp.stdio": "MCP over stdio: with a stdio server configured",
     "forged._mcp.oauth": "MCP's OAuth sign-ins: with an HTTP server configured",
     "forged._mcp.eras": "the SDK's client and its protocol revisions: once a server connects",
+    "forged._mcp.elicit": "a server's question to the user: when one asks",
     "forged._transports.unix": "the daemon's listeners: once it serves",
     "forged._transports.websocket": "the daemon's listeners: with --ws",
     # Other people's code, costly to import and needed by few.

@@ -89,25 +89,36 @@ class Dialogs:
         not. An answer that is none of the options offered is no."""
         options = [option for option in PERMISSION_OPTIONS
                    if for_session or option != ALLOW_SESSION]
+        answer, why = await self._waiting("select", title=title, options=options)
+        if answer is None:
+            return None, why
+        value = _value(answer)
+        if value in options and value != DENY:
+            return value, value
+        return None, "the user denied it"
+
+    async def ask_waiting(self, method: str, **fields: Any) -> w.ExtensionUiResponse | None:
+        """A dialog that, as a permission request, waits for a client able to answer it
+        (`client_wait_s`); its answer, or None (no client in time, or ``abort``)."""
+        return (await self._waiting(method, **fields))[0]
+
+    async def _waiting(self, method: str, **fields: Any
+                       ) -> tuple[w.ExtensionUiResponse | None, str]:
         dialog_id = str(uuid.uuid4())
         request = self._permissions[dialog_id] = _Pending()
         sent = announced = False
         deadline = math.inf
+        title = str(fields.get("title") or method)
         try:
             while True:
                 if request.aborted:
                     return None, "the run was aborted"
                 if request.answer is not None:
-                    value = _value(request.answer)
-                    if value in options and value != DENY:
-                        return value, value
-                    return None, "the user denied it"
+                    return request.answer, ""
                 if self.interactive:
                     deadline = math.inf
                     if not sent:
-                        self._emit(w.ExtensionUiRequest(id=dialog_id, method="select",
-                                                        title=title,
-                                                        options=options))
+                        self._emit(w.ExtensionUiRequest(id=dialog_id, method=method, **fields))
                         sent = announced = True
                 else:
                     sent = False  # sent again to the next client that can answer
@@ -126,6 +137,12 @@ class Dialogs:
             self._permissions.pop(dialog_id, None)
             if announced and self.announce_resolved:
                 self._emit(w.ExtensionUiResolved(id=dialog_id))
+
+    @property
+    def answerable(self) -> bool:
+        """Whether a dialog can ever be answered: a client can now, or one may come (the
+        daemon); not in print mode."""
+        return self.interactive or self.client_wait_s is not None
 
     async def _ask(self, method: str, timeout_s: float | None, **fields: Any
                    ) -> w.ExtensionUiResponse | None:

@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 import trio
 from mcp.client.client import Client
-from mcp.client.session import LoggingFnT, MessageHandlerFnT
+from mcp.client.session import ElicitationFnT, LoggingFnT, MessageHandlerFnT
 from mcp.client.subscriptions import ListenNotSupportedError
 from mcp.shared.exceptions import MCPError
 from mcp_types import METHOD_NOT_FOUND, Implementation, LoggingLevel
@@ -65,7 +65,8 @@ class _Opened:
 
 async def open_client(stack: contextlib.AsyncExitStack, spec: ServerSpec, read: Any,
                       write: Any, *, negotiated_by: float, on_log: LoggingFnT,
-                      on_message: MessageHandlerFnT) -> Client:
+                      on_message: MessageHandlerFnT,
+                      on_elicit: ElicitationFnT | None = None) -> Client:
     """The SDK's client over `read` and `write`, its revision negotiated as the entry's
     ``protocol`` says, by `negotiated_by` (trio's clock) at the latest.
 
@@ -76,6 +77,7 @@ async def open_client(stack: contextlib.AsyncExitStack, spec: ServerSpec, read: 
     client = Client(
         _Opened(read, write), mode=spec.protocol, read_timeout_seconds=spec.timeout_s,
         logging_callback=on_log, log_level=LOG_LEVEL, message_handler=on_message,
+        elicitation_callback=on_elicit,  # None: elicitation is not offered
         client_info=Implementation(name="forged", version=__version__),
         cache=None)  # forged keeps its own listings, on trio's clock
     client_nursery = await stack.enter_async_context(trio.open_nursery())

@@ -40,6 +40,7 @@ from .._errors import ServerExited, ToolError
 from .._log import log, log_exception
 from .._process import PIPE, kill_process_group, open_process
 from .._tools import ToolContext, text_result
+from .._ui import Dialogs
 from . import sdk
 from .cache import ListedPrompt, ListedTool, Listing, ListingCache
 from .config import DEFAULT_STARTUP_TIMEOUT_S, ServerSpec, expand
@@ -97,9 +98,12 @@ class McpServer:
     def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None],
                  cache: ListingCache, listing: Listing | None = None, *,
                  startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-                 confine: Confine | None = None) -> None:
+                 confine: Confine | None = None, dialogs: Dialogs | None = None) -> None:
         self.spec = spec
         self._confine = confine
+        self._dialogs = dialogs
+        """Where the server's questions are asked (`forged._mcp.elicit`); None: elicitation
+        is not offered to it (nobody could ever answer: print mode)."""
         """How a stdio server's command runs under the session's permission mode."""
         self.first_listing_by = trio.current_time() + (
             spec.startup_timeout_s or startup_timeout_s)
@@ -252,7 +256,8 @@ class McpServer:
         answer_by = self.started_at + self.spec.timeout_s
         client = await open_client(stack, self.spec, sieve.read, sieve.write,
                                    negotiated_by=answer_by, on_log=self._on_log,
-                                   on_message=self._on_message)
+                                   on_message=self._on_message,
+                                   on_elicit=self._on_elicit if self._dialogs else None)
         with trio.fail_at(answer_by):
             offered = offer(client, self.spec)
             await self._list_tools(client)
@@ -362,6 +367,13 @@ class McpServer:
         why = (f"no answer within {self.spec.timeout_s:g} s" if isinstance(exc, trio.TooSlowError)
                else _describe(exc, []))
         log(f"MCP server {self.spec.name}: listing its {what} again failed: {why}")
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """The server asks the user something (either era): the session's dialogs."""
+        from .elicit import answer
+
+        assert self._dialogs is not None
+        return await answer(self.spec.name, params, self._dialogs)
 
     async def _on_log(self, params: Any) -> None:
         """A logging notification, to forged's log as ``[mcp NAME] level logger: message``."""

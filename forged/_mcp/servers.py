@@ -31,6 +31,7 @@ import trio
 from .. import _wire as w
 from .._errors import CommandError, ToolError
 from .._tools import MCP_RESOURCE_TOOLS, Tool, ToolContext, make_tool, text_result
+from .._ui import Dialogs
 from .cache import ListedTool, Listing, ListingCache
 from .config import (
     DEFAULT_STARTUP_TIMEOUT_S,
@@ -52,13 +53,13 @@ class McpServers:
                  cache: ListingCache | None = None, listings: dict[str, Listing] | None = None,
                  keep: Callable[[str], bool] = lambda _: True,
                  startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-                 confine: Confine | None = None) -> None:
+                 confine: Confine | None = None, dialogs: Dialogs | None = None) -> None:
         cache = cache or ListingCache(None)
         listings = listings or {}
         self.servers = {spec.name: McpServer(spec, cwd, self._retool, cache,
                                              listings.get(spec.name),
                                              startup_timeout_s=startup_timeout_s,
-                                             confine=confine)
+                                             confine=confine, dialogs=dialogs)
                         for spec in specs}
         self._keep = keep
         """Which tools reach the model (``--tools`` and ``--exclude-tools``)."""
