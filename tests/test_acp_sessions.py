@@ -422,8 +422,8 @@ def test_an_input_dialog_is_the_editors_form(tmp_path: Path, how: str) -> None:
 
 
 def test_cancel_withdraws_an_open_permission_request_and_cancel_request_is_honoured(
-        tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+        tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = tmp_path / "project"
     use_script(command, tmp_path, gated=True, replies=[
         {"content": [{"type": "toolCall", "name": "bash", "arguments": {"command": "true"}}]},
