@@ -123,8 +123,9 @@ def daemon_sessions(tmp_path: Path) -> list[str]:
                 return [live["sessionId"] for live in message["data"]["sessions"]]
 
 
-def test_a_listing_pages_with_a_cursor_and_yields_each_session_once(tmp_path: Path) -> None:
-    command, env = forged_acp(tmp_path)
+def test_a_listing_pages_with_a_cursor_and_yields_each_session_once(
+        tmp_path: Path, how: str) -> None:
+    command, env = forged_acp(tmp_path, how)
     project = tmp_path / "project"
     folder = tmp_path / "agent" / "sessions" / "--elsewhere--"
     folder.mkdir(parents=True)
@@ -267,16 +268,21 @@ def no_key_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_sign_in_takes_a_new_key_without_a_restart_and_logout_removes_it(
-        tmp_path: Path) -> None:
-    env = no_key_env(tmp_path)
+        tmp_path: Path, how: str) -> None:
+    env = no_key_env(tmp_path) | {"XDG_RUNTIME_DIR": str(tmp_path / "run")}
     agent = tmp_path / "agent"
     agent.mkdir()
+    front = ["--mode", "acp"]
+    if how == "connect":  # the daemon first: its ACP front, and its keys
+        subprocess.run([str(BIN / "forged"), "connect"], input=b"", env=env, cwd=tmp_path,
+                       timeout=60, check=True, capture_output=True)
+        front = ["connect", "--acp", "--no-start"]
 
     async def drive() -> dict[str, Any]:
         seen: dict[str, Any] = {}
         editor = Editor()
         async with acp.spawn_agent_process(
-                editor, *teed([str(BIN / "forged"), "--mode", "acp"], tmp_path, "auth"),
+                editor, *teed([str(BIN / "forged"), *front], tmp_path, "auth"),
                 env=env, cwd=str(tmp_path)) as (conn, _):
             init = await conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
