@@ -400,7 +400,12 @@ def build_serve_parser() -> argparse.ArgumentParser:
                         "--ws-allow-remote); a client needs the token in ws-token beside "
                         "the socket")
     parser.add_argument("--ws-allow-remote", action="store_true",
-                        help="allow --ws on an address other than loopback")
+                        help="allow --ws on an address other than loopback (with TLS)")
+    parser.add_argument("--tls-cert", type=Path, metavar="FILE", help="--ws over TLS: the "
+                        "certificate (PEM); reloaded on SIGHUP")
+    parser.add_argument("--tls-key", type=Path, metavar="FILE", help="its private key")
+    parser.add_argument("--insecure", action="store_true", help="a remote --ws without TLS "
+                        "(only behind a proxy that terminates TLS)")
     parser.add_argument("--ws-allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="a browser origin (https://app.example) whose pages may "
                         "connect; requests with any other Origin are refused (repeatable)")
@@ -500,6 +505,7 @@ def serve(args: argparse.Namespace) -> int:
 
     serve_options = ServeOptions(
         socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, insecure=args.insecure,
         ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
         drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes,
         upgrade=serve_in_daemon)

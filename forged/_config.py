@@ -74,6 +74,11 @@ class ServeOptions:
     socket_path: Path | None = None
     ws: tuple[str, int] | None = None
     ws_allow_remote: bool = False
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    """The WebSocket listener's certificate and key (else the settings' ``daemon.tls``)."""
+    insecure: bool = False
+    """A listener other than loopback without TLS (a proxy in front terminates it)."""
     ws_allow_origins: list[str] = attrs.Factory(list)
     idle_unload_s: float | None = None
     drain_grace_s: float | None = None

@@ -29,7 +29,10 @@ every other one goes to its live session's agent, and from there down as in stdi
 Events come back through `LiveSession.broadcast`, which stamps them as it encodes them and
 puts the line in every attached peer's outbox.
 
-Stopping (SIGTERM, SIGINT, SIGHUP or `stop`): the listeners close; runs may finish for the
+SIGHUP loads the WebSocket's TLS certificate again (`forged._transports.websocket.Tls`): the
+connections that follow use it, those open keep theirs, the sessions go on.
+
+Stopping (SIGTERM, SIGINT or `stop`): the listeners close; runs may finish for the
 drain grace, then are aborted (their closing events are written); every client is flushed
 for `FLUSH_S`; the sessions are unloaded and their files closed.
 """
@@ -40,9 +43,10 @@ import contextlib
 import os
 import signal
 import socket
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -50,6 +54,7 @@ import trio
 from . import _systemd as systemd
 from ._config import Models, Options, ServeOptions, daemon_setting, open_models, session_config
 from ._connection import FLUSH_S, SHUTDOWN_GRACE_S
+from ._errors import ConfigError
 from ._hub import (
     EMPTY_IDLE_UNLOAD_S,
     IDLE_UNLOAD_S,
@@ -60,9 +65,12 @@ from ._hub import (
 )
 from ._log import log
 from ._opening import SessionConfig
-from ._paths import default_socket_path, make_ws_token, runtime_dir
-from ._settings import DEFAULTS
+from ._paths import agent_dir, default_socket_path, make_ws_token, runtime_dir
+from ._settings import DEFAULTS, Settings
 from ._tools import guard
+
+if TYPE_CHECKING:
+    from ._transports.websocket import Tls
 
 # --- the daemon --------------------------------------------------------------------------------
 
@@ -130,12 +138,14 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                     hub.models = models
                     async with trio.open_nursery() as peers_nursery:
                         async with trio.open_nursery() as listen_nursery:
-                            await _listen(hub, serve, unix_sockets, tcp_sockets, socket_path,
+                            tls = await _listen(hub, serve, unix_sockets, tcp_sockets,
+                                                socket_path,
                                           listen_nursery, peers_nursery)
                             daemon_nursery.start_soon(_keep_watchdog_fed, hub)
                             systemd.notify("READY=1", f"STATUS={_status(hub)}")
                             task_status.started(hub)
-                            await _wait_for_stop(signals, stop)
+                            await _wait_for_stop(signals, stop,
+                                                 reload=tls.reload if tls else None)
                             systemd.notify("STOPPING=1")
                             listen_nursery.cancel_scope.cancel()
                         await _drain(hub, drain_grace_s)
@@ -153,10 +163,19 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
     log("stopped")
 
 
-async def _wait_for_stop(signals: Any, stop: trio.Event | None) -> None:
+async def _wait_for_stop(signals: Any, stop: trio.Event | None, *,
+                         reload: Callable[[], None] | None = None) -> None:
+    """Until SIGTERM, SIGINT or `stop`; SIGHUP reloads the TLS certificate (`reload`) and
+    the daemon goes on."""
     async with trio.open_nursery() as nursery:
         async def signalled() -> None:
             async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log("SIGHUP: reloading the TLS certificate" if reload else
+                        "SIGHUP: nothing to reload (no TLS)")
+                    if reload is not None:
+                        await trio.to_thread.run_sync(reload)
+                    continue
                 log(f"{signal.Signals(signum).name}: draining")
                 break
             nursery.cancel_scope.cancel()
@@ -173,7 +192,8 @@ async def _wait_for_stop(signals: Any, stop: trio.Event | None) -> None:
 
 async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
                   tcp_sockets: list[Any], socket_path: Path, listen_nursery: trio.Nursery,
-                  peers_nursery: trio.Nursery) -> None:
+                  peers_nursery: trio.Nursery) -> Tls | None:
+    """Start the listeners; the WebSocket's TLS, when it has one."""
     from ._transports.unix import serve_unix
     from ._transports.websocket import check_address, serve_websocket
 
@@ -184,19 +204,45 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
     for listener in unix_sockets:
         log(f"listening on {listener.getsockname()}")
     if serve.ws is None and not tcp_sockets:
-        return
+        return None
+    tls = await trio.to_thread.run_sync(_tls, serve)
     listeners = [trio.SocketListener(s) for s in tcp_sockets]
     if serve.ws is not None:
         host, port = serve.ws
-        check_address(host, serve.ws_allow_remote)
+        check_address(host, serve.ws_allow_remote, tls=tls is not None,
+                      insecure=serve.insecure)
         listeners += await trio.open_tcp_listeners(port, host=host)
     token = make_ws_token(socket_path.parent)
     await listen_nursery.start(partial(serve_websocket, hub, listeners, token,
-                                       allowed_origins=serve.ws_allow_origins,
+                                       allowed_origins=serve.ws_allow_origins, tls=tls,
                                        handler_nursery=peers_nursery))
+    scheme = "wss" if tls is not None else "ws"
     for listener in listeners:
         host, port, *_ = listener.socket.getsockname()
-        log(f"listening on ws://{host}:{port} (token in {socket_path.parent / 'ws-token'})")
+        log(f"listening on {scheme}://{host}:{port} (token in "
+            f"{socket_path.parent / 'ws-token'})")
+    return tls
+
+
+def _tls(serve: ServeOptions) -> Tls | None:
+    """The listener's TLS: ``--tls-cert``/``--tls-key``, else the settings' ``daemon.tls``
+    (``cert``, ``key``); `ConfigError` for one without the other, or files that do not
+    load."""
+    from ._transports.websocket import Tls
+
+    cert, key = serve.tls_cert, serve.tls_key
+    if cert is None and key is None:
+        section = Settings(agent_dir()).get("daemon")
+        given = section.get("tls") if isinstance(section, dict) else None
+        if isinstance(given, dict):
+            cert = Path(str(given["cert"])).expanduser() if given.get("cert") else None
+            key = Path(str(given["key"])).expanduser() if given.get("key") else None
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ConfigError("TLS needs both a certificate and its key (--tls-cert and "
+                          "--tls-key, or daemon.tls's cert and key)")
+    return Tls(cert, key)
 
 
 def _status(hub: Hub) -> str:

@@ -1,11 +1,15 @@
 """The WebSocket listener: one JSON object per text message, for holders of the token only.
 
 A connection must present the token of ``<runtime dir>/ws-token`` (made 0600 when the daemon
-starts), as ``Authorization: Bearer <token>`` or a ``token`` query parameter; a request that
-carries an ``Origin`` header (a browser page) is refused unless that origin was allowed
+starts), as ``Authorization: Bearer <token>``, or as a ``token`` query parameter between
+loopback addresses only (a URL ends up in logs and histories); a request that carries an
+``Origin`` header (a browser page) is refused unless that origin was allowed
 (``--ws-allow-origin``), so no web page can drive the agent by itself. The listener binds to
-loopback unless ``--ws-allow-remote`` is given. Every refusal is logged and answered with its
-HTTP status (401 without a valid token, 403 for a foreign origin).
+loopback unless ``--ws-allow-remote`` is given, and then only with TLS (`Tls`: the
+certificate and key of ``--tls-cert``/``--tls-key`` or ``daemon.tls``, loaded again on
+SIGHUP for the connections that follow) or ``--insecure`` (behind a proxy that terminates
+TLS). Every refusal is logged and answered with its HTTP status (401 without a valid token,
+403 for a foreign origin).
 
 Connections that have not shown the token yet are few and short-lived: at most
 `MAX_UNAUTHENTICATED` at once (further ones wait in the kernel's backlog, holding no file
@@ -18,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
+import ssl
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import trio
@@ -40,19 +46,60 @@ MAX_UNAUTHENTICATED = 64
 HANDSHAKE_TIMEOUT_S = 5.0
 
 
-def check_address(host: str, allow_remote: bool) -> None:
+def is_loopback(host: str) -> bool:
     try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = False
-    if not loopback and not allow_remote:
+        return False
+
+
+def check_address(host: str, allow_remote: bool, *, tls: bool = False,
+                  insecure: bool = False) -> None:
+    """Refuse (`ConfigError`) to listen on `host` unless it is loopback, or the user allowed
+    a remote address and it has TLS (or the user said `insecure`: a proxy terminates it)."""
+    if is_loopback(host):
+        return
+    if not allow_remote:
         raise ConfigError(f"--ws {host}: not a loopback address; pass --ws-allow-remote to "
                           "listen there")
+    if not tls and not insecure:
+        raise ConfigError(f"--ws {host}: a listener other than loopback needs TLS: pass "
+                          "--tls-cert FILE and --tls-key FILE (or set daemon.tls), or "
+                          "--insecure when a proxy in front of it terminates TLS")
 
 
-def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str]
-            ) -> tuple[int, str] | None:
-    """Why `request` is refused (HTTP status and reason), or None to accept it."""
+class Tls:
+    """The listener's TLS: a server context of a certificate and key, made again by
+    `reload` (SIGHUP) for the connections that follow; those open keep theirs."""
+
+    def __init__(self, cert: Path, key: Path) -> None:
+        self.cert, self.key = cert, key
+        self.context = self._load()
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            context.load_cert_chain(self.cert, self.key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"TLS: cannot load the certificate {self.cert} and key "
+                              f"{self.key}: {exc}") from None
+        return context
+
+    def reload(self) -> None:
+        """Load the files again; a failure keeps the context in use, and says why."""
+        try:
+            self.context = self._load()
+        except ConfigError as exc:
+            log(f"{exc}; the certificate loaded before stays in use")
+            return
+        log(f"TLS: reloaded {self.cert}")
+
+
+def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str], *,
+            url_token: bool = True) -> tuple[int, str] | None:
+    """Why `request` is refused (HTTP status and reason), or None to accept it. A token in
+    the URL counts only where `url_token` (a listener and a client on loopback)."""
     headers = {name.decode("latin-1").lower(): value.decode("latin-1")
                for name, value in request.headers}
     origin = headers.get("origin")
@@ -65,6 +112,9 @@ def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str
     else:
         tokens = parse_qs(urlsplit(request.path).query).get("token")
         offered = tokens[0] if tokens else None
+        if offered is not None and not url_token:
+            return 401, ("a token in the URL is refused off loopback: send it as "
+                         "Authorization: Bearer")
     if offered is None:
         return 401, "no token"
     if not hmac.compare_digest(offered.encode(), token.encode()):
@@ -127,17 +177,21 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
 
 
 async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], token: str, *,
-                          allowed_origins: Sequence[str] = (),
+                          allowed_origins: Sequence[str] = (), tls: Tls | None = None,
                           handler_nursery: trio.Nursery | None = None,
                           task_status: trio.TaskStatus[list[GatedListener]] = (
                               trio.TASK_STATUS_IGNORED)) -> None:
     """Serve WebSocket connections on `listeners` until cancelled."""
     slots = trio.Semaphore(MAX_UNAUTHENTICATED)
+    # Only when every listener is bound to loopback may a token come in a URL.
+    loopback_only = all(is_loopback(listener.socket.getsockname()[0]) for listener in listeners)
 
     async def handle(stream: trio.SocketStream) -> None:
         host, port, *_ = stream.socket.getpeername()
         name = f"websocket client {host}:{port}"
+        url_token = loopback_only and is_loopback(host)
         waiting = True
+        channel: trio.abc.Stream = stream
 
         def authenticated() -> None:
             nonlocal waiting
@@ -149,11 +203,20 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], to
             async with trio.open_nursery() as connection_nursery:
                 request: WebSocketRequest | None = None
                 with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
-                    request = await wrap_server_stream(connection_nursery, stream,
+                    if tls is not None:
+                        channel = trio.SSLStream(stream, tls.context, server_side=True,
+                                                  https_compatible=True)
+                        try:
+                            await channel.do_handshake()
+                        except trio.BrokenResourceError as exc:
+                            log(f"dropped {name}: no TLS handshake ({exc.__cause__ or exc})")
+                            return
+                    request = await wrap_server_stream(connection_nursery, channel,
                                                        max_message_size=MAX_LINE_BYTES)
                 if request is None:
                     log(f"dropped {name}: no handshake within {HANDSHAKE_TIMEOUT_S:g} s")
-                elif (refused := refusal(request, token, allowed_origins)) is not None:
+                elif (refused := refusal(request, token, allowed_origins,
+                                         url_token=url_token)) is not None:
                     status, reason = refused
                     log(f"refused {name}: {reason} (HTTP {status})")
                     with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
@@ -166,7 +229,7 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], to
         finally:
             authenticated()
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await stream.aclose()
+                await channel.aclose()
 
     await trio.serve_listeners(handle, [GatedListener(listener, slots) for listener in listeners],
                                handler_nursery=handler_nursery, task_status=task_status)
