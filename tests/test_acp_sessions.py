@@ -525,3 +525,42 @@ def test_a_fork_copies_the_branch_and_rewrites_files_only_when_asked(
     assert prompts(copy) == ["first", "second"] and prompts(back) == ["first"]
     assert len(list(sessions.glob("*/*.jsonl"))) == 3  # the copy taken for the fork is gone
     checked(tmp_path, "fork")
+
+
+def test_a_session_closed_at_once_leaves_the_daemon_serving(tmp_path: Path) -> None:
+    """Closed before its commands were listed: the daemon's ACP front (and the daemon, which
+    hosts it) go on."""
+    command, env = forged_acp(tmp_path, "connect")
+    project = str(tmp_path / "project")
+    subprocess.run([part for part in command if part != "--acp"], input=b"", env=env,
+                   cwd=project, timeout=60, check=True, capture_output=True)  # the daemon
+    lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize",
+              "params": {"protocolVersion": 1}}]
+    try:
+        for attempt in range(5):
+            script = b"".join(json.dumps(line).encode() + b"\n" for line in [
+                *lines, {"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                         "params": {"cwd": project, "mcpServers": []}},
+                {"jsonrpc": "2.0", "id": 2, "method": "session/close",
+                 "params": {"sessionId": "placeholder"}}])
+            process = subprocess.Popen([*command, "--no-start"], env=env, cwd=project,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL)
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(script.split(b"\n")[0] + b"\n" + script.split(b"\n")[1]
+                                + b"\n")
+            process.stdin.flush()
+            while (answer := json.loads(process.stdout.readline())).get("id") != 1:
+                pass
+            sid = answer["result"]["sessionId"]
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 2, "method":
+                                            "session/close", "params": {"sessionId": sid}}
+                                           ).encode() + b"\n")
+            process.stdin.close()
+            process.stdout.read()
+            process.wait(timeout=60)
+            assert daemon_sessions(tmp_path) is not None, f"the daemon died ({attempt})"
+    finally:
+        from .test_process import stop_daemon
+
+        stop_daemon(tmp_path / "run")

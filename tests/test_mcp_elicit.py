@@ -193,3 +193,23 @@ def test_over_acp_a_question_is_the_editors_permission_request_and_form(
     ends = [u for u in editor.updates if type(u).__name__ == "ToolCallProgress"]
     assert "accepted Ada, 36, red, not subscribed" in ends[-1].content[0].content.text
     assert question is not None
+
+
+async def test_the_users_time_to_answer_is_not_the_servers(tmp_path: Path) -> None:
+    """A server with a 1 s timeout asks; the user takes longer than that to answer: the call
+    still gets its answer (the deadline is put off while the question is open)."""
+    replies = [call("link"), DONE]
+    async with forged_with(tmp_path, {"asker": {**entry("handshake"), "timeout": 1}},
+                           replies) as (forged, _):
+        await forged.logged("MCP server asker connected")
+        await forged.send({"type": "prompt", "message": "go"})
+        results: list[str] = []
+        with trio.fail_after(60):  # a hang guard, not a timing
+            while (event := await next_event(forged))["type"] != "agent_settled":
+                if event["type"] == "extension_ui_request" and event["method"] == "confirm":
+                    await trio.sleep(1.5)  # the user, slower than the server's timeout
+                    await forged.send({"type": "extension_ui_response", "id": event["id"],
+                                       "confirmed": True})
+                elif event["type"] == "tool_execution_end":
+                    results.append(text(event))
+    assert results == ["2025-11-25: page accept"]

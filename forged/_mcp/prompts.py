@@ -77,9 +77,13 @@ async def render(server: McpServer, text: str) -> str:
     from mcp.shared.exceptions import MCPError
 
     timeout = server.spec.timeout_s
+    answer_by = trio.CancelScope(deadline=trio.current_time() + timeout)
+    server.answering.add(answer_by)
     try:
-        with trio.fail_after(timeout):
+        with answer_by:
             result = await client.get_prompt(prompt.name, arguments)
+        if answer_by.cancelled_caught:
+            raise trio.TooSlowError
     except MCPError as exc:
         raise CommandError(f"/{name}: MCP server {server.spec.name} refused the prompt: "
                            f"{exc.error.message}") from None
@@ -93,6 +97,8 @@ async def render(server: McpServer, text: str) -> str:
         why = next(iter(str(exc).splitlines()), type(exc).__name__)
         raise CommandError(f"/{name}: MCP server {server.spec.name} did not render the "
                            f"prompt: {why}") from None
+    finally:
+        server.answering.discard(answer_by)
     texts = [block.text for block in (content_of(message.content)
                                       for message in result.messages)
              if isinstance(block, w.TextContent)]

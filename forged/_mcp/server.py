@@ -102,6 +102,9 @@ class McpServer:
         self.spec = spec
         self._confine = confine
         self._dialogs = dialogs
+        self.answering: set[trio.CancelScope] = set()
+        """The deadlines of the requests waiting for this server's answer (calls, prompts
+        rendered): put off while the user answers one of its questions."""
         """Where the server's questions are asked (`forged._mcp.elicit`); None: elicitation
         is not offered to it (nobody could ever answer: print mode)."""
         """How a stdio server's command runs under the session's permission mode."""
@@ -373,7 +376,14 @@ class McpServer:
         from .elicit import answer
 
         assert self._dialogs is not None
-        return await answer(self.spec.name, params, self._dialogs)
+        waiting = list(self.answering)
+        for scope in waiting:  # the user's time is not the server's
+            scope.deadline = math.inf
+        try:
+            return await answer(self.spec.name, params, self._dialogs)
+        finally:
+            for scope in waiting:
+                scope.deadline = trio.current_time() + self.spec.timeout_s
 
     async def _on_log(self, params: Any) -> None:
         """A logging notification, to forged's log as ``[mcp NAME] level logger: message``."""
@@ -532,6 +542,7 @@ class McpServer:
 
         timeout = self.spec.timeout_s
         answer_by = trio.CancelScope(deadline=trio.current_time() + timeout)
+        self.answering.add(answer_by)
         shown = _RateLimit(PROGRESS_BURST, PROGRESS_PER_S)
         self._cut = None
 
@@ -543,8 +554,12 @@ class McpServer:
 
         try:
             with answer_by:  # the SDK's own timeout would not count from the last progress
-                result = await session.call_tool(tool, arguments, read_timeout_seconds=math.inf,
-                                                 progress_callback=progress)
+                try:
+                    result = await session.call_tool(
+                        tool, arguments, read_timeout_seconds=math.inf,
+                        progress_callback=progress)
+                finally:
+                    self.answering.discard(answer_by)
             if answer_by.cancelled_caught:
                 self.lose(f"{tool} did not answer within {timeout:g} s")
                 raise ToolError(f"MCP server {self.spec.name}: {tool} did not answer within "

@@ -24,7 +24,7 @@ from .._codec import encode
 from .._connection import Prefixed, StreamTransport, response
 from .._errors import ConfigError
 from .._hub import Hub
-from .._log import log
+from .._log import log, log_exception
 from .._paths import peer_uid, runtime_dir
 from .._sandbox import confined_peer
 
@@ -142,7 +142,10 @@ async def serve_unix(hub: Hub, listener_socket: trio.socket.SocketType, *,
             await serve_stream_peer(hub, stream, name, read)
         else:
             log(f"{name} connected, speaking ACP")
-            await upgrade(hub, request, stream, read)
+            try:
+                await upgrade(hub, request, stream, read)
+            except Exception as exc:  # this connection's failure, never the daemon's
+                log_exception(f"{name}: its ACP front failed: {exc!r}", exc)
 
     listener = trio.SocketListener(listener_socket)
     await trio.serve_listeners(handle, [listener], handler_nursery=handler_nursery,

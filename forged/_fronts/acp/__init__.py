@@ -172,9 +172,16 @@ class AcpFront:
             answer["sessionId"] = opened.session_id
         else:
             opened = await self._open(params, session_id)
+        try:
             if method == "session/load":
+                opened.muted = False
                 await opened.replay()
-        answer.update(await opened.choices())
+            answer.update(await opened.choices())
+        except BaseException:  # failed or withdrawn: the editor never learns of it
+            self.sessions.pop(opened.session_id, None)
+            opened.scope.cancel()
+            raise
+        opened.muted = False  # the answer goes out next, before anything of the session
         self.nursery.start_soon(opened.announce_commands)  # after the answer
         return answer
 
@@ -192,21 +199,29 @@ class AcpFront:
         forked = await self._open(params, fork_of=found[0])
         entry = ours.get("entryId")
         if isinstance(entry, str):
-            copy = (await call(forked.link, w.GetSessionStats(), w.SessionStats)).session_file
-            await call(forked.link, w.Fork(entry_id=entry,
-                                           restore_files=ours.get("restoreFiles") is True),
-                       w.ForkResult)
-            state = await call(forked.link, w.GetState(), w.SessionState)
-            self.sessions.pop(forked.session_id, None)
-            forked.session_id = state.session_id
-            self.sessions[forked.session_id] = forked
-            if copy:  # the copy the fork was taken from: nobody else has it
-                await trio.to_thread.run_sync(lambda: Path(copy).unlink(missing_ok=True))
+            try:
+                await self._fork_at(forked, entry, ours.get("restoreFiles") is True)
+            except BaseException:
+                self.sessions.pop(forked.session_id, None)
+                forked.scope.cancel()
+                raise
         return forked
+
+    async def _fork_at(self, forked: AcpSession, entry: str, restore: bool) -> None:
+        """`forked` (a copy) forked again before the prompt `entry`, the copy deleted."""
+        copy = (await call(forked.link, w.GetSessionStats(), w.SessionStats)).session_file
+        await call(forked.link, w.Fork(entry_id=entry, restore_files=restore), w.ForkResult)
+        state = await call(forked.link, w.GetState(), w.SessionState)
+        self.sessions.pop(forked.session_id, None)
+        forked.session_id = state.session_id
+        self.sessions[forked.session_id] = forked
+        if copy:  # the copy the fork was taken from: nobody else has it
+            await trio.to_thread.run_sync(lambda: Path(copy).unlink(missing_ok=True))
 
     async def fork_session(self, session: AcpSession) -> str:
         """``/fork``: a new session holding a copy of `session`'s active branch."""
         forked = await self._fork({"cwd": str(session.cwd)}, session.session_id)
+        forked.muted = False
         self.nursery.start_soon(forked.announce_commands)
         return forked.session_id
 
@@ -265,7 +280,7 @@ async def serve_acp(sessions: Sessions, nursery: trio.Nursery, stdin: trio.abc.R
     nursery.start_soon(outbox.serve_writer, stdout)
     await front.peer.serve(stdin)
     with trio.move_on_after(SHUTDOWN_GRACE_S):
-        for acp_session in front.sessions.values():
+        for acp_session in list(front.sessions.values()):
             await acp_session.turns.wait_answered()
     outbox.close()
     await outbox.flushed.wait()

@@ -184,7 +184,7 @@ class InProcess:
     async def has_model(self, *, reread: bool = False) -> bool:
         models = await self._registry()
         if reread:
-            await trio.to_thread.run_sync(reread_models, models.registry)
+            await reread_models(models)
         return bool(models.registry.available())
 
     async def release(self, session_id: str) -> None:
@@ -232,7 +232,7 @@ class InDaemon:
         if models is None:
             return True  # the daemon's sessions say so themselves
         if reread:
-            await trio.to_thread.run_sync(reread_models, models.registry)
+            await reread_models(models)
         return bool(models.registry.available())
 
     async def release(self, session_id: str) -> None:
@@ -324,10 +324,18 @@ def no_model_text() -> str:
             "scripted provider)." + _pi_hint())
 
 
-def reread_models(registry: ModelRegistry) -> None:
-    """models.json read again into `registry` (auth.json is read on each use, and the
-    environment is the process's)."""
-    registry.load_models_json(agent_dir() / "models.json")
+async def reread_models(models: Models) -> None:
+    """A registry read afresh (models.json, auth.json, the environment), off the loop, taken
+    for the sessions opened from now on when the one in use has no model with a key (never
+    changed under a live session's feet)."""
+    def read() -> ModelRegistry:
+        fresh = ModelRegistry()
+        fresh.load_models_json(agent_dir() / "models.json")
+        return fresh
+
+    fresh = await trio.to_thread.run_sync(read)
+    if not models.registry.available() and fresh.available():
+        models.registry = fresh
 
 
 def _pi_hint() -> str:

@@ -16,7 +16,7 @@ import trio
 from ... import _wire as w
 from ..._dispatch import Agent
 from ..._errors import AcpError, ClientGone, CommandError
-from ..._log import log
+from ..._log import log, log_exception
 from ..._settings import DEFAULTS
 from ..._tools import ToolError
 from ..._tools.files import read_file, write_file
@@ -126,6 +126,9 @@ class AcpSession:
         self.ended = trio.Event()
         """Set once its forged session has ended here (the daemon's: detached)."""
         self.closed = False
+        self.muted = True
+        """Until its opening is answered: nothing of it is sent before (``session/resume``
+        of a busy session replays nothing)."""
 
     def attach(self, link: Link, session_id: str) -> None:
         self.link = link
@@ -137,6 +140,7 @@ class AcpSession:
         session = agent.session
         offers = self._front.offers
         session.files = self if offers.fs_read or offers.fs_write else None
+        session.ui.announce_resolved = True  # a dialog that ends by itself is withdrawn
         if session.settings.get(BUSY_PROMPT_SETTING) == "steer":
             self.busy_prompt = "steer"
         timeout = session.settings.get(FS_TIMEOUT_SETTING)
@@ -144,6 +148,8 @@ class AcpSession:
             self.fs_timeout_s = float(timeout)
 
     def _update(self, update: JSONObject) -> None:
+        if self.muted:
+            return
         self._front.peer.notify("session/update", {"sessionId": self.session_id,
                                                    "update": update})
 
@@ -223,12 +229,14 @@ class AcpSession:
         run settled or after `CLOSE_GRACE_S`), and end the forged session here (through the
         daemon: this editor detaches; the session goes on for its other clients)."""
         self.closed = True
-        if self.turns.unanswered:
-            self.cancel()
-            with trio.move_on_after(CLOSE_GRACE_S):
-                await self.turns.wait_answered()
-            self.turns.settled(aborted=True)
-        self.scope.cancel()
+        try:
+            if self.turns.unanswered:
+                self.cancel()
+                with trio.move_on_after(CLOSE_GRACE_S):
+                    await self.turns.wait_answered()
+                self.turns.settled(aborted=True)
+        finally:
+            self.scope.cancel()  # even when the close itself is withdrawn
         await self.ended.wait()
 
     # --- built-in commands ---------------------------------------------------------------------
@@ -239,6 +247,9 @@ class AcpSession:
         try:
             said = await commands.run(self, name, argument)
         except (CommandError, AcpError, ClientGone) as exc:
+            said = f"/{name} failed: {exc}"
+        except Exception as exc:  # a bug: this command's, never the front's
+            log_exception(f"/{name} failed: {exc!r}", exc)
             said = f"/{name} failed: {exc}"
         self._update({"sessionUpdate": "agent_message_chunk",
                       "content": {"type": "text", "text": said}})
@@ -283,11 +294,14 @@ class AcpSession:
         confirm = event.method == "confirm"
         title, message = event.title or "", event.message or ""
         key = (tool[1] if tool else "", title)
-        if confirm and key in self._always:
+        remembered = not title.startswith("MCP server ")  # each server question is its own
+        if confirm and remembered and key in self._always:
             self.link.send(w.ExtensionUiResponse(confirmed=True), command_id=event.id)
             return
         choices = [str(option) for option in event.options or []]
-        options = CONFIRM_OPTIONS if confirm else [
+        options = (CONFIRM_OPTIONS if remembered else [
+            option for option in CONFIRM_OPTIONS if option["optionId"] != "always"]
+        ) if confirm else [
             {"optionId": str(index), "name": choice,
              "kind": PERMISSION_KINDS.get(choice) or (
                  "reject_once" if choice.lower().startswith(_REFUSALS) else "allow_once")}
@@ -457,7 +471,11 @@ class AcpSession:
     async def announce_commands(self) -> None:
         """The built-in commands, and the prompt templates, skills, plugin and MCP commands,
         as ``/name`` commands."""
-        listed = (await call(self.link, w.GetCommands(), w.CommandList)).commands
+        try:
+            listed = (await call(self.link, w.GetCommands(), w.CommandList)).commands
+        except (CommandError, ClientGone) as exc:  # closed meanwhile
+            log(f"session {self.session_id}: its commands could not be listed: {exc}")
+            return
         self._update({"sessionUpdate": "available_commands_update",
                       "availableCommands": commands.available(listed)})
 
