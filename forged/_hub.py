@@ -43,10 +43,10 @@ PEER_QUEUE_BYTES = 16 * 1024 * 1024
 """A client with more than this unread is cut off."""
 IDLE_UNLOAD_S = float(DEFAULTS["daemon.idleUnloadSeconds"])
 EMPTY_IDLE_UNLOAD_S = 10.0
-UNLOAD_WAIT_S = 2.0
-"""How long `Hub.unload` waits for the clients leaving a session to be gone."""
 """How long a session that holds nothing yet stays loaded once its last client left: a
 dropped connection's fresh session is not worth keeping, and cheap to make again."""
+UNLOAD_WAIT_S = 2.0
+"""How long `Hub.unload` waits for the clients leaving a session to be gone."""
 STALLED_S = 5.0
 BURST_FACTOR = 4
 MAX_LIVE_SESSIONS = int(DEFAULTS["daemon.maxSessions"])

@@ -138,12 +138,6 @@ class Dialogs:
             if announced and self.announce_resolved:
                 self._emit(w.ExtensionUiResolved(id=dialog_id))
 
-    @property
-    def answerable(self) -> bool:
-        """Whether a dialog can ever be answered: a client can now, or one may come (the
-        daemon); not in print mode."""
-        return self.interactive or self.client_wait_s is not None
-
     async def _ask(self, method: str, timeout_s: float | None, **fields: Any
                    ) -> w.ExtensionUiResponse | None:
         """Write the request and wait for its answer; None when it timed out or was

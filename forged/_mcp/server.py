@@ -101,13 +101,13 @@ class McpServer:
                  confine: Confine | None = None, dialogs: Dialogs | None = None) -> None:
         self.spec = spec
         self._confine = confine
+        """How a stdio server's command runs under the session's permission mode."""
         self._dialogs = dialogs
+        """Where the server's questions are asked (`forged._mcp.elicit`); None: elicitation
+        is not offered to it (nobody could ever answer: print mode)."""
         self.answering: set[trio.CancelScope] = set()
         """The deadlines of the requests waiting for this server's answer (calls, prompts
         rendered): put off while the user answers one of its questions."""
-        """Where the server's questions are asked (`forged._mcp.elicit`); None: elicitation
-        is not offered to it (nobody could ever answer: print mode)."""
-        """How a stdio server's command runs under the session's permission mode."""
         self.first_listing_by = trio.current_time() + (
             spec.startup_timeout_s or startup_timeout_s)
         """Until when a model request waits for it while it has never listed its tools."""

@@ -190,7 +190,7 @@ class AcpFront:
         cwd; the files are left as they are, unless ``_meta.forged`` says
         ``{"entryId": ID, "restoreFiles": true}``: then the fork starts before that user
         message, the files put back as they were there (forged's ``fork``)."""
-        found = await trio.to_thread.run_sync(listing.find, session_id)
+        found = await trio.to_thread.run_sync(listing.find, session_id, self._folder(params))
         if found is None:
             raise AcpError(INVALID_PARAMS, f"No session {session_id}")
         meta = params.get("_meta")
@@ -228,7 +228,9 @@ class AcpFront:
     async def _delete(self, session_id: str) -> None:
         """The stored session's file deleted (closed here first, unloaded by the daemon):
         gone from ``session/list``, ``session/load`` fails."""
-        found = await trio.to_thread.run_sync(listing.find, session_id)
+        open_here = self.sessions.get(session_id)
+        found = await trio.to_thread.run_sync(
+            listing.find, session_id, open_here.cwd if open_here else None)
         if found is None:
             raise AcpError(INVALID_PARAMS, f"No session {session_id}")
         open_here = self.sessions.pop(session_id, None)

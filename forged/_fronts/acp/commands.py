@@ -33,7 +33,8 @@ class Host(Protocol):
     async def options_changed(self) -> None: ...
     async def fork(self) -> str: ...
     async def permission(self, tool_call: JSONObject, text: str,
-                         options: list[dict[str, str]]) -> object: ...
+                         options: list[dict[str, str]], dialog: str | None = None
+                         ) -> object: ...
 
 
 def parse(text: str) -> tuple[str, str] | None:
@@ -147,7 +148,8 @@ async def _undo(host: Host) -> str:
             f"These files changed since the last checkpoint, not by forged: {names}. "
             "Undoing the last run overwrites them. Undo anyway?",
             [{"optionId": "undo", "name": "Undo anyway", "kind": "allow_once"},
-             {"optionId": "keep", "name": "Keep the files", "kind": "reject_once"}])
+             {"optionId": "keep", "name": "Keep the files", "kind": "reject_once"}],
+            dialog=f"undo-{target}")  # withdrawn by session/cancel
         if chosen != "undo":
             return "Not undone: the files stay as they are."
         force = True

@@ -48,10 +48,16 @@ def page(folder: Path | None, cursor: object) -> JSONObject:
     return listed
 
 
-def find(session_id: str) -> tuple[Path, Path] | None:
-    """The file of the stored session whose id is exactly `session_id` (of any folder), and
-    its cwd."""
-    return every_stored().get(session_id) if session_id else None
+def find(session_id: str, cwd: Path | None = None) -> tuple[Path, Path] | None:
+    """The file of the stored session whose id is exactly `session_id`, and its cwd: first
+    among `cwd`'s (its own ``sessionDir`` setting included), else of any folder."""
+    if not session_id:
+        return None
+    if cwd is not None:
+        for item in list_stored(cwd):
+            if item.session_id == session_id:
+                return Path(item.path), cwd
+    return every_stored().get(session_id)
 
 
 def _modified(path: Path) -> str:

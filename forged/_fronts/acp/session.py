@@ -278,11 +278,15 @@ class AcpSession:
         option the user selected, or None (cancelled, or an answer without one). `AcpError`
         or `ClientGone` when there is no answer. While it waits it is `dialog`'s request
         (withdrawn by `cancel`)."""
-        result = await self._front.peer.request("session/request_permission", {
-            "sessionId": self.session_id,
-            "toolCall": {**tool_call, "content": [
-                {"type": "content", "content": {"type": "text", "text": text}}]},
-            "options": options}, issued=self._issued(dialog))
+        try:
+            result = await self._front.peer.request("session/request_permission", {
+                "sessionId": self.session_id,
+                "toolCall": {**tool_call, "content": [
+                    {"type": "content", "content": {"type": "text", "text": text}}]},
+                "options": options}, issued=self._issued(dialog))
+        finally:
+            if dialog is not None:
+                self._asking.pop(dialog, None)
         outcome = result.get("outcome") if isinstance(result, dict) else None
         if isinstance(outcome, dict) and outcome.get("outcome") == "selected":
             return outcome.get("optionId")
