@@ -9,9 +9,10 @@ against the import graph). A package named here stands for all its modules::
     _fronts                              how a process meets a client: stdio, -p and
                                          --mode json, ACP, forged connect
     client                               the public client of the protocol
-    _daemon _oneshot _login _mcp_login   the daemon's tree and shutdown; --export, ...;
+    _daemon _oneshot _login _mcp_login _remote
+                                         the daemon's tree and shutdown; --export, ...;
                                          forged login and logout, forged mcp login and
-                                         logout
+                                         logout; forged pair and devices
     _transports                          the daemon's listeners: the Unix socket, the
                                          WebSocket
     _hub                                 the daemon's live sessions and their clients
@@ -25,10 +26,12 @@ against the import graph). A package named here stands for all its modules::
                                          the session's checkpoints
     _models _catalogue _resources _context _stats _retry
                                          models, prompts and skills, what the model sees
-    _providers _tools _store _settings _ui _auth
+    _providers _tools _store _settings _ui _auth _notify
                                          the model APIs, tools, session files, settings,
-                                         dialogs, saved credentials (auth.json)
-    _connection _codec                   lines in and out; wire classes to JSON
+                                         dialogs, saved credentials (auth.json), the
+                                         daemon's nudges (ntfy, webhooks)
+    _connection _codec _devices          lines in and out; wire classes to JSON; paired
+                                         devices, their roles and codes
     _wire                                the protocol's classes
     _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup
     _vocabulary                          the ground floor; the protocol's closed word lists

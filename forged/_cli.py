@@ -374,7 +374,7 @@ def options_from(args: argparse.Namespace) -> Options:
                          exclude=args.exclude_tools or []))
 
 
-SUBCOMMANDS = ("serve", "connect", "status", "stop", "login", "logout")
+SUBCOMMANDS = ("serve", "connect", "status", "stop", "login", "logout", "pair", "devices")
 
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
@@ -409,6 +409,9 @@ def build_serve_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ws-allow-origin", action="append", default=[], metavar="ORIGIN",
                         help="a browser origin (https://app.example) whose pages may "
                         "connect; requests with any other Origin are refused (repeatable)")
+    parser.add_argument("--public-url", metavar="URL", help="where devices reach --ws (a "
+                        "proxy's https:// address), for the links forged pair prints "
+                        "(default: setting daemon.publicUrl, else the listener's address)")
     parser.add_argument("--idle-unload", type=float, metavar="SECONDS",
                         help="unload a session idle this long with no client (default: "
                         "setting daemon.idleUnloadSeconds, else 1800)")
@@ -472,7 +475,12 @@ def build_status_parser(command: str = "status") -> argparse.ArgumentParser:
 
 
 def run_subcommand(command: str, argv: list[str]) -> int:
-    """``forged serve``, ``connect``, ``status``, ``stop``, ``login`` or ``logout``."""
+    """``forged serve``, ``connect``, ``status``, ``stop``, ``login``, ``logout``, ``pair``
+    or ``devices``."""
+    if command in ("pair", "devices"):
+        from ._remote import main as remote
+
+        return remote(command, argv)
     if command in ("login", "logout"):
         _tls.start()
         from ._login import main as login
@@ -506,7 +514,8 @@ def serve(args: argparse.Namespace) -> int:
     serve_options = ServeOptions(
         socket_path=args.socket, ws=args.ws, ws_allow_remote=args.ws_allow_remote,
         tls_cert=args.tls_cert, tls_key=args.tls_key, insecure=args.insecure,
-        ws_allow_origins=args.ws_allow_origin, idle_unload_s=args.idle_unload,
+        ws_allow_origins=args.ws_allow_origin, public_url=args.public_url,
+        idle_unload_s=args.idle_unload,
         drain_grace_s=args.drain_grace, queue_limit_bytes=args.client_queue_bytes,
         upgrade=serve_in_daemon)
     mark_process()

@@ -80,6 +80,10 @@ class ServeOptions:
     insecure: bool = False
     """A listener other than loopback without TLS (a proxy in front terminates it)."""
     ws_allow_origins: list[str] = attrs.Factory(list)
+    public_url: str | None = None
+    """Where devices reach the WebSocket listener (a proxy's https:// address), for the
+    links ``forged pair`` prints; else the settings' ``daemon.publicUrl``, else the
+    listener's own address."""
     idle_unload_s: float | None = None
     drain_grace_s: float | None = None
     queue_limit_bytes: int | None = None

@@ -54,6 +54,7 @@ import trio
 from . import _systemd as systemd
 from ._config import Models, Options, ServeOptions, daemon_setting, open_models, session_config
 from ._connection import FLUSH_S, SHUTDOWN_GRACE_S
+from ._devices import Access, Devices
 from ._errors import ConfigError
 from ._hub import (
     EMPTY_IDLE_UNLOAD_S,
@@ -64,6 +65,7 @@ from ._hub import (
     SessionRequest,
 )
 from ._log import log
+from ._notify import Notifier, shown_url, targets_from
 from ._opening import SessionConfig
 from ._paths import agent_dir, default_socket_path, make_ws_token, runtime_dir
 from ._settings import DEFAULTS, Settings
@@ -128,6 +130,12 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                         permission_mode=request.permission_mode or options.permission_mode,
                         fork=request.fork, mcp_handed=request.mcp_servers), asked)
 
+                targets = targets_from(_daemon_section().get("notify"))
+                notifier = None
+                if targets:
+                    notifier = Notifier(targets)
+                    await daemon_nursery.start(notifier.run)
+                    log(f"notifying {', '.join(shown_url(t.url) for t in targets)}")
                 async with trio.open_nursery() as sessions_nursery:
                     hub = Hub(make_config, sessions_nursery, idle_unload_s=idle_unload_s,
                               queue_limit_bytes=serve.queue_limit_bytes or PEER_QUEUE_BYTES,
@@ -136,6 +144,7 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                                               else serve.empty_unload_s))
                     hub.default_cwd = options.cwd
                     hub.models = models
+                    hub.nudge = None if notifier is None else notifier.send
                     async with trio.open_nursery() as peers_nursery:
                         async with trio.open_nursery() as listen_nursery:
                             tls = await _listen(hub, serve, unix_sockets, tcp_sockets,
@@ -203,6 +212,8 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
                                            upgrade=serve.upgrade))
     for listener in unix_sockets:
         log(f"listening on {listener.getsockname()}")
+    devices = await trio.to_thread.run_sync(Devices, agent_dir() / "devices.json")
+    hub.access = access = Access(None, devices)
     if serve.ws is None and not tcp_sockets:
         return None
     tls = await trio.to_thread.run_sync(_tls, serve)
@@ -212,16 +223,36 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
         check_address(host, serve.ws_allow_remote, tls=tls is not None,
                       insecure=serve.insecure)
         listeners += await trio.open_tcp_listeners(port, host=host)
-    token = make_ws_token(socket_path.parent)
-    await listen_nursery.start(partial(serve_websocket, hub, listeners, token,
+    access.token = make_ws_token(socket_path.parent)
+    await listen_nursery.start(partial(serve_websocket, hub, listeners, access,
                                        allowed_origins=serve.ws_allow_origins, tls=tls,
                                        handler_nursery=peers_nursery))
     scheme = "wss" if tls is not None else "ws"
+    public = serve.public_url or _public_url()
     for listener in listeners:
         host, port, *_ = listener.socket.getsockname()
         log(f"listening on {scheme}://{host}:{port} (token in "
             f"{socket_path.parent / 'ws-token'})")
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else (
+            f"[{host}]" if ":" in host else host)
+        access.links.append(f"{'https' if tls else 'http'}://{shown}:{port}")
+    if public:
+        access.links.insert(0, public.rstrip("/"))
     return tls
+
+
+def _daemon_section() -> dict[str, Any]:
+    """The user's own settings' ``daemon`` section: never a project's (whose repository
+    could point the nudges or the links elsewhere)."""
+    section = Settings(agent_dir()).get("daemon")
+    return section if isinstance(section, dict) else {}
+
+
+def _public_url() -> str | None:
+    """The settings' ``daemon.publicUrl``: where devices reach the listener (a proxy's
+    address), for the links pairing hands out."""
+    url = _daemon_section().get("publicUrl")
+    return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
 
 
 def _tls(serve: ServeOptions) -> Tls | None:

@@ -26,6 +26,8 @@
     ├── CheckpointError          a checkpoint's capture or restore failed (git's message)
     ├── AcpError                 an ACP request fails: a JSON-RPC error `code` and message
     ├── ClientGone               the other side closed before answering a request of ours
+    ├── NotPaired                a pairing code, device name or role is refused
+    ├── HttpRefused              a plain HTTP request to the daemon's listener: its status
     └── CommandFailed            `forged.client`: forged answered ``success: false``
 
 Two more, in ``forged._mcp.http``, are also httpx2's errors, so that the MCP SDK reads them
@@ -167,3 +169,17 @@ class CommandFailed(ForgedError):
         super().__init__(f"{command}: {error}")
         self.command = command
         self.error = error
+
+
+class NotPaired(ForgedError):
+    """A pairing code is unknown, used or expired; a device name or role is invalid, or
+    taken (`forged._devices`)."""
+
+
+class HttpRefused(ForgedError):
+    """A plain HTTP request to the daemon's WebSocket listener is refused with `status`
+    (`forged._transports.http`)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason

@@ -29,13 +29,16 @@ import trio
 from . import _codec, _wire as w
 from ._config import Models, daemon_setting, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
+from ._devices import OWNER, Access, Principal, allows, refusal
 from ._dispatch import Agent, Reply, open_agent
-from ._errors import CommandError, ForgedError
+from ._errors import CommandError, ForgedError, NotPaired
 from ._jsonl import encode_line
 from ._log import log
+from ._notify import Nudge
 from ._opening import SessionConfig
 from ._session import Session
 from ._settings import DEFAULTS
+from ._ui import answer_words
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
@@ -59,10 +62,13 @@ class Peer(Connection):
     """One client connection (`forged._connection.Connection`): the session it is attached
     to, and the scope that cutting it off cancels. Its commands go to `Hub.handle`."""
 
-    def __init__(self, hub: Hub, name: str, transport: Transport) -> None:
+    def __init__(self, hub: Hub, name: str, transport: Transport,
+                 principal: Principal = OWNER) -> None:
         super().__init__(transport)
         self.hub = hub
         self.name = name
+        self.principal = principal
+        """Who it is, and so what it may do (`forged._devices.needed_role`)."""
         self.queue_limit_bytes = hub.queue_limit_bytes
         self.live: LiveSession | None = None
         self.opening: SessionConfig | None = None
@@ -158,6 +164,11 @@ class LiveSession:
         """Set by anything that restarts the idle count: a client attaching, an event."""
         self.closed = trio.Event()
         """Set once it is unloaded (its file closed)."""
+        self.nudge: Callable[[Nudge], None] | None = None
+        """Where its nudges go (the daemon's `forged._notify.Notifier.send`)."""
+        self._outcome: Nudge | None = None
+        """How its last run ended, sent at the settling (one nudge for a prompt, its
+        retries and the messages queued after it)."""
 
     @property
     def id(self) -> str:
@@ -169,6 +180,8 @@ class LiveSession:
         client gets it as stdio would."""
         self._stirred.set()
         self.seq += 1
+        if self.nudge is not None and isinstance(event, (w.AgentEnd, w.AgentSettled)):
+            self._nudge_run(event)
         if isinstance(event, w.MessageStart):
             self._open_message = self.seq
         elif isinstance(event, (w.MessageEnd, w.AgentEnd)):
@@ -186,6 +199,25 @@ class LiveSession:
                 peer.put_line(stamped)
             elif plain is not None:
                 peer.put_line(plain)
+
+    def _nudge_of(self, event: str, summary: str, text: str | None) -> Nudge:
+        return Nudge(event=event, session_id=self.id, session_name=self.session.session_name,
+                     folder=str(self.config.cwd), summary=summary, text=text)
+
+    def _nudge_run(self, event: w.AgentEnd | w.AgentSettled) -> None:
+        """At a run's end, keep its outcome; at the settling, send it."""
+        if isinstance(event, w.AgentEnd):
+            if not event.will_retry:
+                self._outcome = _outcome(event, self._nudge_of)
+        elif self._outcome is not None and self.nudge is not None:
+            self.nudge(self._outcome)
+            self._outcome = None
+
+    def waits(self, kind: str, title: str) -> None:
+        """A permission request or a dialog waits for the user (`Dialogs.on_wait`)."""
+        if self.nudge is not None:
+            self.nudge(self._nudge_of(kind, "a permission request waits" if kind ==
+                                      "permission" else "a question waits", title))
 
     def attach(self, peer: Peer, since_seq: int | None
                ) -> tuple[w.AttachResult, list[bytes]]:
@@ -232,8 +264,11 @@ class LiveSession:
     def update_interactive(self) -> None:
         """Dialogs wait for an answer while some client can give one; else they are
         cancelled (as at the end of stdin), while permission requests wait for a client
-        (`Dialogs.permission`)."""
-        self.session.ui.set_interactive(any(not peer.closing for peer in self.clients))
+        (`Dialogs.permission`). A client whose role cannot answer (``read``) counts as
+        none."""
+        self.session.ui.set_interactive(any(
+            not peer.closing and allows(peer.principal.role, "approve")
+            for peer in self.clients))
 
     def info(self) -> w.LiveSessionInfo:
         session = self.session
@@ -266,6 +301,7 @@ class LiveSession:
                 agent.session.ui.announce_resolved = True
                 agent.session.choice.announce_changes = True
                 agent.session.ui.interactive = False
+                agent.session.ui.on_wait = self.waits
                 agent.session.ui.client_wait_s = daemon_setting(  # (its settings, read)
                     "permissionWaitSeconds", PERMISSION_WAIT_S,
                     agent.session.settings.get("daemon", {}))
@@ -332,6 +368,11 @@ class Hub:
         self.default_cwd = Path.cwd()
         self.models: Models | None = None
         """The daemon's models (`authenticate` of an ACP editor reads them again)."""
+        self.access: Access | None = None
+        """The paired devices and their codes (the daemon's WebSocket, docs/remote.md)."""
+        self.nudge: Callable[[Nudge], None] | None = None
+        """Where the sessions' nudges go (`forged._notify.Notifier.send`), once targets are
+        configured."""
 
     def forget_peer(self, peer: Peer) -> None:
         if peer.live is not None:
@@ -339,13 +380,15 @@ class Hub:
         if peer in self.peers:
             self.peers.remove(peer)
 
-    async def serve_connection(self, name: str, transport: Transport) -> None:
+    async def serve_connection(self, name: str, transport: Transport,
+                               principal: Principal = OWNER) -> None:
         """One connection, whatever its transport, until its input ends and its session
         settled, or it is cut off; what was written to it is flushed first, and the
-        transport closed."""
-        peer = Peer(self, name, transport)
+        transport closed. `principal`: whom it stands for (the local owner by default)."""
+        peer = Peer(self, name, transport, principal)
         self.peers.append(peer)
-        log(f"{name} connected")
+        log(f"{name} connected" + ("" if principal.device is None else
+                                   f" as device {principal.device} ({principal.role})"))
         try:
             with peer.scope:
                 await peer.serve()
@@ -374,6 +417,7 @@ class Hub:
                     return live
         self._make_room()
         live = LiveSession(config)
+        live.nudge = self.nudge
 
         async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
             try:
@@ -440,6 +484,15 @@ class Hub:
     async def handle(self, peer: Peer, command: w.Command | w.DaemonCommand,
                      command_id: str | int | None) -> None:
         reply = Reply(peer.send, command.type, command_id)
+        principal = peer.principal
+        refused = refusal(principal, command, attached=peer.live is not None)
+        if refused is not None:
+            log(f"refused {command.type} from {peer.name} ({principal.name}): {refused}")
+            reply.fail(refused)
+            return
+        if isinstance(command, w.ExtensionUiResponse):
+            log(f"dialog {command_id} answered by {peer.name} ({principal.name}): "
+                f"{answer_words(command)}")
         try:
             if isinstance(command, w.ListSessions):
                 cwd = _folder(command.cwd, existing=False) if command.cwd else (
@@ -453,6 +506,14 @@ class Hub:
                 reply.ok(attached)
                 for line in open_message:  # before any event that follows: no await between
                     peer.put_line(line)
+            elif isinstance(command, w.PairDevice):
+                reply.ok(self._access().offer(command.name, command.role,
+                                              trio.current_time()))
+            elif isinstance(command, w.ListDevices):
+                reply.ok(self._access().listing(lambda name: sum(
+                    1 for peer in self.peers if peer.principal.device == name)))
+            elif isinstance(command, w.RevokeDevice):
+                reply.ok(self.revoke_device(command.name, by=peer))
             elif isinstance(command, w.UnloadSession):
                 await self.unload(command.session_id)
                 reply.ok()
@@ -490,6 +551,27 @@ class Hub:
         except Exception as exc:  # a bug or an unforeseen input: this command's, not the daemon's
             reply.failed(exc)
 
+    # --- devices (docs/remote.md) --------------------------------------------------------------
+
+    def _access(self) -> Access:
+        if self.access is None:
+            raise CommandError("this daemon keeps no paired devices")
+        return self.access
+
+    def revoke_device(self, name: str, *, by: Peer | None = None) -> w.Revoked:
+        """`name` forgotten, and each of its connections cut off now."""
+        access = self._access()
+        try:
+            access.devices.revoke(name)
+        except NotPaired as exc:
+            raise CommandError(str(exc)) from None
+        ended = [peer for peer in self.peers if peer.principal.device == name]
+        for peer in ended:
+            peer.cut_off(f"its device {name} was revoked")
+        log(f"revoked device {name}" + (f" (by {by.name})" if by else "")
+            + f": {len(ended)} connection(s) ended")
+        return w.Revoked(device=name, disconnected=len(ended))
+
     def _move(self, peer: Peer, live: LiveSession) -> None:
         if peer.live is not None and peer.live is not live:
             peer.live.detach(peer)
@@ -514,6 +596,20 @@ class Hub:
         if peer.live is not None and peer.live is not live:
             peer.live.detach(peer)
         return live.attach(peer, since_seq)
+
+
+def _outcome(end: w.AgentEnd, nudge_of: Callable[[str, str, str | None], Nudge]) -> Nudge:
+    """A run's nudge: ``run_error`` with the error when its last answer failed, else
+    ``run_end`` with the answer's last words."""
+    last = next((m for m in reversed(end.messages) if isinstance(m, w.AssistantMessage)),
+                None)
+    if last is not None and last.stop_reason == "error":
+        return nudge_of("run_error", "the run failed", last.error_message)
+    words = None if last is None else "".join(
+        block.text for block in last.content if isinstance(block, w.TextContent)) or None
+    if last is not None and last.stop_reason == "aborted":
+        return nudge_of("run_end", "the run was stopped", words)
+    return nudge_of("run_end", "the run finished", words)
 
 
 def _folder(text: str, *, existing: bool = True) -> Path:

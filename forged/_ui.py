@@ -69,6 +69,9 @@ class Dialogs:
         self.client_wait_s: float | None = None
         """How long a permission request waits for a client able to answer it (the daemon);
         None: not at all, it is answered no at once."""
+        self.on_wait: Callable[[str, str], None] | None = None
+        """Told when a question starts to wait for the user: ``permission`` or ``dialog``,
+        and its title (the daemon's nudges, `forged._notify`)."""
         self._pending: dict[str, _Pending] = {}
         self._permissions: dict[str, _Pending] = {}
 
@@ -89,7 +92,8 @@ class Dialogs:
         not. An answer that is none of the options offered is no."""
         options = [option for option in PERMISSION_OPTIONS
                    if for_session or option != ALLOW_SESSION]
-        answer, why = await self._waiting("select", title=title, options=options)
+        answer, why = await self._waiting("select", title=title, options=options,
+                                          kind="permission")
         if answer is None:
             return None, why
         value = _value(answer)
@@ -102,13 +106,15 @@ class Dialogs:
         (`client_wait_s`); its answer, or None (no client in time, or ``abort``)."""
         return (await self._waiting(method, **fields))[0]
 
-    async def _waiting(self, method: str, **fields: Any
+    async def _waiting(self, method: str, *, kind: str = "dialog", **fields: Any
                        ) -> tuple[w.ExtensionUiResponse | None, str]:
         dialog_id = str(uuid.uuid4())
         request = self._permissions[dialog_id] = _Pending()
         sent = announced = False
         deadline = math.inf
         title = str(fields.get("title") or method)
+        if self.on_wait is not None:
+            self.on_wait(kind, title)
         try:
             while True:
                 if request.aborted:
@@ -151,6 +157,8 @@ class Dialogs:
         self._emit(w.ExtensionUiRequest(
             id=dialog_id, method=method,
             timeout=None if timeout_s is None else max(0, round(timeout_s * 1000)), **fields))
+        if self.on_wait is not None:
+            self.on_wait("dialog", str(fields.get("title") or fields.get("message") or method))
         try:
             with trio.move_on_after(math.inf if timeout_s is None else timeout_s):
                 await pending.done.wait()
@@ -217,3 +225,15 @@ def _value(answer: w.ExtensionUiResponse | None) -> str | None:
     if answer is None or answer.cancelled:
         return None
     return answer.value
+
+
+def answer_words(response: w.ExtensionUiResponse) -> str:
+    """A dialog's answer as the log says it: a permission's option, else only its kind (an
+    answer typed may be a secret)."""
+    if response.cancelled:
+        return "cancelled"
+    if response.confirmed is not None:
+        return "confirmed" if response.confirmed else "not confirmed"
+    if response.value in PERMISSION_OPTIONS:
+        return repr(response.value)
+    return "a value" if response.value is not None else "nothing"

@@ -30,7 +30,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, cast
 
 import attrs
 import orjson
@@ -40,6 +40,9 @@ from . import _wire as w
 from ._codec import structure
 from ._errors import CommandFailed, WireError
 from ._jsonl import MAX_LINE_BYTES, LineSplitter, LineTooLong, camel
+
+if TYPE_CHECKING:
+    import ssl
 
 JSON = dict[str, object]
 T = TypeVar("T")
@@ -89,7 +92,8 @@ def data_classes() -> dict[str, object]:
         "get_mcp_servers": w.McpServerList, "list_sessions": w.SessionList,
         "get_checkpoints": w.CheckpointList, "get_checkpoint_diff": w.CheckpointDiff,
         "restore_checkpoint": w.RestoreResult,
-        "attach": w.AttachResult,
+        "attach": w.AttachResult, "pair_device": w.Pairing, "list_devices": w.DeviceList,
+        "revoke_device": w.Revoked,
     }
 
 
@@ -185,15 +189,18 @@ class Client:
 
     @classmethod
     @asynccontextmanager
-    async def open_websocket(cls, url: str, token: str | None = None) -> AsyncIterator[Client]:
-        """A connection to the daemon's WebSocket; `token` defaults to the daemon's
-        ``ws-token`` file."""
+    async def open_websocket(cls, url: str, token: str | None = None, *,
+                             ssl_context: ssl.SSLContext | None = None
+                             ) -> AsyncIterator[Client]:
+        """A connection to the daemon's WebSocket (``wss://`` verified with `ssl_context`,
+        by default the system's CAs); `token`, a paired device's credential or the owner's,
+        defaults to the daemon's ``ws-token`` file."""
         from trio_websocket import ConnectionClosed, open_websocket_url
 
         from ._paths import read_ws_token
 
         headers = [(b"authorization", f"Bearer {token or read_ws_token()}".encode())]
-        async with open_websocket_url(url, extra_headers=headers,
+        async with open_websocket_url(url, extra_headers=headers, ssl_context=ssl_context,
                                       max_message_size=MAX_LINE_BYTES) as socket:
             async def send(line: bytes) -> None:
                 await socket.send_message(line.decode())
@@ -458,3 +465,13 @@ class Client:
 
     async def detach(self) -> None:
         await self.run("detach")
+
+    async def pair_device(self, name: str, role: str) -> w.Pairing:
+        """A one-time code pairing a device `name` with `role` (docs/remote.md)."""
+        return await self.call("pair_device", w.Pairing, name=name, role=role)
+
+    async def list_devices(self) -> list[w.DeviceInfo]:
+        return (await self.call("list_devices", w.DeviceList)).devices
+
+    async def revoke_device(self, name: str) -> w.Revoked:
+        return await self.call("revoke_device", w.Revoked, name=name)

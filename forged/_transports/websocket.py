@@ -20,12 +20,11 @@ crowd of idle connections can exhaust the daemon's descriptors and lock the owne
 from __future__ import annotations
 
 import contextlib
-import hmac
 import ipaddress
 import ssl
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import trio
 from trio_websocket import (
@@ -37,10 +36,12 @@ from trio_websocket import (
 
 from .. import _wire as w
 from .._connection import Incoming, parse_line
+from .._devices import OWNER, Access, Principal
 from .._errors import ConfigError
 from .._hub import Hub
 from .._jsonl import MAX_LINE_BYTES
 from .._log import log
+from .http import Head, Replayed, bearer, origin_refused, read_head, serve_plain
 
 MAX_UNAUTHENTICATED = 64
 HANDSHAKE_TIMEOUT_S = 5.0
@@ -96,30 +97,33 @@ class Tls:
         log(f"TLS: reloaded {self.cert}")
 
 
-def refusal(request: WebSocketRequest, token: str, allowed_origins: Sequence[str], *,
-            url_token: bool = True) -> tuple[int, str] | None:
-    """Why `request` is refused (HTTP status and reason), or None to accept it. A token in
-    the URL counts only where `url_token` (a listener and a client on loopback)."""
-    headers = {name.decode("latin-1").lower(): value.decode("latin-1")
-               for name, value in request.headers}
-    origin = headers.get("origin")
-    if origin is not None and origin not in allowed_origins:
-        return 403, f"origin {origin} is not allowed"
-    offered: str | None = None
-    authorization = headers.get("authorization", "")
-    if authorization.lower().startswith("bearer "):
-        offered = authorization[len("bearer "):].strip()
-    else:
-        tokens = parse_qs(urlsplit(request.path).query).get("token")
-        offered = tokens[0] if tokens else None
-        if offered is not None and not url_token:
+def admit(head: Head, access: Access, allowed_origins: Sequence[str], *,
+          url_token: bool = True) -> Principal | tuple[int, str]:
+    """Whom an upgrade request stands for, or why it is refused (HTTP status and reason).
+    A credential in ``Authorization: Bearer``; else a single-use ``ticket`` in the URL;
+    else, only where `url_token` (a listener and a client on loopback), the owner's token
+    as ``token``."""
+    refused = origin_refused(head, allowed_origins, access.links)
+    if refused is not None:
+        return 403, refused
+    query = parse_qs(head.query)
+    offered = bearer(head)
+    if offered is None and query.get("ticket"):
+        principal = access.tickets.redeem(query["ticket"][0], trio.current_time())
+        if principal is None or not access.current(principal):
+            return 401, "unknown, used or expired ticket"
+        return principal
+    if offered is None and query.get("token"):
+        if not url_token:
             return 401, ("a token in the URL is refused off loopback: send it as "
-                         "Authorization: Bearer")
+                         "Authorization: Bearer, or trade it for a ticket (POST /ticket)")
+        offered = query["token"][0]
     if offered is None:
         return 401, "no token"
-    if not hmac.compare_digest(offered.encode(), token.encode()):
+    principal = access.authenticate(offered)
+    if principal is None:
         return 401, "wrong token"
-    return None
+    return principal
 
 
 class WebSocketTransport:
@@ -151,9 +155,10 @@ class WebSocketTransport:
             await self._socket.aclose()
 
 
-async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str) -> None:
+async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str,
+                               principal: Principal = OWNER) -> None:
     """One WebSocket connection (`Hub.serve_connection`)."""
-    await hub.serve_connection(name, WebSocketTransport(socket))
+    await hub.serve_connection(name, WebSocketTransport(socket), principal)
 
 
 class GatedListener(trio.abc.Listener[trio.SocketStream]):
@@ -176,7 +181,7 @@ class GatedListener(trio.abc.Listener[trio.SocketStream]):
         await self.listener.aclose()
 
 
-async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], token: str, *,
+async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], access: Access, *,
                           allowed_origins: Sequence[str] = (), tls: Tls | None = None,
                           handler_nursery: trio.Nursery | None = None,
                           task_status: trio.TaskStatus[list[GatedListener]] = (
@@ -201,6 +206,8 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], to
 
         try:
             async with trio.open_nursery() as connection_nursery:
+                head: Head | None = None
+                read = b""
                 request: WebSocketRequest | None = None
                 with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
                     if tls is not None:
@@ -211,20 +218,34 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], to
                         except trio.BrokenResourceError as exc:
                             log(f"dropped {name}: no TLS handshake ({exc.__cause__ or exc})")
                             return
-                    request = await wrap_server_stream(connection_nursery, channel,
-                                                       max_message_size=MAX_LINE_BYTES)
-                if request is None:
-                    log(f"dropped {name}: no handshake within {HANDSHAKE_TIMEOUT_S:g} s")
-                elif (refused := refusal(request, token, allowed_origins,
-                                         url_token=url_token)) is not None:
-                    status, reason = refused
+                    head, read = await read_head(channel)
+                    if head is not None and head.upgrade:
+                        request = await wrap_server_stream(
+                            connection_nursery, Replayed(channel, read),
+                            max_message_size=MAX_LINE_BYTES)
+                if head is None:
+                    log(f"dropped {name}: no HTTP request within {HANDSHAKE_TIMEOUT_S:g} s")
+                elif not head.upgrade:
+                    with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+                        await serve_plain(channel, head, read, access, name=name,
+                                          address=host, allowed_origins=allowed_origins)
+                elif request is None:
+                    log(f"dropped {name}: no WebSocket handshake within "
+                        f"{HANDSHAKE_TIMEOUT_S:g} s")
+                elif isinstance(admitted := admit(head, access, allowed_origins,
+                                                  url_token=url_token), tuple):
+                    status, reason = admitted
                     log(f"refused {name}: {reason} (HTTP {status})")
                     with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
                         await request.reject(status, body=reason.encode())
                 else:
                     socket = await request.accept()
                     authenticated()
-                    await serve_websocket_peer(hub, socket, name)
+                    if admitted.device is not None:
+                        device = access.devices.devices.get(admitted.device)
+                        if device is not None:
+                            access.devices.seen(device, host)
+                    await serve_websocket_peer(hub, socket, name, admitted)
                 connection_nursery.cancel_scope.cancel()
         finally:
             authenticated()

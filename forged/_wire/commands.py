@@ -41,10 +41,13 @@ __all__ = [
     "GetMessages",
     "GetSessionStats",
     "GetTree",
+    "ListDevices",
     "ListSessions",
     "NewSession",
+    "PairDevice",
     "Prompt",
     "RestoreCheckpoint",
+    "RevokeDevice",
     "SetAutoCompaction",
     "SetAutoRetry",
     "SetFollowUpMode",
@@ -362,7 +365,31 @@ class UnloadSession:
     session_id: str
 
 
-DaemonCommand = ListSessions | Attach | Detach | UnloadSession
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PairDevice:
+    """The daemon only (owner): a one-time code and link pairing a device named `name` with
+    `role` (docs/remote.md)."""
+
+    type: str = tag("pair_device")
+    name: str
+    role: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class ListDevices:
+    type: str = tag("list_devices")
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class RevokeDevice:
+    """The daemon only (owner): the device `name` is forgotten, its connections ended."""
+
+    type: str = tag("revoke_device")
+    name: str
+
+
+DaemonCommand = (ListSessions | Attach | Detach | UnloadSession | PairDevice | ListDevices
+                 | RevokeDevice)
 
 DAEMON_COMMAND_CLASSES: dict[str, type[Command | DaemonCommand]] = {
     **COMMAND_CLASSES,

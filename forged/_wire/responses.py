@@ -21,6 +21,8 @@ __all__ = [
     "CommandList",
     "ContextUsage",
     "CycledModel",
+    "DeviceInfo",
+    "DeviceList",
     "EntryList",
     "EntryTree",
     "ExportResult",
@@ -32,7 +34,9 @@ __all__ = [
     "McpServerList",
     "MessageList",
     "ModelList",
+    "Pairing",
     "RestoreResult",
+    "Revoked",
     "SessionList",
     "SessionStats",
     "SourceInfo",
@@ -183,6 +187,40 @@ class SessionList:
     sessions: list[LiveSessionInfo]
     stored: list[StoredSessionInfo]
     cwd: str
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Pairing:
+    code: str
+    link: str
+    """``<scheme>://<host>:<port>/pair#<code>``: the code in the fragment never reaches a
+    server's log."""
+    device: str
+    role: str
+    expires_in_seconds: int
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class DeviceInfo:
+    name: str
+    role: str
+    created: str
+    last_seen: str | None = None
+    address: str | None = None
+    connected: int = 0
+    """Its connections open now."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class DeviceList:
+    devices: list[DeviceInfo]
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Revoked:
+    device: str
+    disconnected: int
+    """Its connections the revocation ended."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -1,0 +1,160 @@
+"""``forged pair`` and ``forged devices``: the paired devices of the user's daemon
+(docs/remote.md).
+
+``pair`` asks the running daemon for a one-time code (its ``pair_device`` command): the code
+lives in the daemon alone, so a daemon must run, with a WebSocket listener for the device to
+reach. ``devices`` and ``devices revoke`` ask the daemon too (a revocation ends the device's
+connections); with no daemon running they read and change ``devices.json`` themselves, so a
+lost phone can be revoked before the daemon starts again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from . import _runtime
+from ._devices import ROLES, Devices, iso
+from ._errors import ConfigError, NotPaired
+from ._log import log
+from ._paths import agent_dir
+from ._thin import open_daemon
+
+
+def build_pair_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged pair", description="Pair a device with the running daemon: print a "
+        "one-time code and a link to open on the device (valid 10 minutes, once), and a QR "
+        "code of the link on a terminal.")
+    parser.add_argument("--name", required=True, help="the device's name (letters, digits, "
+                        "'.', '_', '-')")
+    parser.add_argument("--role", required=True, choices=ROLES,
+                        help="what it may do: read (watch), approve (answer dialogs and "
+                        "permission requests), control (drive runs), owner (everything)")
+    _socket_option(parser)
+    return parser
+
+
+def build_devices_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged devices", description="The paired devices: name, role, created, last "
+        "seen and from where; 'forged devices revoke NAME' ends its connections and refuses "
+        "it from then on.")
+    parser.add_argument("action", nargs="?", choices=["revoke"])
+    parser.add_argument("name", nargs="?")
+    _socket_option(parser)
+    return parser
+
+
+def _socket_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--socket", type=Path, metavar="PATH",
+                        help=f"the daemon's Unix socket (default {_runtime.default_socket_path()})")
+
+
+def main(command: str, argv: list[str]) -> int:
+    """``forged pair`` or ``forged devices``; the exit status."""
+    if command == "pair":
+        args = build_pair_parser().parse_args(argv)
+        return pair(args.name, args.role, args.socket)
+    parser = build_devices_parser()
+    args = parser.parse_args(argv)
+    if args.action == "revoke":
+        if not args.name:
+            parser.error("revoke needs the device's NAME")
+        return revoke(args.name, args.socket)
+    if args.name:
+        parser.error(f"unexpected {args.name!r}: forged devices [revoke NAME]")
+    return listing(args.socket)
+
+
+def pair(name: str, role: str, socket_path: Path | None) -> int:
+    answer = _ask(socket_path, {"type": "pair_device", "name": name, "role": role})
+    if answer is None:
+        log("no forged daemon runs: start one with forged serve --ws HOST:PORT (the device "
+            "connects there), then pair")
+        return 1
+    if not answer.get("success"):
+        log(str(answer.get("error")))
+        return 1
+    data = answer["data"]
+    print(f"code: {data['code']}")
+    print(f"link: {data['link']}", flush=True)
+    if sys.stdout.isatty():
+        import segno
+
+        segno.make(data["link"], error="m").terminal(out=sys.stdout, compact=True)
+    log(f"the code pairs one device as {name} ({role}) within "
+        f"{int(data['expiresInSeconds']) // 60} minutes: open the link on it, or POST "
+        '{"code": ...} to /pair')
+    return 0
+
+
+def listing(socket_path: Path | None) -> int:
+    answer = _ask(socket_path, {"type": "list_devices"})
+    if answer is None:
+        devices: list[dict[str, Any]] = [
+            {"name": d.name, "role": d.role, "created": iso(d.created),
+             "lastSeen": d.last_seen and iso(d.last_seen), "address": d.address}
+            for d in Devices(agent_dir() / "devices.json").devices.values()]
+    elif not answer.get("success"):
+        log(str(answer.get("error")))
+        return 1
+    else:
+        devices = answer["data"]["devices"]
+    if not devices:
+        log("no paired device (forged pair --name NAME --role ROLE pairs one)")
+    for device in devices:
+        connected = device.get("connected")
+        print(f"{device['name']}  {device['role']}  created {device['created']}  "
+              f"last seen {device.get('lastSeen') or 'never'}  "
+              f"from {device.get('address') or '-'}"
+              + (f"  ({connected} connected)" if connected else ""))
+    return 0
+
+
+def revoke(name: str, socket_path: Path | None) -> int:
+    answer = _ask(socket_path, {"type": "revoke_device", "name": name})
+    if answer is None:
+        try:
+            Devices(agent_dir() / "devices.json").revoke(name)
+        except NotPaired as exc:
+            log(str(exc))
+            return 1
+        print(f"revoked {name} (no daemon runs: it is refused from now on)")
+        return 0
+    if not answer.get("success"):
+        log(str(answer.get("error")))
+        return 1
+    print(f"revoked {name}: {answer['data']['disconnected']} connection(s) ended")
+    return 0
+
+
+def _ask(socket_path: Path | None, command: dict[str, str]) -> dict[str, Any] | None:
+    """The daemon's answer to `command`, or None when no daemon runs."""
+    path = str(socket_path or _runtime.default_socket_path())
+    try:
+        sock = open_daemon(path)
+    except ConfigError as exc:
+        log(str(exc))
+        raise SystemExit(1) from None
+    if sock is None:
+        return None
+    try:
+        sock.sendall(orjson.dumps({**command, "id": "cli"}) + b"\n")
+        buffered = b""
+        while True:
+            data = sock.recv(1 << 16)
+            if not data:
+                return {"success": False, "error": "the daemon closed the connection"}
+            buffered += data
+            *lines, buffered = buffered.split(b"\n")
+            for line in lines:
+                answer = orjson.loads(line)
+                if isinstance(answer, dict) and answer.get("id") == "cli":
+                    return answer
+    finally:
+        sock.close()

@@ -1,0 +1,340 @@
+"""Paired devices, as a phone or a stolen credential would try them: the daemon's WebSocket
+over real TLS (a certificate made here by openssl), ``POST /pair`` and ``/ticket`` over
+HTTPS, trio-websocket's client and `forged.client` for the connections. Each refusal is
+judged where it lands: what the scripted model was asked, a file made or not, a connection
+that ends."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import stat
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+import trio
+import trio.testing
+from trio_websocket import HandshakeError, open_websocket_url
+
+from forged import _wire as w
+from forged._devices import PAIRING_ATTEMPTS
+from forged._paths import read_ws_token
+from forged._providers.scripted import Reply, ScriptText
+from forged.client import Client
+
+from .harness import Daemon, open_daemon
+from .test_daemon import free_port
+from .test_permissions import escalated, scripted
+from .test_process import BIN, child_env
+from .test_remote import certificate, trusting
+
+
+class Remote:
+    """A daemon with a WebSocket over TLS on 127.0.0.1, and what a device needs to reach
+    it: its https base, its wss URL and a context trusting its certificate."""
+
+    def __init__(self, daemon: Daemon, port: int, context: ssl.SSLContext) -> None:
+        self.daemon = daemon
+        self.base = f"https://127.0.0.1:{port}"
+        self.url = f"wss://127.0.0.1:{port}/"
+        self.context = context
+
+    async def post(self, path: str, body: dict[str, Any] | bytes | None = None,
+                   headers: dict[str, str] | None = None) -> httpx.Response:
+        content = body if isinstance(body, bytes) else (
+            orjson.dumps(body) if body is not None else b"")
+        async with httpx.AsyncClient(verify=self.context) as http:
+            return await http.post(self.base + path, headers=headers, content=content)
+
+    async def offer(self, name: str, role: str) -> w.Pairing:
+        """`forged pair` as the owner asks the daemon, over its socket."""
+        async with self.daemon.client() as owner:
+            return await owner.pair_device(name, role)
+
+    async def pair(self, name: str, role: str) -> str:
+        """A device paired end to end: the code offered, traded once; its credential."""
+        code = (await self.offer(name, role)).link.rpartition("#")[2]
+        answer = await self.post("/pair", {"code": code, "name": name})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["device"] == name and answer.json()["role"] == role
+        credential: str = answer.json()["credential"]
+        return credential
+
+    @asynccontextmanager
+    async def device(self, credential: str) -> AsyncIterator[Client]:
+        async with Client.open_websocket(self.url, credential,
+                                         ssl_context=self.context) as client:
+            yield client
+
+    async def refused_status(self, url: str, headers: Sequence[tuple[bytes, bytes]] = ()
+                             ) -> int:
+        with pytest.raises(HandshakeError) as refused:
+            async with open_websocket_url(url, ssl_context=self.context,
+                                          extra_headers=list(headers)):
+                pass
+        return int(getattr(refused.value, "status_code", 0))
+
+
+@asynccontextmanager
+async def open_remote(tmp_path: Path, replies: list[Reply] | None = None
+                      ) -> AsyncIterator[Remote]:
+    cert, key = certificate(tmp_path, "daemon")
+    port = free_port()
+    async with open_daemon(tmp_path, replies, ws=("127.0.0.1", port), tls_cert=cert,
+                           tls_key=key) as daemon:
+        yield Remote(daemon, port, trusting(cert))
+
+
+async def test_a_device_pairs_once_and_connects_with_a_credential_of_its_own(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    async with open_remote(tmp_path) as remote:
+        pairing = await remote.offer("phone", "read")
+        assert pairing.link == f"{remote.base}/pair#{pairing.code}"
+        assert pairing.expires_in_seconds == 600
+        answer = await remote.post("/pair", {"code": pairing.code, "name": "phone"})
+        credential = answer.json()["credential"]
+        assert answer.status_code == 200 and credential.startswith("fgd_")
+        again = await remote.post("/pair", {"code": pairing.code, "name": "phone"})
+        assert again.status_code == 403 and "credential" not in again.json()
+
+        async with remote.device(credential) as phone:
+            assert (await phone.list_sessions()).sessions == []
+        async with remote.daemon.client() as owner:
+            [device] = await owner.list_devices()
+        assert (device.name, device.role, device.address) == ("phone", "read", "127.0.0.1")
+        assert device.last_seen is not None
+        assert await remote.refused_status(remote.url, [
+            (b"authorization", b"Bearer " + credential[:-2].encode() + b"xx")]) == 401
+
+    stored = tmp_path / "agent" / "devices.json"
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert credential not in stored.read_text()  # only its hash is kept
+    log = capfd.readouterr().err
+    assert "paired device phone (read)" in log
+    assert credential not in log and pairing.code not in log
+
+
+async def test_forged_pair_prints_the_code_and_link_and_devices_lists_it(
+        tmp_path: Path) -> None:
+    async with open_remote(tmp_path) as remote:
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+        printed = await trio.run_process(
+            [str(BIN / "forged"), "pair", "--name", "laptop", "--role", "approve",
+             "--socket", str(remote.daemon.socket_path)],
+            capture_stdout=True, capture_stderr=True, env=env)
+        code_line, link_line = printed.stdout.decode().splitlines()
+        code = code_line.removeprefix("code: ")
+        assert link_line == f"link: {remote.base}/pair#{code}"
+        assert (await remote.post("/pair", {"code": code})).status_code == 200
+        listed = await trio.run_process(
+            [str(BIN / "forged"), "devices", "--socket", str(remote.daemon.socket_path)],
+            capture_stdout=True, env=env)
+    [line] = listed.stdout.decode().splitlines()
+    assert line.startswith("laptop  approve  created 20") and "from 127.0.0.1" in line
+
+
+async def test_a_read_device_watches_and_its_prompt_runs_nothing(tmp_path: Path) -> None:
+    async with open_remote(tmp_path, [Reply(content=[ScriptText(text="hello")])]) as remote:
+        credential = await remote.pair("tablet", "read")
+        async with remote.daemon.client() as owner:
+            await owner.prompt_and_wait("hi")
+            session_id = (await owner.get_state()).session_id
+        asked_before = len(remote.daemon.server.requests)
+        async with remote.device(credential) as tablet:
+            unattached = await tablet.request("prompt", message="run rm -rf ~")
+            attached = await tablet.attach(session_id)
+            messages = await tablet.request("get_messages")
+            refused = {kind: await tablet.request(kind, **fields) for kind, fields in [
+                ("prompt", {"message": "run rm -rf ~"}), ("steer", {"message": "x"}),
+                ("abort", {}), ("set_model", {"provider": "scripted", "modelId": "x"}),
+                ("extension_ui_response", {"value": "Allow once"}),
+                ("bash", {"command": "touch ../pwned"}),
+                ("set_permission_mode", {"mode": "full-access"})]}
+    assert unattached["success"] is False
+    assert str(unattached["error"]).startswith("prompt needs the control role")
+    assert attached.session_id == session_id and messages["success"] is True
+    assert {kind: str(answer["error"]).split(";")[0] for kind, answer in refused.items()} == {
+        "prompt": "prompt needs the control role", "steer": "steer needs the control role",
+        "abort": "abort needs the control role",
+        "set_model": "set_model needs the control role",
+        "extension_ui_response": "extension_ui_response needs the approve role",
+        "bash": "bash needs the owner role",
+        "set_permission_mode": "set_permission_mode needs the owner role"}
+    assert len(remote.daemon.server.requests) == asked_before  # the model was asked nothing
+    assert not (tmp_path / "pwned").exists()
+
+
+async def test_an_approve_device_answers_a_permission_request(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    replies = scripted(escalated(f"touch {outside / 'made'}"))
+    async with open_remote(tmp_path, replies) as remote:
+        credential = await remote.pair("watch", "approve")
+        async with remote.daemon.client() as owner:
+            await owner.new_session()
+            session_id = (await owner.get_state()).session_id
+            await owner.run("set_permission_mode", mode="auto")
+            await owner.prompt("Go")
+            await owner.next_event(lambda e: e.type == "extension_ui_request")
+        async with remote.device(credential) as watch:  # the owner has gone: it waits
+            await watch.attach(session_id)
+            asked = (await watch.next_event(lambda e: e.type == "extension_ui_request")).event
+            assert isinstance(asked, w.ExtensionUiRequest)
+            prompt = await watch.request("prompt", message="and more")
+            await watch.answer_dialog(asked.id, value="Allow once")
+            await watch.next_event(lambda e: e.type == "agent_settled")
+    assert (outside / "made").exists()
+    assert str(prompt["error"]).startswith("prompt needs the control role")
+
+
+async def test_a_control_device_drives_runs_but_not_the_permission_mode(
+        tmp_path: Path) -> None:
+    async with open_remote(tmp_path, [Reply(content=[ScriptText(text="ran")])]) as remote:
+        credential = await remote.pair("phone", "control")
+        async with remote.device(credential) as phone:
+            await phone.new_session()
+            before = (await phone.get_state()).permission_mode
+            refused = await phone.request("set_permission_mode", mode="full-access")
+            opened_elsewhere = await phone.request(
+                "new_session", permissionMode="full-access")
+            devices = await phone.request("pair_device", name="mine", role="owner")
+            await phone.prompt_and_wait("go")
+            state = await phone.get_state()
+            text = await phone.get_last_assistant_text()
+    assert str(refused["error"]).startswith("set_permission_mode needs the owner role")
+    assert str(opened_elsewhere["error"]).startswith("new_session needs the owner role")
+    assert str(devices["error"]).startswith("pair_device needs the owner role")
+    assert state.permission_mode == before
+    assert text == "ran"
+
+
+async def test_revoking_a_device_ends_its_connection_at_once_and_refuses_it_after(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    async with open_remote(tmp_path) as remote:
+        credential = await remote.pair("phone", "control")
+        async with remote.device(credential) as phone:
+            await phone.new_session()
+            async with remote.daemon.client() as owner:
+                revoked = await owner.revoke_device("phone")
+            with trio.fail_after(1):
+                await phone.closed.wait()
+        assert (revoked.device, revoked.disconnected) == ("phone", 1)
+        assert await remote.refused_status(remote.url, [
+            (b"authorization", f"Bearer {credential}".encode())]) == 401
+        ticket = await remote.post("/ticket", headers={"authorization": f"Bearer {credential}"})
+        assert ticket.status_code == 401
+        async with remote.daemon.client() as owner:
+            assert await owner.list_devices() == []
+    log = capfd.readouterr().err
+    assert "revoked device phone" in log and "1 connection(s) ended" in log
+    assert "connected as device phone (control)" in log
+    assert credential not in log
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    """Trio's clock at real speed, jumped by a test to expire a code or a ticket."""
+    return trio.testing.MockClock(rate=1)
+
+
+async def test_a_reused_expired_or_guessed_code_is_refused(
+        tmp_path: Path, clock: trio.testing.MockClock) -> None:
+    async with open_remote(tmp_path) as remote:
+        used = (await remote.offer("a", "read")).code
+        assert (await remote.post("/pair", {"code": used})).status_code == 200
+        assert (await remote.post("/pair", {"code": used})).status_code == 403
+
+        expired = (await remote.offer("b", "read")).code
+        clock.jump(601)
+        assert (await remote.post("/pair", {"code": expired})).status_code == 403
+
+        wanted = (await remote.offer("c", "owner")).code
+        wrong = await remote.post("/pair", {"code": wanted, "name": "someone-else"})
+        guesses = [await remote.post("/pair", {"code": f"GUESS{n:05d}"})
+                   for n in range(PAIRING_ATTEMPTS - 1)]
+        assert {answer.status_code for answer in [wrong, *guesses]} == {403}
+        assert (await remote.post("/pair", {"code": wanted})).status_code == 403  # withdrawn
+        async with remote.daemon.client() as owner:
+            assert [device.name for device in await owner.list_devices()] == ["a"]
+        malformed = [await remote.post("/pair", body) for body in (
+            None, {"name": "x"}, {"code": ["x"]}, {"code": "x", "name": 3})]
+        assert {answer.status_code for answer in malformed} == {400}
+        deep = await remote.post("/pair", b'{"code":' + b"[" * 1500 + b"]" * 1500 + b"}")
+        assert deep.status_code == 400
+
+
+async def test_a_ticket_opens_one_websocket_once_within_30_seconds(
+        tmp_path: Path, clock: trio.testing.MockClock) -> None:
+    async with open_remote(tmp_path) as remote:
+        credential = await remote.pair("browser", "read")
+        bearer = {"authorization": f"Bearer {credential}"}
+
+        async def ticket() -> str:
+            answer = await remote.post("/ticket", headers=bearer)
+            assert answer.status_code == 200 and answer.json()["expiresInSeconds"] == 30
+            issued: str = answer.json()["ticket"]
+            return issued
+
+        first = await ticket()
+        async with open_websocket_url(f"{remote.url}?ticket={first}",
+                                      ssl_context=remote.context) as ws:
+            await ws.send_message('{"id": "l", "type": "list_sessions"}')
+            assert orjson.loads(await ws.get_message())["success"] is True
+        assert await remote.refused_status(f"{remote.url}?ticket={first}") == 401
+        late = await ticket()
+        clock.jump(31)
+        assert await remote.refused_status(f"{remote.url}?ticket={late}") == 401
+        assert (await remote.post("/ticket")).status_code == 401
+
+
+async def test_a_browser_keeps_its_credential_in_a_strict_cookie(tmp_path: Path) -> None:
+    async with open_remote(tmp_path) as remote:
+        code = (await remote.offer("browser", "read")).code
+        paired = await remote.post("/pair", {"code": code, "cookie": True},
+                                   headers={"origin": remote.base})
+        assert paired.status_code == 200 and paired.json()["credential"] is None
+        cookie = paired.headers["set-cookie"]
+        assert {"HttpOnly", "Secure", "SameSite=Strict"} <= {
+            part.strip() for part in cookie.split(";")}
+        sent = {"cookie": cookie.split(";")[0]}
+        own = await remote.post("/ticket", headers={**sent, "origin": remote.base})
+        foreign = await remote.post("/ticket", headers={**sent, "origin": "https://evil.example"})
+        rebound = await remote.post("/ticket", headers={
+            **sent, "origin": "https://evil.example", "host": "evil.example"})
+        no_origin = await remote.post("/ticket", headers=sent)
+        page = await remote.post("/pair", {"code": "X"}, headers={"origin": "https://evil.example"})
+    assert own.status_code == 200 and own.json()["ticket"]
+    assert [foreign.status_code, rebound.status_code, no_origin.status_code,
+            page.status_code] == [403, 403, 403, 403]
+
+
+async def test_the_owners_token_stays_the_owners_and_a_device_never_is(
+        tmp_path: Path) -> None:
+    """``ws-token`` keeps every right; a device cannot pair another or itself anew."""
+    async with open_remote(tmp_path) as remote:
+        credential = await remote.pair("phone", "control")
+        async with Client.open_websocket(remote.url, read_ws_token(),
+                                         ssl_context=remote.context) as owner:
+            pairing = await owner.pair_device("spare", "read")
+        async with remote.device(credential) as phone:
+            listed = await phone.request("list_devices")
+            revoke = await phone.request("revoke_device", name="phone")
+    assert pairing.device == "spare"
+    assert str(listed["error"]).startswith("list_devices needs the owner role")
+    assert str(revoke["error"]).startswith("revoke_device needs the owner role")
+
+
+async def test_devices_revoke_without_a_daemon_changes_the_file(tmp_path: Path) -> None:
+    async with open_remote(tmp_path) as remote:
+        await remote.pair("old-phone", "control")
+    env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    revoked = await trio.run_process([str(BIN / "forged"), "devices", "revoke", "old-phone"],
+                                     capture_stdout=True, env=env)
+    assert b"revoked old-phone" in revoked.stdout
+    stored = orjson.loads((tmp_path / "agent" / "devices.json").read_bytes())
+    assert "old-phone" not in json.dumps(stored)
