@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import attrs
 import h11
@@ -21,8 +22,14 @@ import pytest
 import trio
 import trio.testing
 
+from forged import _wire as w
 from forged._errors import ConfigError
 from forged._notify import NUDGE_EVENTS, Notifier, Nudge, Target, targets_from
+from forged._providers.scripted import Reply, ScriptText
+
+from .harness import open_daemon
+from .test_daemon import ASKING_PLUGIN
+from .test_permissions import escalated, scripted
 
 SECRET = "sk-live-0123"
 PERMISSION = Nudge(event="permission", session_id="s-1", session_name=None,
@@ -320,3 +327,69 @@ def test_nudges_load_no_http_client_until_a_target_needs_one() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                             text=True).stdout.strip()
     assert loaded == "False"
+
+
+# --- through the daemon ----------------------------------------------------------------------
+
+
+async def test_the_daemon_nudges_once_per_wait_and_run_and_a_silent_target_delays_nothing(
+        tmp_path: Path) -> None:
+    """A permission request, a plugin's question, a finished run and a failed run, each
+    nudged once with its title; a target that never answers holds up no run; without
+    ``includeText`` neither the prompt, the answer, the command nor the error goes out."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    replies = [Reply(content=[ScriptText(text="SECRET-ANSWER all done")]),
+               Reply(status=400, error_type="invalid_request_error",
+                     error_message="SECRET-ERROR bad"),
+               *scripted(escalated(f"touch {outside / 'SECRET-CMD'}")),
+               Reply(content=[ScriptText(text="the last")])]
+    (tmp_path / "asking.py").write_text(ASKING_PLUGIN)
+    async with trio.open_nursery() as nursery:
+        ntfy = await Receiver().start(nursery)
+        hook = await Receiver().start(nursery)
+        silent = await Receiver(silent=True).start(nursery)
+        (tmp_path / "agent").mkdir()
+        (tmp_path / "agent" / "settings.json").write_bytes(orjson.dumps({"daemon": {"notify": [
+            {"url": f"{silent.url}/hang", "kind": "webhook"},
+            {"url": f"{ntfy.url}/topic", "kind": "ntfy"},
+            {"url": f"{hook.url}/hook", "kind": "webhook", "events": ["run_error"],
+             "includeText": True}]}}))
+        async with (open_daemon(tmp_path, replies, plugins=[tmp_path / "asking.py"]) as daemon,
+                    daemon.client() as client):
+            await client.new_session()
+            session_id = (await client.get_state()).session_id
+            with trio.fail_after(5):  # the silent target's first nudge hangs for 10 s
+                await client.prompt_and_wait("SECRET-PROMPT hello")
+                await client.prompt_and_wait("SECRET-PROMPT again")
+                await client.run("set_permission_mode", mode="auto")
+                await client.prompt("SECRET-PROMPT touch it")
+                asked = (await client.next_event(
+                    lambda e: e.type == "extension_ui_request")).event
+                assert isinstance(asked, w.ExtensionUiRequest)
+                await client.answer_dialog(asked.id, value="Allow once")
+                await client.next_event(lambda e: e.type == "agent_settled")
+                async with trio.open_nursery() as asking:
+                    asking.start_soon(client.prompt, "/ask SECRET-QUESTION")
+                    question = (await client.next_event(
+                        lambda e: e.type == "extension_ui_request")).event
+                    assert isinstance(question, w.ExtensionUiRequest)
+                    await client.answer_dialog(question.id, confirmed=True)
+                await client.prompt_and_wait("SECRET-PROMPT last")
+                got = [await ntfy.received.receive() for _ in range(6)]
+                errors = [await hook.received.receive()]
+                first_hung = await silent.received.receive()
+        assert (outside / "SECRET-CMD").exists()
+        with pytest.raises(trio.WouldBlock):  # each nudge was sent when it happened, in
+            ntfy.received.receive_nowait()  # order: a second of any came before the last
+        nursery.cancel_scope.cancel()
+    assert [r.headers["title"] for r in got] == [
+        "forged: run finished", "forged: run failed", "forged: permission needed",
+        "forged: run finished", "forged: a question waits", "forged: run finished"]
+    assert all(r.body.decode().startswith("project: ") for r in got)
+    assert first_hung.target == "/hang"
+    for received in [*got, first_hung]:
+        assert "SECRET" not in received.raw
+    error = orjson.loads(errors[0].body)
+    assert (error["event"], error["session"]["id"]) == ("run_error", session_id)
+    assert "SECRET-ERROR bad" in error["text"]
