@@ -9,17 +9,21 @@ import signal
 import socket
 import ssl
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 import trio
 from trio_websocket import HandshakeError, open_websocket_url
 
+from forged._fronts.acp import serve_in_daemon
 from forged._paths import read_ws_token
+from forged._providers.scripted import Reply, ScriptText, ScriptToolCall
 
-from .harness import open_daemon
-from .test_daemon import free_port
+from .harness import Daemon, open_daemon
+from .test_daemon import free_port, until_sessions
 from .test_process import BIN, child_env
 
 
@@ -113,3 +117,133 @@ async def test_a_remote_listener_without_tls_refuses_to_start(
     assert result.returncode == 1
     assert refused.encode() in result.stderr
     assert not (tmp_path / "run" / "forged" / "forged.sock").exists()
+
+
+# --- over SSH: the remote command's pipes closing, as when SSH drops --------------------------
+
+WAIT_FOR_GO = "while [ ! -e go ]; do sleep 0.02; done; echo went"
+"""A command that runs until the test makes the file ``go`` in the project."""
+
+
+class Lines:
+    """The JSON lines a process writes, read as they come."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdout is not None
+        self.stdout = process.stdout
+        self.buffer = b""
+        self.seen: list[dict[str, Any]] = []
+
+    async def until(self, found: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        with trio.fail_after(20):  # a hang guard
+            while True:
+                while b"\n" in self.buffer:
+                    line, self.buffer = self.buffer.split(b"\n", 1)
+                    item: dict[str, Any] = orjson.loads(line)
+                    self.seen.append(item)
+                    if found(item):
+                        return item
+                data = await self.stdout.receive_some(1 << 16)
+                assert data, "the process closed its output"
+                self.buffer += data
+
+
+async def connect(daemon: Daemon, tmp_path: Path, *args: str) -> trio.Process:
+    """``forged connect --no-start`` with `args`, its stdio piped, as SSH runs it."""
+    env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(daemon.runtime)}
+    return await trio.lowlevel.open_process(
+        [str(BIN / "forged"), "connect", "--no-start", *args], cwd=tmp_path / "project",
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+
+async def drop(process: trio.Process) -> None:
+    """What SSH does to the remote command when the connection drops: its input ends and
+    its output goes nowhere."""
+    assert process.stdin is not None and process.stdout is not None
+    await process.stdin.aclose()
+    await process.stdout.aclose()
+
+
+async def test_an_ssh_drop_keeps_the_session_and_its_run_and_attach_takes_it_up(
+        tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptToolCall(name="bash", id="w",
+                                             arguments={"command": WAIT_FOR_GO})]),
+               Reply(content=[ScriptText(text="finished after the drop")])]
+    async with open_daemon(tmp_path, replies) as daemon, daemon.client() as watcher:
+        first = await connect(daemon, tmp_path)
+        assert first.stdin is not None
+        await first.stdin.send_all(b'{"type":"prompt","message":"wait for go"}\n')
+        await Lines(first).until(lambda e: e.get("type") == "tool_execution_start")
+        await drop(first)
+
+        [live] = await until_sessions(watcher, lambda sessions: len(sessions) == 1)
+        again = await connect(daemon, tmp_path, "--attach", live.session_id[:8])
+        lines = Lines(again)
+        assert again.stdin is not None
+        await again.stdin.send_all(b'{"id":"s","type":"get_state"}\n')
+        state = await lines.until(lambda e: e.get("id") == "s")
+        (tmp_path / "project" / "go").touch()
+        await lines.until(lambda e: e.get("type") == "agent_settled")
+        await again.stdin.send_all(b'{"id":"m","type":"get_messages"}\n')
+        messages = (await lines.until(lambda e: e.get("id") == "m"))["data"]["messages"]
+        await again.stdin.aclose()
+        with trio.fail_after(20):
+            await first.wait()  # the dropped connect is gone once its run ended
+            await again.wait()
+    assert state["data"]["sessionId"] == live.session_id and state["data"]["isStreaming"]
+    assert next(e for e in lines.seen if e.get("type") == "tool_execution_end")[
+        "result"]["content"][0]["text"].strip() == "went"
+    assert messages[0]["content"][0]["text"] == "wait for go"
+    assert messages[-1]["content"][0]["text"] == "finished after the drop"
+
+
+async def test_an_editors_ssh_drop_keeps_the_acp_session_and_session_load_takes_it_up(
+        tmp_path: Path) -> None:
+    replies = [Reply(content=[ScriptToolCall(name="bash", id="w",
+                                             arguments={"command": WAIT_FOR_GO})]),
+               Reply(content=[ScriptText(text="finished after the drop")])]
+    project = str(tmp_path / "project")
+
+    async def call(process: trio.Process, lines: Lines, request_id: int, method: str,
+                   params: dict[str, Any], *, answer: bool = True) -> dict[str, Any]:
+        assert process.stdin is not None
+        await process.stdin.send_all(orjson.dumps({"jsonrpc": "2.0", "id": request_id,
+                                                   "method": method, "params": params})
+                                     + b"\n")
+        return await lines.until(lambda m: m.get("id") == request_id) if answer else {}
+
+    async with (open_daemon(tmp_path, replies, upgrade=serve_in_daemon) as daemon,
+                daemon.client() as watcher):
+        editor = await connect(daemon, tmp_path, "--acp")
+        lines = Lines(editor)
+        await call(editor, lines, 1, "initialize", {"protocolVersion": 1})
+        opened = await call(editor, lines, 2, "session/new", {"cwd": project, "mcpServers": []})
+        session_id = opened["result"]["sessionId"]
+        await call(editor, lines, 3, "session/prompt", {"sessionId": session_id, "prompt": [
+            {"type": "text", "text": "wait for go"}]}, answer=False)
+        await lines.until(lambda m: m.get("params", {}).get("update", {}).get(
+            "sessionUpdate") == "tool_call")
+        await drop(editor)
+
+        await until_sessions(watcher, lambda sessions: [s.session_id for s in sessions] == [
+            session_id] and sessions[0].clients == 0)
+        back = await connect(daemon, tmp_path, "--acp")
+        back_lines = Lines(back)
+        await call(back, back_lines, 1, "initialize", {"protocolVersion": 1})
+        loaded = await call(back, back_lines, 2, "session/load", {
+            "sessionId": session_id, "cwd": project, "mcpServers": []})
+        (tmp_path / "project" / "go").touch()
+        [live] = await until_sessions(watcher, lambda sessions: sessions[0].state == "idle")
+        await watcher.attach(session_id)
+        last = await watcher.get_last_assistant_text()
+        assert back.stdin is not None
+        await back.stdin.aclose()
+        with trio.fail_after(20):
+            await editor.wait()
+            await back.wait()
+    assert "result" in loaded and live.session_id == session_id
+    replayed = [m["params"]["update"] for m in back_lines.seen
+                if m.get("method") == "session/update"]
+    assert {"sessionUpdate": "user_message_chunk",
+            "content": {"type": "text", "text": "wait for go"}}.items() <= replayed[0].items()
+    assert last == "finished after the drop"
