@@ -7,6 +7,7 @@ that ends."""
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import stat
 from collections.abc import AsyncIterator, Sequence
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import orjson
 import pytest
@@ -22,7 +24,7 @@ import trio.testing
 from trio_websocket import HandshakeError, open_websocket_url
 
 from forged import _wire as w
-from forged._devices import PAIRING_ATTEMPTS
+from forged._devices import PAIRING_ATTEMPTS, Devices, needed_role
 from forged._paths import read_ws_token
 from forged._providers.scripted import Reply, ScriptText
 from forged.client import Client
@@ -169,7 +171,8 @@ async def test_a_read_device_watches_and_its_prompt_runs_nothing(tmp_path: Path)
     assert not (tmp_path / "pwned").exists()
 
 
-async def test_an_approve_device_answers_a_permission_request(tmp_path: Path) -> None:
+async def test_an_approve_device_answers_a_permission_request(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     replies = scripted(escalated(f"touch {outside / 'made'}"))
@@ -190,6 +193,12 @@ async def test_an_approve_device_answers_a_permission_request(tmp_path: Path) ->
             await watch.next_event(lambda e: e.type == "agent_settled")
     assert (outside / "made").exists()
     assert str(prompt["error"]).startswith("prompt needs the control role")
+    log = capfd.readouterr().err.splitlines()
+    assert [line for line in log if "(watch): prompt needs the control role" in line
+            and "refused prompt from websocket client 127.0.0.1:" in line]
+    assert [line for line in log if "answered by websocket client 127.0.0.1:" in line
+            and line.endswith("(watch): 'Allow once'")]
+    assert credential not in "\n".join(log)
 
 
 async def test_a_control_device_drives_runs_but_not_the_permission_mode(
@@ -338,3 +347,47 @@ async def test_devices_revoke_without_a_daemon_changes_the_file(tmp_path: Path) 
     assert b"revoked old-phone" in revoked.stdout
     stored = orjson.loads((tmp_path / "agent" / "devices.json").read_bytes())
     assert "old-phone" not in json.dumps(stored)
+
+
+def _documented_roles() -> dict[str, str]:
+    """Each command docs/remote.md's roles table names, and the role its row is."""
+    table = (Path(__file__).parents[1] / "docs" / "remote.md").read_text()
+    roles: dict[str, str] = {}
+    for row in table.split("## Roles", 1)[1].split("\n\n")[2].splitlines()[2:]:
+        role, _, commands = (cell.strip() for cell in row.strip("|").split("|"))
+        for command in re.findall(r"`([a-z_]+)`(?! with)", commands):
+            if command in w.DAEMON_COMMAND_CLASSES:
+                roles.setdefault(command, role.strip("`"))
+    return roles
+
+
+def test_every_command_needs_the_role_the_documented_table_says() -> None:
+    """The roles table of docs/remote.md is the one the daemon enforces, for every command
+    the daemon knows (its plain form: a path, a mode or servers given make it the owner's)."""
+    documented = _documented_roles()
+    enforced = {}
+    for kind, command_class in w.DAEMON_COMMAND_CLASSES.items():
+        fields = {a.name: "x" for a in attrs.fields(command_class)
+                  if a.default is attrs.NOTHING and a.name != "type"}
+        make: Any = command_class
+        enforced[kind] = needed_role(make(**fields))
+    assert {kind: role for kind, role in enforced.items() if role != "owner"} == {
+        kind: role for kind, role in documented.items() if role != "owner"}
+    assert {kind for kind, role in documented.items() if role == "owner"} <= {
+        kind for kind, role in enforced.items() if role == "owner"}
+    owner_only: list[w.Command] = [
+        w.NewSession(permission_mode="full-access"), w.NewSession(fork="/a.jsonl"),
+        w.NewSession(session="../other/s.jsonl"),
+        w.NewSession(mcp_servers={"mcpServers": {"x": {"command": "sh"}}}),
+        w.ExportHtml(output_path="/etc/x.html")]
+    assert {needed_role(command) for command in owner_only} == {"owner"}
+
+
+def test_an_unreadable_devices_file_admits_no_device(tmp_path: Path,
+                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    devices = Devices(tmp_path / "devices.json")
+    credential = devices.add("phone", "owner")
+    assert devices.identify(credential) is not None
+    (tmp_path / "devices.json").write_text('{"devices": [{"name": "phone"')
+    assert Devices(tmp_path / "devices.json").identify(credential) is None
+    assert "no paired device is admitted" in capfd.readouterr().err
