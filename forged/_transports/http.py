@@ -28,6 +28,7 @@ import attrs
 import orjson
 import trio
 
+from .._connection import Prefixed
 from .._devices import TICKET_S, Access, Principal
 from .._errors import HttpRefused, NotPaired
 from .._log import log
@@ -79,29 +80,18 @@ async def read_head(stream: trio.abc.ReceiveStream) -> tuple[Head | None, bytes]
     return Head(method=request_line[0], path=path, query=query, headers=headers), read
 
 
-class Replayed(trio.abc.Stream):
+class Replayed(Prefixed, trio.abc.Stream):
     """`stream`, its first bytes given again (a head read to route the request)."""
 
     def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
-        self._stream = stream
-        self._prefix = prefix
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if self._prefix:
-            size = len(self._prefix) if max_bytes is None else max_bytes
-            data, self._prefix = self._prefix[:size], self._prefix[size:]
-            await trio.lowlevel.checkpoint()
-            return data
-        return bytes(await self._stream.receive_some(max_bytes))
+        super().__init__(stream, prefix)
+        self._whole = stream
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._stream.send_all(data)
+        await self._whole.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
-        await self._stream.wait_send_all_might_not_block()
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
+        await self._whole.wait_send_all_might_not_block()
 
 
 def origin_refused(head: Head, allowed_origins: Sequence[str], links: Sequence[str]
