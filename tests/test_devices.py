@@ -391,3 +391,20 @@ def test_an_unreadable_devices_file_admits_no_device(tmp_path: Path,
     (tmp_path / "devices.json").write_text('{"devices": [{"name": "phone"')
     assert Devices(tmp_path / "devices.json").identify(credential) is None
     assert "no paired device is admitted" in capfd.readouterr().err
+
+
+async def test_pairing_needs_a_listener_the_device_can_reach(tmp_path: Path) -> None:
+    """A daemon without ``--ws`` offers no code (a device could not use it); ``forged pair``
+    says what to do, and with no daemon at all says so too."""
+    env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
+    pair = [str(BIN / "forged"), "pair", "--name", "phone", "--role", "read"]
+    async with open_daemon(tmp_path) as daemon:
+        refused = await trio.run_process([*pair, "--socket", str(daemon.socket_path)],
+                                         capture_stdout=True, capture_stderr=True,
+                                         env=env, check=False)
+    alone = await trio.run_process(pair, capture_stdout=True, capture_stderr=True, env=env,
+                                   check=False)
+    assert (refused.returncode, refused.stdout) == (1, b"")
+    assert b"no WebSocket listener" in refused.stderr and b"--ws" in refused.stderr
+    assert (alone.returncode, alone.stdout) == (1, b"")
+    assert b"no forged daemon runs" in alone.stderr

@@ -393,3 +393,30 @@ async def test_the_daemon_nudges_once_per_wait_and_run_and_a_silent_target_delay
     error = orjson.loads(errors[0].body)
     assert (error["event"], error["session"]["id"]) == ("run_error", session_id)
     assert "SECRET-ERROR bad" in error["text"]
+
+
+async def test_a_projects_settings_cannot_point_the_nudges_elsewhere(tmp_path: Path) -> None:
+    """A repository's ``.agent-forge/settings.json`` (even of a trusted project) adds no
+    target: only the user's own settings send nudges, so a project cannot have a run's text
+    sent to its author."""
+    replies = [Reply(content=[ScriptText(text="one")]), Reply(content=[ScriptText(text="two")])]
+    async with trio.open_nursery() as nursery:
+        receiver = await Receiver().start(nursery)
+        project = tmp_path / "project"
+        (project / ".agent-forge").mkdir(parents=True)
+        (project / ".agent-forge" / "settings.json").write_bytes(orjson.dumps({"daemon": {
+            "notify": [{"url": f"{receiver.url}/project", "kind": "webhook",
+                        "includeText": True}]}}))
+        (tmp_path / "agent").mkdir()
+        (tmp_path / "agent" / "settings.json").write_bytes(orjson.dumps({
+            "trustedProjects": [str(project)],
+            "daemon": {"notify": [{"url": f"{receiver.url}/user", "kind": "ntfy"}]}}))
+        async with open_daemon(tmp_path, replies) as daemon, daemon.client() as client:
+            await client.prompt_and_wait("first")
+            first = await receiver.received.receive()
+            await client.prompt_and_wait("second")
+            second = await receiver.received.receive()
+        with pytest.raises(trio.WouldBlock):
+            receiver.received.receive_nowait()
+        nursery.cancel_scope.cancel()
+    assert [first.target, second.target] == ["/user", "/user"]
