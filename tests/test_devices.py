@@ -29,6 +29,7 @@ from forged._paths import read_ws_token
 from forged._providers.scripted import Reply, ScriptText
 from forged.client import Client
 
+from .chromium import find_chromium, open_page
 from .harness import Daemon, open_daemon
 from .test_daemon import free_port
 from .test_permissions import escalated, scripted
@@ -408,3 +409,53 @@ async def test_pairing_needs_a_listener_the_device_can_reach(tmp_path: Path) -> 
     assert b"no WebSocket listener" in refused.stderr and b"--ws" in refused.stderr
     assert (alone.returncode, alone.stdout) == (1, b"")
     assert b"no forged daemon runs" in alone.stderr
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="no chromium to pair")
+async def test_a_real_browser_pairs_by_the_link_and_opens_the_websocket_with_a_ticket(
+        tmp_path: Path) -> None:
+    """Headless Chromium opens the link ``forged pair`` gives: the page pairs it (the code
+    gone from its address, the credential in a cookie no script reads), then a ticket opens
+    the WebSocket with the device's role."""
+    binary = find_chromium()
+    assert binary is not None
+    async with open_remote(tmp_path) as remote:
+        pairing = await remote.offer("browser", "read")
+        async with open_page(binary, tmp_path / "profile") as page:
+            await page.call("Security.setIgnoreCertificateErrors", ignore=True)
+            await page.call("Page.navigate", url=pairing.link)
+            with trio.fail_after(20):  # a hang guard: until the page says how it went
+                while not (status := await page.evaluate(  # noqa: ASYNC110
+                        "document.getElementById('status')?.textContent ?? ''")).startswith(
+                            ("Paired", "Not paired")):
+                    await trio.sleep(0.05)
+            address = await page.evaluate("location.href")
+            scripts_see = await page.evaluate("document.cookie")
+            answered = await page.call("Runtime.evaluate", awaitPromise=True,
+                                       returnByValue=True, expression="""(async () => {
+                const ticket = (await (await fetch('/ticket', {method: 'POST'})).json()).ticket;
+                return await new Promise((resolve, reject) => {
+                  const ws = new WebSocket(`wss://${location.host}/?ticket=${ticket}`);
+                  ws.onopen = () => {
+                    ws.send(JSON.stringify({id: 'l', type: 'list_sessions'}));
+                    ws.send(JSON.stringify({id: 'p', type: 'prompt', message: 'rm -rf ~'}));
+                  };
+                  const answers = {};
+                  ws.onmessage = (m) => {
+                    const answer = JSON.parse(m.data);
+                    answers[answer.id] = answer;
+                    if (answers.l && answers.p) resolve(answers);
+                  };
+                  ws.onerror = () => reject('the WebSocket was refused');
+                });
+              })()""")
+        async with remote.daemon.client() as owner:
+            [device] = await owner.list_devices()
+    assert status == "Paired: this browser is the device browser (read)."
+    assert "#" not in address and pairing.code not in address
+    assert scripts_see == ""
+    answers = answered["result"]["value"]
+    assert answers["l"]["success"] is True
+    assert answers["p"]["success"] is False
+    assert answers["p"]["error"].startswith("prompt needs the control role")
+    assert device.name == "browser" and len(remote.daemon.server.requests) == 0
