@@ -28,7 +28,7 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -85,6 +85,8 @@ class Principal:
     role: Role
     device: str | None = None
     """The device's name; None for the local owner."""
+    digest: str | None = None
+    """Its credential's hash: a device revoked and paired again under its name is another."""
 
 
 OWNER = Principal(name="the local owner", role="owner")
@@ -102,7 +104,7 @@ class Device:
     """Where it last connected from."""
 
     def principal(self) -> Principal:
-        return Principal(name=self.name, role=self.role, device=self.name)
+        return Principal(name=self.name, role=self.role, device=self.name, digest=self.digest)
 
 
 def iso(seconds: float) -> str:
@@ -117,8 +119,29 @@ class Devices:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.devices: dict[str, Device] = {}
+        self._stamp: tuple[int, int] | None = None
+        """The file's (mtime, size) as last read or written: another process's change
+        (``forged devices revoke`` while no daemon answered) is read again."""
+        self._read()
+
+    def fresh(self) -> Devices:
+        """Itself, the file read again if another process changed it."""
+        if self._file_stamp() != self._stamp:
+            self._read()
+        return self
+
+    def _file_stamp(self) -> tuple[int, int] | None:
         try:
-            stored = orjson.loads(path.read_bytes())
+            info = self.path.stat()
+        except OSError:
+            return None
+        return info.st_mtime_ns, info.st_size
+
+    def _read(self) -> None:
+        self._stamp = self._file_stamp()
+        self.devices = {}
+        try:
+            stored = orjson.loads(self.path.read_bytes())
             for entry in stored["devices"]:
                 device = Device(name=entry["name"], role=check_role(entry["role"]),
                                 created=float(entry["created"]), digest=str(entry["digest"]),
@@ -128,7 +151,7 @@ class Devices:
             pass
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError,
                 NotPaired) as exc:
-            log(f"{path}: cannot be read ({exc!r}): no paired device is admitted")
+            log(f"{self.path}: cannot be read ({exc!r}): no paired device is admitted")
             self.devices = {}
 
     def save(self, *, durable: bool = True) -> None:
@@ -137,9 +160,11 @@ class Devices:
             {"name": d.name, "role": d.role, "created": d.created, "digest": d.digest,
              "lastSeen": d.last_seen, "address": d.address} for d in self.devices.values()]},
             option=orjson.OPT_INDENT_2), 0o600, durable=durable)
+        self._stamp = self._file_stamp()
 
     def add(self, name: str, role: Role) -> str:
         """A new device's credential (kept hashed); `NotPaired` if the name is taken."""
+        self.fresh()
         if name in self.devices:
             raise NotPaired(f"a device named {name} is paired already: revoke it first "
                             "(forged devices revoke NAME) or choose another name")
@@ -153,6 +178,7 @@ class Devices:
         """The device whose credential this is (compared in constant time), or None."""
         if not credential.startswith(CREDENTIAL_PREFIX):
             return None
+        self.fresh()
         digest = _digest(credential)
         found = None
         for device in self.devices.values():
@@ -161,6 +187,7 @@ class Devices:
         return found
 
     def revoke(self, name: str) -> Device:
+        self.fresh()
         device = self.devices.pop(name, None)
         if device is None:
             raise NotPaired(f"no device named {name}")
@@ -169,6 +196,7 @@ class Devices:
 
     def seen(self, device: Device, address: str) -> None:
         """`device` connected from `address` now (kept, not fsynced: a cache)."""
+        self.fresh()  # a device revoked meanwhile is not written back
         device.last_seen, device.address = time.time(), address
         if self.devices.get(device.name) is device:
             try:
@@ -262,8 +290,12 @@ class Access:
         return None if device is None else device.principal()
 
     def current(self, principal: Principal) -> bool:
-        """Whether `principal` may still connect: the owner, or a device not revoked."""
-        return principal.device is None or principal.device in self.devices.devices
+        """Whether `principal` may still connect: the owner, or a device not revoked (nor
+        revoked and paired again under its name)."""
+        if principal.device is None:
+            return True
+        device = self.devices.fresh().devices.get(principal.device)
+        return device is not None and device.digest == principal.digest
 
     def offer(self, name: str, role: str, now: float) -> w.Pairing:
         """A code pairing a device `name` with `role` (``pair_device``); `CommandError` for
@@ -354,3 +386,19 @@ def refusal(principal: Principal, command: w.Command | w.DaemonCommand, *, attac
         return None
     return (f"{command.type} needs the {need} role; this connection ({principal.name}) has "
             f"the {principal.role} role" + ("" if attached else " (attach to a session first)"))
+
+
+def folder_refusal(command: w.Command | w.DaemonCommand, chosen: Iterable[Path]) -> str | None:
+    """Why a device below owner may not open a session in the folder `command` names, or
+    None: only the `chosen` folders (the daemon's own, and those of live sessions) are
+    offered to it, since a session's folder is what its model may write."""
+    if not isinstance(command, w.NewSession) or not command.cwd:
+        return None
+    folder = Path(command.cwd).expanduser()
+    if not folder.is_absolute():
+        return None  # refused as the command's own error
+    folder = folder.resolve()
+    if folder in {known.resolve() for known in chosen}:
+        return None
+    return (f"new_session in {folder}, a folder no session uses, needs the owner role (a "
+            "device may open sessions in the daemon's folder and the folders of live sessions)")

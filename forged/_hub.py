@@ -29,7 +29,7 @@ import trio
 from . import _codec, _wire as w
 from ._config import Models, daemon_setting, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
-from ._devices import OWNER, Access, Principal, allows, refusal
+from ._devices import OWNER, Access, Principal, allows, folder_refusal, refusal
 from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError, NotPaired
 from ._jsonl import encode_line
@@ -387,6 +387,8 @@ class Hub:
         transport closed. `principal`: whom it stands for (the local owner by default)."""
         peer = Peer(self, name, transport, principal)
         self.peers.append(peer)
+        if self.revoked(principal):  # while its connection was being accepted
+            peer.cut_off(f"its device {principal.device} was revoked")
         log(f"{name} connected" + ("" if principal.device is None else
                                    f" as device {principal.device} ({principal.role})"))
         try:
@@ -485,7 +487,12 @@ class Hub:
                      command_id: str | int | None) -> None:
         reply = Reply(peer.send, command.type, command_id)
         principal = peer.principal
-        refused = refusal(principal, command, attached=peer.live is not None)
+        if self.revoked(principal):  # by another process (forged devices revoke)
+            peer.cut_off(f"its device {principal.device} was revoked")
+            return
+        refused = refusal(principal, command, attached=peer.live is not None) or (
+            folder_refusal(command, [self.default_cwd, *(live.session.cwd for live in self.live)])
+            if principal.role != "owner" else None)
         if refused is not None:
             log(f"refused {command.type} from {peer.name} ({principal.name}): {refused}")
             reply.fail(refused)
@@ -552,6 +559,10 @@ class Hub:
             reply.failed(exc)
 
     # --- devices (docs/remote.md) --------------------------------------------------------------
+
+    def revoked(self, principal: Principal) -> bool:
+        return (principal.device is not None and self.access is not None
+                and not self.access.current(principal))
 
     def _access(self) -> Access:
         if self.access is None:

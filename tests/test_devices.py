@@ -6,6 +6,7 @@ that ends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import ssl
@@ -459,3 +460,72 @@ async def test_a_real_browser_pairs_by_the_link_and_opens_the_websocket_with_a_t
     assert answers["p"]["success"] is False
     assert answers["p"]["error"].startswith("prompt needs the control role")
     assert device.name == "browser" and len(remote.daemon.server.requests) == 0
+
+
+async def test_a_control_device_opens_sessions_only_in_folders_the_owner_chose(
+        tmp_path: Path) -> None:
+    """A session's folder is what its model may write: a device below owner that names
+    another (the agent folder, the home) is refused, and nothing is written there."""
+    replies = [Reply(content=[ScriptText(text="here")])]
+    async with open_remote(tmp_path, replies) as remote:
+        credential = await remote.pair("phone", "control")
+        async with remote.device(credential) as phone:
+            elsewhere = {str(folder): await phone.request("new_session", cwd=str(folder))
+                         for folder in (tmp_path / "agent", tmp_path, Path("/"))}
+            home = await phone.request("new_session", cwd="~")
+            same = await phone.request("new_session", cwd=str(tmp_path / "project"))
+            await phone.prompt_and_wait("hello")
+            cwd = (await phone.list_sessions()).sessions[0].cwd
+    for answer in [*elsewhere.values(), home]:
+        assert "a folder no session uses, needs the owner role" in str(answer["error"])
+    assert same["success"] is True and cwd == str(tmp_path / "project")
+    assert len(remote.daemon.server.requests) == 1
+
+
+async def test_a_revocation_written_by_another_process_holds_and_is_not_undone(
+        tmp_path: Path) -> None:
+    """``forged devices revoke`` that reached no daemon (another runtime folder) edits the
+    file: the running daemon refuses the device from then on, cuts its connection at its
+    next command, and another device connecting does not write it back."""
+    async with open_remote(tmp_path) as remote:
+        phone_credential = await remote.pair("phone", "control")
+        laptop_credential = await remote.pair("laptop", "read")
+        env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(tmp_path / "other")}
+        async with remote.device(phone_credential) as phone:
+            await phone.new_session()
+            await trio.run_process([str(BIN / "forged"), "devices", "revoke", "phone"],
+                                   capture_stdout=True, env=env)
+            with pytest.raises(ConnectionError):
+                await phone.request("get_state")
+        async with remote.device(laptop_credential) as laptop:
+            await laptop.list_sessions()
+        assert await remote.refused_status(remote.url, [
+            (b"authorization", f"Bearer {phone_credential}".encode())]) == 401
+    stored = orjson.loads((tmp_path / "agent" / "devices.json").read_bytes())
+    assert [device["name"] for device in stored["devices"]] == ["laptop"]
+
+
+async def test_a_ticket_dies_with_its_device_even_when_the_name_is_paired_again(
+        tmp_path: Path) -> None:
+    async with open_remote(tmp_path) as remote:
+        credential = await remote.pair("phone", "owner")
+        ticket = (await remote.post("/ticket", headers={
+            "authorization": f"Bearer {credential}"})).json()["ticket"]
+        async with remote.daemon.client() as owner:
+            await owner.revoke_device("phone")
+        await remote.pair("phone", "read")
+        assert await remote.refused_status(f"{remote.url}?ticket={ticket}") == 401
+
+
+async def test_a_request_with_a_bare_line_feed_writes_no_line_of_its_own_in_the_log(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    async with open_remote(tmp_path) as remote:
+        stream = await trio.open_ssl_over_tcp_stream(
+            "127.0.0.1", int(remote.base.rsplit(":", 1)[1]), ssl_context=remote.context)
+        await stream.send_all(b"POST /pair HTTP/1.1\r\nHost: x\r\n"
+                              b"Origin: https://a\nforged: revoked device phone\r\n\r\n")
+        with trio.fail_after(10), contextlib.suppress(trio.BrokenResourceError):
+            while await stream.receive_some():  # until the daemon drops it
+                pass
+    assert not [line for line in capfd.readouterr().err.splitlines()
+                if line.startswith("forged: revoked device phone")]

@@ -21,6 +21,7 @@ refusal is a line in the log, never a credential or a code.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -54,6 +55,10 @@ class Head:
         return self.headers.get("upgrade", "").lower() == "websocket"
 
 
+_CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+"""What no request line or header holds (tab aside), once its lines' CRLFs are taken out."""
+
+
 async def read_head(stream: trio.abc.ReceiveStream) -> tuple[Head | None, bytes]:
     """The request head at the start of `stream`, and every byte read (to replay); None
     for the head when it is not HTTP, is too long, or the stream ended first."""
@@ -65,7 +70,10 @@ async def read_head(stream: trio.abc.ReceiveStream) -> tuple[Head | None, bytes]
         if not data:
             return None, read
         read += data
-    lines = read.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    head = read.partition(b"\r\n\r\n")[0]
+    if _CONTROL.search(head.replace(b"\r\n", b"")):  # a bare CR or LF: no line in a log
+        return None, read
+    lines = head.decode("latin-1").split("\r\n")
     request_line = lines[0].split(" ")
     if len(request_line) != 3 or not request_line[2].startswith("HTTP/1."):
         return None, read

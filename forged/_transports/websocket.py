@@ -41,7 +41,7 @@ from .._errors import ConfigError
 from .._hub import Hub
 from .._jsonl import MAX_LINE_BYTES
 from .._log import log
-from .http import Head, Replayed, bearer, origin_refused, read_head, serve_plain
+from .http import MAX_HEAD_BYTES, Head, Replayed, bearer, origin_refused, read_head, serve_plain
 
 MAX_UNAUTHENTICATED = 64
 HANDSHAKE_TIMEOUT_S = 5.0
@@ -224,7 +224,9 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], ac
                             connection_nursery, Replayed(channel, read),
                             max_message_size=MAX_LINE_BYTES)
                 if head is None:
-                    log(f"dropped {name}: no HTTP request within {HANDSHAKE_TIMEOUT_S:g} s")
+                    log(f"dropped {name}: no HTTP request it could read (within "
+                        f"{HANDSHAKE_TIMEOUT_S:g} s, at most {MAX_HEAD_BYTES} bytes, no bare "
+                        "CR or LF)")
                 elif not head.upgrade:
                     with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
                         await serve_plain(channel, head, read, access, name=name,
