@@ -304,24 +304,31 @@ async def test_a_ticket_opens_one_websocket_once_within_30_seconds(
 
 
 async def test_a_browser_keeps_its_credential_in_a_strict_cookie(tmp_path: Path) -> None:
+    """The cookie is HttpOnly, Secure, SameSite=Strict and scoped to a path only the
+    daemon's page knows (a cookie is not kept apart by port: another server on the same
+    host is sent it for any path it covers); taken only there, from the daemon's own
+    origin."""
     async with open_remote(tmp_path) as remote:
         code = (await remote.offer("browser", "read")).code
         paired = await remote.post("/pair", {"code": code, "cookie": True},
                                    headers={"origin": remote.base})
         assert paired.status_code == 200 and paired.json()["credential"] is None
         cookie = paired.headers["set-cookie"]
-        assert {"HttpOnly", "Secure", "SameSite=Strict"} <= {
+        path = paired.json()["ticketPath"]
+        assert {"HttpOnly", "Secure", "SameSite=Strict", f"Path={path}"} <= {
             part.strip() for part in cookie.split(";")}
+        assert re.fullmatch(r"/ticket/[0-9a-f]{32}", path)
         sent = {"cookie": cookie.split(";")[0]}
-        own = await remote.post("/ticket", headers={**sent, "origin": remote.base})
-        foreign = await remote.post("/ticket", headers={**sent, "origin": "https://evil.example"})
-        rebound = await remote.post("/ticket", headers={
+        own = await remote.post(path, headers={**sent, "origin": remote.base})
+        elsewhere = await remote.post("/ticket", headers={**sent, "origin": remote.base})
+        foreign = await remote.post(path, headers={**sent, "origin": "https://evil.example"})
+        rebound = await remote.post(path, headers={
             **sent, "origin": "https://evil.example", "host": "evil.example"})
-        no_origin = await remote.post("/ticket", headers=sent)
+        no_origin = await remote.post(path, headers=sent)
         page = await remote.post("/pair", {"code": "X"}, headers={"origin": "https://evil.example"})
     assert own.status_code == 200 and own.json()["ticket"]
-    assert [foreign.status_code, rebound.status_code, no_origin.status_code,
-            page.status_code] == [403, 403, 403, 403]
+    assert [elsewhere.status_code, foreign.status_code, rebound.status_code,
+            no_origin.status_code, page.status_code] == [403, 403, 403, 403, 403]
 
 
 async def test_the_owners_token_stays_the_owners_and_a_device_never_is(
@@ -434,7 +441,9 @@ async def test_a_real_browser_pairs_by_the_link_and_opens_the_websocket_with_a_t
             scripts_see = await page.evaluate("document.cookie")
             answered = await page.call("Runtime.evaluate", awaitPromise=True,
                                        returnByValue=True, expression="""(async () => {
-                const ticket = (await (await fetch('/ticket', {method: 'POST'})).json()).ticket;
+                const bare = (await fetch('/ticket', {method: 'POST'})).status;
+                const path = localStorage.getItem('forged.ticketPath');
+                const ticket = (await (await fetch(path, {method: 'POST'})).json()).ticket;
                 return await new Promise((resolve, reject) => {
                   const ws = new WebSocket(`wss://${location.host}/?ticket=${ticket}`);
                   ws.onopen = () => {
@@ -445,7 +454,7 @@ async def test_a_real_browser_pairs_by_the_link_and_opens_the_websocket_with_a_t
                   ws.onmessage = (m) => {
                     const answer = JSON.parse(m.data);
                     answers[answer.id] = answer;
-                    if (answers.l && answers.p) resolve(answers);
+                    if (answers.l && answers.p) resolve({bare, ...answers});
                   };
                   ws.onerror = () => reject('the WebSocket was refused');
                 });
@@ -456,6 +465,7 @@ async def test_a_real_browser_pairs_by_the_link_and_opens_the_websocket_with_a_t
     assert "#" not in address and pairing.code not in address
     assert scripts_see == ""
     answers = answered["result"]["value"]
+    assert answers["bare"] == 401  # the cookie goes to its own path only
     assert answers["l"]["success"] is True
     assert answers["p"]["success"] is False
     assert answers["p"]["error"].startswith("prompt needs the control role")

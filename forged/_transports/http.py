@@ -9,7 +9,8 @@ request is answered here, once, and the connection closed:
 - ``POST /pair`` ``{"code", "name"?, "cookie"?}``: a pairing code traded, once, for a
   device's credential (`forged._devices.Access.pair`), as JSON, or with ``"cookie": true``
   as an HttpOnly, Secure, SameSite=Strict cookie only;
-- ``POST /ticket``: a credential (``Authorization: Bearer``, or the cookie from a page of
+- ``POST /ticket`` (or ``/ticket/<path>``, the one path a cookie is sent to: `ticket_path`):
+  a credential (``Authorization: Bearer``, or the cookie from a page of
   the daemon's own origin) traded for a single-use ticket that opens one WebSocket
   (``?ticket=``) within 30 s.
 
@@ -21,6 +22,7 @@ refusal is a line in the log, never a credential or a code.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
@@ -165,7 +167,7 @@ async def serve_plain(stream: trio.abc.Stream, head: Head, read: bytes, access: 
 async def _route(stream: trio.abc.Stream, head: Head, read: bytes, access: Access, *,
                  name: str, address: str, allowed_origins: Sequence[str]
                  ) -> tuple[int, bytes, list[str]]:
-    if head.path not in ("/pair", "/ticket"):
+    if head.path not in ("/pair", "/ticket") and not head.path.startswith("/ticket/"):
         raise HttpRefused(404, f"nothing at {head.path}")
     refused = origin_refused(head, allowed_origins, access.links)
     if refused is not None:
@@ -175,7 +177,7 @@ async def _route(stream: trio.abc.Stream, head: Head, read: bytes, access: Acces
     if head.method != "POST":
         raise HttpRefused(405, f"{head.method} {head.path}: only POST")
     body = await _body(stream, head, read)
-    if head.path == "/ticket":
+    if head.path != "/pair":
         principal = _ticket_holder(head, access)
         ticket = access.tickets.issue(principal, trio.current_time())
         log(f"ticket issued to {name} ({principal.name}, {principal.role})")
@@ -194,22 +196,34 @@ async def _route(stream: trio.abc.Stream, head: Head, read: bytes, access: Acces
     access.devices.seen(device, address)
     log(f"paired device {device.name} ({device.role}) from {name}")
     if asked.get("cookie") is True:
-        cookie = (f"Set-Cookie: {COOKIE}={credential}; Path=/; Max-Age={COOKIE_MAX_AGE_S}; "
-                  "HttpOnly; Secure; SameSite=Strict")
+        path = ticket_path(credential)
+        cookie = (f"Set-Cookie: {COOKIE}={credential}; Path={path}; "
+                  f"Max-Age={COOKIE_MAX_AGE_S}; HttpOnly; Secure; SameSite=Strict")
         return 200, _json({"credential": None, "device": device.name,
-                           "role": device.role}), [cookie]
+                           "role": device.role, "ticketPath": path}), [cookie]
     return 200, _json({"credential": credential, "device": device.name,
                        "role": device.role}), []
 
 
+def ticket_path(credential: str) -> str:
+    """Where a browser trades its cookie for a ticket: a path derived from the credential,
+    which the cookie is scoped to. A cookie is not kept apart by port: without this, every
+    other server on the daemon's host name (a project's dev server on another port) would
+    be sent it; none can name this path, which only the daemon's own page knows."""
+    return "/ticket/" + hashlib.sha256(b"forged ticket path\0" + credential.encode()
+                                       ).hexdigest()[:32]
+
+
 def _ticket_holder(head: Head, access: Access) -> Principal:
     """Whom a ticket request stands for: its bearer credential, else its cookie when it
-    comes from a page (`origin_refused` let it through)."""
+    comes from a page (`origin_refused` let it through) to the cookie's own path."""
     credential = bearer(head)
     if credential is None:
         credential = cookie_credential(head)
         if credential is not None and head.headers.get("origin") is None:
             raise HttpRefused(403, "a cookie is taken only from a page (with its Origin)")
+        if credential is not None and head.path != ticket_path(credential):
+            raise HttpRefused(403, "a cookie is taken only at its own ticket path")
     if credential is None:
         raise HttpRefused(401, "no credential")
     principal = access.authenticate(credential)
@@ -259,6 +273,7 @@ color:#111;background:#fff}@media (prefers-color-scheme:dark){body{color:#eee;ba
     const answer = await fetch("/pair", {method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json"}, body: JSON.stringify({code, cookie: true})});
     const data = await answer.json();
+    if (answer.ok) localStorage.setItem("forged.ticketPath", data.ticketPath);
     status.textContent = answer.ok
       ? `Paired: this browser is the device ${data.device} (${data.role}).`
       : `Not paired: ${data.error}.`;
