@@ -49,6 +49,8 @@ TICKET_S = 30.0
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTVWXYZ23456789"
 """No I, L, O, U, 0 or 1: a code read aloud or off a phone is not mistyped."""
 CODE_LENGTH = 10
+SEEN_WRITE_S = 60.0
+"""How stale devices.json's ``lastSeen`` of a device reconnecting from one address may be."""
 CREDENTIAL_PREFIX = "fgd_"
 """So that secret scanners and people know a forged credential when they see one."""
 DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -195,9 +197,13 @@ class Devices:
         return device
 
     def seen(self, device: Device, address: str) -> None:
-        """`device` connected from `address` now (kept, not fsynced: a cache)."""
+        """`device` connected from `address` now (kept, not fsynced: a cache; written at
+        most once a minute for a device that comes back from where it was)."""
         self.fresh()  # a device revoked meanwhile is not written back
-        device.last_seen, device.address = time.time(), address
+        now, before = time.time(), (device.last_seen, device.address)
+        device.last_seen, device.address = now, address
+        if before[1] == address and before[0] is not None and now - before[0] < SEEN_WRITE_S:
+            return
         if self.devices.get(device.name) is device:
             try:
                 self.save(durable=False)
@@ -324,7 +330,7 @@ class Access:
             name=device.name, role=device.role, created=iso(device.created),
             last_seen=None if device.last_seen is None else iso(device.last_seen),
             address=device.address, connected=connected(device.name))
-            for device in self.devices.devices.values()])
+            for device in self.devices.fresh().devices.values()])
 
     def pair(self, code: str, now: float, name: str | None = None) -> tuple[Device, str]:
         """The device a valid `code` pairs (named `name`, when given), and its credential
