@@ -263,8 +263,7 @@ def _tls(serve: ServeOptions) -> Tls | None:
 
     cert, key = serve.tls_cert, serve.tls_key
     if cert is None and key is None:
-        section = Settings(agent_dir()).get("daemon")
-        given = section.get("tls") if isinstance(section, dict) else None
+        given = _daemon_section().get("tls")
         if isinstance(given, dict):
             cert = Path(str(given["cert"])).expanduser() if given.get("cert") else None
             key = Path(str(given["key"])).expanduser() if given.get("key") else None

@@ -394,13 +394,11 @@ def refusal(principal: Principal, command: w.Command | w.DaemonCommand, *, attac
             f"the {principal.role} role" + ("" if attached else " (attach to a session first)"))
 
 
-def folder_refusal(command: w.Command | w.DaemonCommand, chosen: Iterable[Path]) -> str | None:
-    """Why a device below owner may not open a session in the folder `command` names, or
+def folder_refusal(cwd: str, chosen: Iterable[Path]) -> str | None:
+    """Why a device below owner may not open a session in `cwd` (a ``new_session``'s), or
     None: only the `chosen` folders (the daemon's own, and those of live sessions) are
     offered to it, since a session's folder is what its model may write."""
-    if not isinstance(command, w.NewSession) or not command.cwd:
-        return None
-    folder = Path(command.cwd).expanduser()
+    folder = Path(cwd).expanduser()
     if not folder.is_absolute():
         return None  # refused as the command's own error
     folder = folder.resolve()

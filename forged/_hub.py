@@ -181,7 +181,7 @@ class LiveSession:
         self._stirred.set()
         self.seq += 1
         if self.nudge is not None and isinstance(event, (w.AgentEnd, w.AgentSettled)):
-            self._nudge_run(event)
+            self._nudge_run(event, self.nudge)
         if isinstance(event, w.MessageStart):
             self._open_message = self.seq
         elif isinstance(event, (w.MessageEnd, w.AgentEnd)):
@@ -204,13 +204,14 @@ class LiveSession:
         return Nudge(event=event, session_id=self.id, session_name=self.session.session_name,
                      folder=str(self.config.cwd), summary=summary, text=text)
 
-    def _nudge_run(self, event: w.AgentEnd | w.AgentSettled) -> None:
-        """At a run's end, keep its outcome; at the settling, send it."""
+    def _nudge_run(self, event: w.AgentEnd | w.AgentSettled, nudge: Callable[[Nudge], None]
+                   ) -> None:
+        """At a run's end, keep its outcome; at the settling, send it to `nudge`."""
         if isinstance(event, w.AgentEnd):
             if not event.will_retry:
-                self._outcome = _outcome(event, self._nudge_of)
-        elif self._outcome is not None and self.nudge is not None:
-            self.nudge(self._outcome)
+                self._outcome = self._nudge_of(*_outcome(event))
+        elif self._outcome is not None:
+            nudge(self._outcome)
             self._outcome = None
 
     def waits(self, kind: str, title: str) -> None:
@@ -490,9 +491,11 @@ class Hub:
         if self.revoked(principal):  # by another process (forged devices revoke)
             peer.cut_off(f"its device {principal.device} was revoked")
             return
-        refused = refusal(principal, command, attached=peer.live is not None) or (
-            folder_refusal(command, [self.default_cwd, *(live.session.cwd for live in self.live)])
-            if principal.role != "owner" else None)
+        refused = refusal(principal, command, attached=peer.live is not None)
+        if (refused is None and principal.role != "owner" and isinstance(command, w.NewSession)
+                and command.cwd):
+            refused = folder_refusal(command.cwd, [self.default_cwd,
+                                                   *(live.session.cwd for live in self.live)])
         if refused is not None:
             log(f"refused {command.type} from {peer.name} ({principal.name}): {refused}")
             reply.fail(refused)
@@ -609,18 +612,18 @@ class Hub:
         return live.attach(peer, since_seq)
 
 
-def _outcome(end: w.AgentEnd, nudge_of: Callable[[str, str, str | None], Nudge]) -> Nudge:
-    """A run's nudge: ``run_error`` with the error when its last answer failed, else
-    ``run_end`` with the answer's last words."""
+def _outcome(end: w.AgentEnd) -> tuple[str, str, str | None]:
+    """A run's nudge (event, summary, text): ``run_error`` with the error when its last
+    answer failed, else ``run_end`` with the answer's last words."""
     last = next((m for m in reversed(end.messages) if isinstance(m, w.AssistantMessage)),
                 None)
     if last is not None and last.stop_reason == "error":
-        return nudge_of("run_error", "the run failed", last.error_message)
+        return "run_error", "the run failed", last.error_message
     words = None if last is None else "".join(
         block.text for block in last.content if isinstance(block, w.TextContent)) or None
     if last is not None and last.stop_reason == "aborted":
-        return nudge_of("run_end", "the run was stopped", words)
-    return nudge_of("run_end", "the run finished", words)
+        return "run_end", "the run was stopped", words
+    return "run_end", "the run finished", words
 
 
 def _folder(text: str, *, existing: bool = True) -> Path:

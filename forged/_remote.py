@@ -15,14 +15,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from . import _runtime
 from ._devices import ROLES, Devices, iso
 from ._errors import ConfigError, NotPaired
 from ._log import log
 from ._paths import agent_dir
-from ._thin import open_daemon
+from ._thin import ask, open_daemon
 
 
 def build_pair_parser() -> argparse.ArgumentParser:
@@ -144,17 +142,8 @@ def _ask(socket_path: Path | None, command: dict[str, str]) -> dict[str, Any] | 
     if sock is None:
         return None
     try:
-        sock.sendall(orjson.dumps({**command, "id": "cli"}) + b"\n")
-        buffered = b""
-        while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                return {"success": False, "error": "the daemon closed the connection"}
-            buffered += data
-            *lines, buffered = buffered.split(b"\n")
-            for line in lines:
-                answer = orjson.loads(line)
-                if isinstance(answer, dict) and answer.get("id") == "cli":
-                    return answer
+        answer = ask(sock, {**command, "id": "cli"})
     finally:
         sock.close()
+    return answer if answer is not None else {
+        "success": False, "error": "the daemon closed the connection"}

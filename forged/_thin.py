@@ -527,30 +527,38 @@ def _find_daemon(socket_path: str) -> tuple[int, list[dict[str, object]]] | int:
     if sock is None:
         print(f"no forged daemon on {socket_path}")
         return 1
-    import json
-
     try:
         pid = daemon_pid(socket_path, peer_creds(sock))
-        sock.sendall(_line({"type": "list_sessions", "id": "status"}))
-        buffered = b""
-        while True:
-            data = sock.recv(CHUNK)
-            if not data:
-                print(f"no forged daemon on {socket_path}")
-                return 1
-            buffered += data
-            *lines, buffered = buffered.split(b"\n")
-            for line in lines:
-                answer = json.loads(line)
-                if answer.get("id") != "status":
-                    continue
-                if not answer.get("success"):
-                    _say(str(answer.get("error")))
-                    return 1
-                data = answer.get("data")
-                return pid, (data.get("sessions", []) if isinstance(data, dict) else [])
+        answer = ask(sock, {"type": "list_sessions", "id": "status"})
     finally:
         sock.close()
+    if answer is None:
+        print(f"no forged daemon on {socket_path}")
+        return 1
+    if not answer.get("success"):
+        _say(str(answer.get("error")))
+        return 1
+    data = answer.get("data")
+    return pid, (data.get("sessions", []) if isinstance(data, dict) else [])
+
+
+def ask(sock: _socket.socket, command: dict[str, str | bool]) -> dict[str, object] | None:
+    """The daemon's answer to `command` (which names its ``id``) on `sock`, the events
+    before it skipped; None when the daemon closed the connection first."""
+    import json
+
+    sock.sendall(_line(command))
+    buffered = b""
+    while True:
+        data = sock.recv(CHUNK)
+        if not data:
+            return None
+        buffered += data
+        *lines, buffered = buffered.split(b"\n")
+        for line in lines:
+            answer = json.loads(line)
+            if isinstance(answer, dict) and answer.get("id") == command["id"]:
+                return answer
 
 
 def daemon_pid(socket_path: str, creds: bytes) -> int:
