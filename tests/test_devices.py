@@ -432,11 +432,17 @@ async def test_a_real_browser_pairs_by_the_link_and_opens_the_websocket_with_a_t
         async with open_page(binary, tmp_path / "profile") as page:
             await page.call("Security.setIgnoreCertificateErrors", ignore=True)
             await page.call("Page.navigate", url=pairing.link)
-            with trio.fail_after(20):  # a hang guard: until the page says how it went
-                while not (status := await page.evaluate(  # noqa: ASYNC110
-                        "document.getElementById('status')?.textContent ?? ''")).startswith(
-                            ("Paired", "Not paired")):
-                    await trio.sleep(0.05)
+            with trio.fail_after(20):  # a hang guard
+                await page.wait_event("Page.loadEventFired")
+                status = (await page.call(  # the page's own word, when it says how it went
+                    "Runtime.evaluate", awaitPromise=True, returnByValue=True,
+                    expression="""new Promise((resolve) => {
+                      const status = document.getElementById('status');
+                      const said = () => /^(Paired|Not paired)/.test(status.textContent)
+                        && resolve(status.textContent);
+                      if (!said()) new MutationObserver(said).observe(
+                        status, {childList: true, characterData: true, subtree: true});
+                    })"""))["result"]["value"]
             address = await page.evaluate("location.href")
             scripts_see = await page.evaluate("document.cookie")
             answered = await page.call("Runtime.evaluate", awaitPromise=True,
