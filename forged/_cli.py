@@ -374,7 +374,8 @@ def options_from(args: argparse.Namespace) -> Options:
                          exclude=args.exclude_tools or []))
 
 
-SUBCOMMANDS = ("serve", "connect", "status", "stop", "login", "logout", "pair", "devices")
+SUBCOMMANDS = ("serve", "connect", "status", "stop", "login", "logout", "pair", "devices",
+               "web")
 
 
 def _socket_option(parser: argparse.ArgumentParser) -> None:
@@ -475,9 +476,9 @@ def build_status_parser(command: str = "status") -> argparse.ArgumentParser:
 
 
 def run_subcommand(command: str, argv: list[str]) -> int:
-    """``forged serve``, ``connect``, ``status``, ``stop``, ``login``, ``logout``, ``pair``
-    or ``devices``."""
-    if command in ("pair", "devices"):
+    """``forged serve``, ``connect``, ``status``, ``stop``, ``login``, ``logout``, ``pair``,
+    ``devices`` or ``web``."""
+    if command in ("pair", "devices", "web"):
         from ._remote import main as remote
 
         return remote(command, argv)

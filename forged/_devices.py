@@ -353,7 +353,7 @@ _CONTROL = frozenset({
     "cycle_model", "set_thinking_level", "cycle_thinking_level", "set_steering_mode",
     "set_follow_up_mode", "compact", "set_auto_compaction", "set_auto_retry", "abort_retry",
     "abort_bash", "fork", "clone", "set_session_name", "restore_checkpoint",
-    "unload_session"})
+    "unload_session", "navigate_tree"})
 
 
 def needed_role(command: w.Command | w.DaemonCommand) -> Role:

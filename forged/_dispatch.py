@@ -36,6 +36,7 @@ from ._store import LEAF, entry_tree
 from ._switching import (
     Maker,
     branch_store,
+    entry_position,
     export_html,
     file_store,
     fork_messages,
@@ -201,9 +202,8 @@ class Dispatcher:
         self._on(w.SwitchSession, lambda cmd, reply: self._switch(
                 reply, file_store(self.session.cwd, Path(cmd.session_path)), restore=True))
         self._on(w.Fork, self.fork)
-        self._on(w.Clone, lambda cmd, reply: self._switch(
-                reply, branch_store(self.session.cwd, LEAF), restore=False,
-                files=(cmd.restore_files, LEAF, cmd.force)))
+        self._on(w.Clone, self.clone)
+        self._on(w.NavigateTree, self.navigate_tree)
         self._on(w.GetCheckpoints, lambda _, reply: reply.ok(w.CheckpointList(
                 checkpoints=self.session.checkpoints.listing())))
         self._on(w.GetCheckpointDiff, lambda cmd, reply: self._in_task(
@@ -329,6 +329,20 @@ class Dispatcher:
         self._switch(reply, branch_store(self.session.cwd, parent), restore=False,
                      data=w.ForkResult(text=text),
                      files=(command.restore_files, parent, command.force))
+
+    def clone(self, command: w.Clone, reply: Reply) -> None:
+        leaf = LEAF if command.entry_id is None else entry_position(self.session.store,
+                                                                      command.entry_id)
+        self._switch(reply, branch_store(self.session.cwd, leaf), restore=False,
+                     files=(command.restore_files, leaf, command.force))
+
+    def navigate_tree(self, command: w.NavigateTree, reply: Reply) -> None:
+        session = self.session
+        if session.busy or session.bash.running:
+            raise CommandError("Cannot move in the tree while a run or a bash command is "
+                               "active; wait for agent_settled or abort it first")
+        session.move_to(command.entry_id)
+        reply.ok(w.EntryTree(tree=entry_tree(session.store), leaf_id=session.store.leaf_id))
 
     def restore_checkpoint(self, command: w.RestoreCheckpoint, reply: Reply) -> None:
         session = self.session

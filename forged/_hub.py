@@ -18,6 +18,7 @@ A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from ._dispatch import Agent, Reply, open_agent
 from ._errors import CommandError, ForgedError, NotPaired
 from ._jsonl import encode_line
 from ._log import log
-from ._notify import Nudge
+from ._notify import Nudge, run_outcome
 from ._opening import SessionConfig
 from ._session import Session
 from ._settings import DEFAULTS
@@ -164,6 +165,7 @@ class LiveSession:
         """Set by anything that restarts the idle count: a client attaching, an event."""
         self.closed = trio.Event()
         """Set once it is unloaded (its file closed)."""
+        self.last_activity = int(time.time() * 1000)
         self.nudge: Callable[[Nudge], None] | None = None
         """Where its nudges go (the daemon's `forged._notify.Notifier.send`)."""
         self._outcome: Nudge | None = None
@@ -179,6 +181,7 @@ class LiveSession:
         ``seq`` (first in the object), and kept for replay (as the bytes sent); a plain
         client gets it as stdio would."""
         self._stirred.set()
+        self.last_activity = int(time.time() * 1000)
         self.seq += 1
         if self.nudge is not None and isinstance(event, (w.AgentEnd, w.AgentSettled)):
             self._nudge_run(event, self.nudge)
@@ -209,7 +212,7 @@ class LiveSession:
         """At a run's end, keep its outcome; at the settling, send it to `nudge`."""
         if isinstance(event, w.AgentEnd):
             if not event.will_retry:
-                self._outcome = self._nudge_of(*_outcome(event))
+                self._outcome = self._nudge_of(*run_outcome(event))
         elif self._outcome is not None:
             nudge(self._outcome)
             self._outcome = None
@@ -273,10 +276,15 @@ class LiveSession:
 
     def info(self) -> w.LiveSessionInfo:
         session = self.session
+        model = session.model
+        session.totals.count(session.store)
         return w.LiveSessionInfo(
             session_id=self.id, cwd=str(session.cwd), session_name=session.session_name,
             session_file=str(session.store.path) if session.store.path else None,
-            state="streaming" if session.busy else "idle", clients=len(self.clients))
+            state="streaming" if session.busy else "idle", clients=len(self.clients),
+            provider=model.provider if model else None, model_id=model.id if model else None,
+            waiting=session.ui.waiting, cost=session.totals.cost,
+            last_activity=self.last_activity)
 
     @property
     def idle(self) -> bool:
@@ -475,6 +483,19 @@ class Hub:
         live.unload_scope.cancel()
         await live.closed.wait()
 
+    async def delete(self, peer: Peer, session_id: str) -> w.Deleted:
+        """The stored session `session_id` names (an id, or the start of one) deleted:
+        `peer` leaves it, it is unloaded (`unload`'s refusals), then its file goes."""
+        stored = find_stored(session_id)
+        chosen = one_session(session_id, set(stored))
+        if peer.live is not None and peer.live.id == chosen:
+            peer.live.detach(peer)
+        await self.unload(chosen)
+        path = stored[chosen][0]
+        await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
+        log(f"deleted session {chosen} ({path}) for {peer.name} ({peer.principal.name})")
+        return w.Deleted(session_id=chosen, path=str(path))
+
     def find_live(self, session_id: str) -> LiveSession | None:
         return next((live for live in self.live if live.id == session_id), None)
 
@@ -527,6 +548,8 @@ class Hub:
             elif isinstance(command, w.UnloadSession):
                 await self.unload(command.session_id)
                 reply.ok()
+            elif isinstance(command, w.DeleteSession):
+                reply.ok(await self.delete(peer, command.session_id))
             elif isinstance(command, w.Detach):
                 peer.opening = None
                 if peer.live is not None:
@@ -610,20 +633,6 @@ class Hub:
         if peer.live is not None and peer.live is not live:
             peer.live.detach(peer)
         return live.attach(peer, since_seq)
-
-
-def _outcome(end: w.AgentEnd) -> tuple[str, str, str | None]:
-    """A run's nudge (event, summary, text): ``run_error`` with the error when its last
-    answer failed, else ``run_end`` with the answer's last words."""
-    last = next((m for m in reversed(end.messages) if isinstance(m, w.AssistantMessage)),
-                None)
-    if last is not None and last.stop_reason == "error":
-        return "run_error", "the run failed", last.error_message
-    words = None if last is None else "".join(
-        block.text for block in last.content if isinstance(block, w.TextContent)) or None
-    if last is not None and last.stop_reason == "aborted":
-        return "run_end", "the run was stopped", words
-    return "run_end", "the run finished", words
 
 
 def _folder(text: str, *, existing: bool = True) -> Path:

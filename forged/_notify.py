@@ -30,6 +30,7 @@ import attrs
 import orjson
 import trio
 
+from . import _wire as w
 from ._errors import ConfigError
 from ._log import log, log_exception
 from ._tls import tls_context
@@ -292,3 +293,17 @@ class Notifier:
                 return None, False
             return f"HTTP {status}", status == 429 or status >= 500
         return f"no answer within {self.timeout_s:g} s", True
+
+
+def run_outcome(end: w.AgentEnd) -> tuple[str, str, str | None]:
+    """A run's nudge (event, summary, text): ``run_error`` with the error when its last
+    answer failed, else ``run_end`` with the answer's last words."""
+    last = next((m for m in reversed(end.messages) if isinstance(m, w.AssistantMessage)),
+                None)
+    if last is not None and last.stop_reason == "error":
+        return "run_error", "the run failed", last.error_message
+    words = None if last is None else "".join(
+        block.text for block in last.content if isinstance(block, w.TextContent)) or None
+    if last is not None and last.stop_reason == "aborted":
+        return "run_end", "the run was stopped", words
+    return "run_end", "the run finished", words

@@ -1,19 +1,22 @@
-"""``forged pair`` and ``forged devices``: the paired devices of the user's daemon
-(docs/remote.md).
+"""``forged pair``, ``forged devices`` and ``forged web``: the paired devices of the user's
+daemon (docs/remote.md, docs/web.md).
 
 ``pair`` asks the running daemon for a one-time code (its ``pair_device`` command): the code
 lives in the daemon alone, so a daemon must run, with a WebSocket listener for the device to
 reach. ``devices`` and ``devices revoke`` ask the daemon too (a revocation ends the device's
 connections); with no daemon running they read and change ``devices.json`` themselves, so a
-lost phone can be revoked before the daemon starts again.
+lost phone can be revoked before the daemon starts again. ``web`` pairs this machine's own
+browser as an owner device, by a link to the loopback listener, and opens it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from . import _runtime
 from ._devices import ROLES, Devices, iso
@@ -48,6 +51,19 @@ def build_devices_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_web_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="forged web", description="Open the daemon's page in this machine's browser, "
+        "signed in as the owner: pairs the browser as an owner device (a one-time link to "
+        "the loopback WebSocket listener, printed too) and opens the link.")
+    parser.add_argument("--name", help="the browser's device name (default: web, or web-2, "
+                        "web-3, ... when taken)")
+    parser.add_argument("--no-open", action="store_true",
+                        help="print the link only; open it yourself (within 10 minutes)")
+    _socket_option(parser)
+    return parser
+
+
 def _socket_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--socket", type=Path, metavar="PATH",
                         help=f"the daemon's Unix socket (default {_runtime.default_socket_path()})")
@@ -58,6 +74,9 @@ def main(command: str, argv: list[str]) -> int:
     if command == "pair":
         args = build_pair_parser().parse_args(argv)
         return pair(args.name, args.role, args.socket)
+    if command == "web":
+        args = build_web_parser().parse_args(argv)
+        return web(args.name, args.socket, open_it=not args.no_open)
     parser = build_devices_parser()
     args = parser.parse_args(argv)
     if args.action == "revoke":
@@ -88,6 +107,39 @@ def pair(name: str, role: str, socket_path: Path | None) -> int:
     log(f"the code pairs one device as {name} ({role}) within "
         f"{int(data['expiresInSeconds']) // 60} minutes: open the link on it, or POST "
         '{"code": ...} to /pair')
+    return 0
+
+
+def web(name: str | None, socket_path: Path | None, *, open_it: bool) -> int:
+    """Pair this machine's browser as an owner device and open the page (loopback only: an
+    owner's link is never handed to another machine's listener)."""
+    known = _ask(socket_path, {"type": "list_devices"})
+    if known is None:
+        log("no forged daemon runs: start one with forged serve --ws 127.0.0.1:8765, then "
+            "forged web")
+        return 1
+    taken = {d["name"] for d in known.get("data", {}).get("devices", [])}
+    name = name or next(f"web-{n}" if n > 1 else "web" for n in range(1, len(taken) + 2)
+                        if (f"web-{n}" if n > 1 else "web") not in taken)
+    answer = _ask(socket_path, {"type": "pair_device", "name": name, "role": "owner"})
+    if answer is None or not answer.get("success"):
+        log(str((answer or {}).get("error", "the daemon stopped")))
+        return 1
+    link = str(answer["data"]["link"])
+    parts = urlsplit(link)
+    if parts.hostname not in ("127.0.0.1", "::1", "localhost"):
+        log(f"forged web opens the page on this machine only: the daemon's link is {parts.scheme}"
+            f"://{parts.netloc}, not loopback; start it with --ws 127.0.0.1:PORT as well, or "
+            "pair a device with forged pair")
+        return 1
+    link = link.replace("/pair#", "/pair?open#", 1)
+    print(link, flush=True)
+    log(f"the link signs one browser in as {name} (owner) within 10 minutes, once")
+    if open_it and (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
+                    or sys.platform == "darwin"):
+        import webbrowser
+
+        webbrowser.open(link)
     return 0
 
 

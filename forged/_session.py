@@ -47,7 +47,7 @@ from ._retry import RunSettings
 from ._settings import Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
-from ._switching import Maker
+from ._switching import Maker, entry_position
 from ._tools import BUILTIN_NAMES, Tool, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell
 from ._tools.environment import ShellEnvironment
@@ -204,6 +204,16 @@ class Session:
         self.session_name = stored_name(store)
         self.choice.restore(store, restore=restore)
         self.tools.install_mode(store)
+
+    def move_to(self, entry_id: str) -> None:
+        """The leaf moved to the entry `entry_id` (any branch): a ``forged.branch`` custom
+        entry is appended under it, naming the leaf it left, and the context is that
+        branch's."""
+        store = self.store
+        entry_position(store, entry_id)
+        store.append("custom", under=entry_id, customType="forged.branch",
+                     data={"from": store.leaf_id})
+        self._install(store, restore=True)
 
     @property
     def session_id(self) -> str:

@@ -329,11 +329,12 @@ class SessionFile:
         if item.kind == "message":
             self.message_entries += 1
 
-    def append(self, entry_type: str, **fields: Any) -> Entry:
-        """Append an entry as a child of the current leaf and return it; `PersistenceError`
-        (and nothing appended) when the file cannot be written."""
-        entry: Entry = {"type": entry_type, "id": self.new_id(), "parentId": self.leaf_id,
-                        "timestamp": iso_now(), **fields}
+    def append(self, entry_type: str, *, under: str | None = None, **fields: Any) -> Entry:
+        """Append an entry as a child of the current leaf (or of the entry `under`: it
+        becomes the leaf, on that entry's branch) and return it; `PersistenceError` (and
+        nothing appended) when the file cannot be written."""
+        entry: Entry = {"type": entry_type, "id": self.new_id(),
+                        "parentId": under or self.leaf_id, "timestamp": iso_now(), **fields}
         line = encode_line(entry)
         item = _Indexed(entry["id"], entry["parentId"], entry_type, -1, len(line) - 1, entry)
         if self.path is not None and (self._fd is not None or entry_type == "message"):

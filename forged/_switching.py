@@ -97,6 +97,14 @@ def fork_point(store: SessionFile, entry_id: str) -> tuple[str, int | None]:
     return user_text(message), store.index.get(parent) if parent else None
 
 
+def entry_position(store: SessionFile, entry_id: str) -> int:
+    """Where the entry `entry_id` is in the file, on any branch."""
+    position = store.index.get(entry_id)
+    if position is None:
+        raise CommandError(f"Unknown entry id: {entry_id}")
+    return position
+
+
 def fork_messages(store: SessionFile) -> list[w.ForkMessage]:
     """The user messages of the active branch that have text."""
     out: list[w.ForkMessage] = []

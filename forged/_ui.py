@@ -75,6 +75,11 @@ class Dialogs:
         self._pending: dict[str, _Pending] = {}
         self._permissions: dict[str, _Pending] = {}
 
+    @property
+    def waiting(self) -> bool:
+        """A dialog or a permission request waits for an answer."""
+        return bool(self._pending or self._permissions)
+
     def set_interactive(self, interactive: bool) -> None:
         """Whether a client can answer now. When none can, the open dialogs resolve as
         cancelled, and permission requests wait for one (`client_wait_s`) or are denied;

@@ -93,7 +93,8 @@ def data_classes() -> dict[str, object]:
         "get_checkpoints": w.CheckpointList, "get_checkpoint_diff": w.CheckpointDiff,
         "restore_checkpoint": w.RestoreResult,
         "attach": w.AttachResult, "pair_device": w.Pairing, "list_devices": w.DeviceList,
-        "revoke_device": w.Revoked,
+        "revoke_device": w.Revoked, "navigate_tree": w.EntryTree,
+        "delete_session": w.Deleted,
     }
 
 
@@ -421,8 +422,14 @@ class Client:
     async def fork(self, entry_id: str) -> w.ForkResult:
         return await self.call("fork", w.ForkResult, entry_id=entry_id)
 
-    async def clone(self) -> w.SwitchResult:
-        return await self.call("clone", w.SwitchResult)
+    async def clone(self, entry_id: str | None = None) -> w.SwitchResult:
+        return await self.call("clone", w.SwitchResult, entry_id=entry_id)
+
+    async def navigate_tree(self, entry_id: str) -> w.EntryTree:
+        return await self.call("navigate_tree", w.EntryTree, entry_id=entry_id)
+
+    async def delete_session(self, session_id: str) -> w.Deleted:
+        return await self.call("delete_session", w.Deleted, session_id=session_id)
 
     async def get_fork_messages(self) -> list[w.ForkMessage]:
         return (await self.call("get_fork_messages", w.ForkMessageList)).messages

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import attrs
@@ -152,14 +153,20 @@ async def serve_plain(stream: trio.abc.Stream, head: Head, read: bytes, access: 
     reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
               404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
               413: "Content Too Large", 411: "Length Required"}.get(status, "Error")
-    content_type = ("text/html; charset=utf-8" if body.startswith(b"<!doctype")
-                    else "application/json")
-    lines = [f"HTTP/1.1 {status} {reason}", f"Content-Type: {content_type}",
-             f"Content-Length: {len(body)}", "Connection: close", "Cache-Control: no-store",
+    if not any(header.startswith("Content-Type:") for header in headers):
+        headers.append("Content-Type: " + ("text/html; charset=utf-8"
+                                           if body.startswith(b"<!doctype")
+                                           else "application/json"))
+    lines = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}",
+             "Connection: close", "Cache-Control: no-cache" if head.path in PAGE_FILES
+             else "Cache-Control: no-store",
              "X-Content-Type-Options: nosniff", "Referrer-Policy: no-referrer",
              "Content-Security-Policy: default-src 'none'; script-src 'self' 'unsafe-inline'; "
-             "connect-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'",
+             "connect-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+             "manifest-src 'self'; worker-src 'self'; frame-ancestors 'none'",
              *headers]
+    if head.method == "HEAD":
+        body = b""
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
         await stream.send_all("\r\n".join(lines).encode("latin-1") + b"\r\n\r\n" + body)
 
@@ -167,6 +174,8 @@ async def serve_plain(stream: trio.abc.Stream, head: Head, read: bytes, access: 
 async def _route(stream: trio.abc.Stream, head: Head, read: bytes, access: Access, *,
                  name: str, address: str, allowed_origins: Sequence[str]
                  ) -> tuple[int, bytes, list[str]]:
+    if head.method in ("GET", "HEAD") and head.path in PAGE_FILES:
+        return 200, _page_file(head.path), [f"Content-Type: {PAGE_FILES[head.path]}"]
     if head.path not in ("/pair", "/ticket") and not head.path.startswith("/ticket/"):
         raise HttpRefused(404, f"nothing at {head.path}")
     refused = origin_refused(head, allowed_origins, access.links)
@@ -181,7 +190,8 @@ async def _route(stream: trio.abc.Stream, head: Head, read: bytes, access: Acces
         principal = _ticket_holder(head, access)
         ticket = access.tickets.issue(principal, trio.current_time())
         log(f"ticket issued to {name} ({principal.name}, {principal.role})")
-        return 200, _json({"ticket": ticket, "expiresInSeconds": int(TICKET_S)}), []
+        return 200, _json({"ticket": ticket, "expiresInSeconds": int(TICKET_S),
+                           "device": principal.name, "role": principal.role}), []
     try:
         asked = orjson.loads(body)
         code, named = asked["code"], asked.get("name")
@@ -250,6 +260,20 @@ async def _body(stream: trio.abc.ReceiveStream, head: Head, read: bytes) -> byte
     return body[:length]
 
 
+PAGE = Path(__file__).parent.parent / "web"
+"""The page's files (docs/web.md), shipped in the package; read when asked for, so that a
+daemon no browser visits holds none of them."""
+PAGE_FILES = {
+    "/": "text/html; charset=utf-8", "/app.css": "text/css; charset=utf-8",
+    **{f"/{name}.js": "text/javascript; charset=utf-8" for name in (
+        "app", "link", "transcript", "panels", "markdown", "preact-htm", "sw")},
+    "/icon.svg": "image/svg+xml", "/manifest.webmanifest": "application/manifest+json"}
+
+
+def _page_file(path: str) -> bytes:
+    return (PAGE / ("index.html" if path == "/" else path[1:])).read_bytes()
+
+
 def _json(data: object) -> bytes:
     return orjson.dumps(data)
 
@@ -258,15 +282,18 @@ PAIR_PAGE = b"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Pair with forged</title>
+<link rel="icon" href="/icon.svg" type="image/svg+xml">
 <style>body{font:1.1rem/1.5 system-ui,sans-serif;max-width:30rem;margin:2rem auto;padding:0 1rem;
 color:#111;background:#fff}@media (prefers-color-scheme:dark){body{color:#eee;background:#111}}
 </style></head>
 <body><main><h1>Pair with forged</h1><p id="status" role="status" aria-live="polite">Pairing\
- this browser&hellip;</p></main>
+ this browser&hellip;</p>
+<p id="next" hidden><a href="/">Open forged</a></p></main>
 <script>
 (async () => {
   const status = document.getElementById("status");
   const code = decodeURIComponent(location.hash.slice(1));
+  const open = location.search === "?open";
   history.replaceState(null, "", location.pathname);
   if (!code) { status.textContent = "No pairing code: open the link forged pair printed."; return; }
   try {
@@ -277,6 +304,8 @@ color:#111;background:#fff}@media (prefers-color-scheme:dark){body{color:#eee;ba
     status.textContent = answer.ok
       ? `Paired: this browser is the device ${data.device} (${data.role}).`
       : `Not paired: ${data.error}.`;
+    if (answer.ok && open) location.replace("/");
+    else if (answer.ok) document.getElementById("next").hidden = false;
   } catch (error) { status.textContent = `Not paired: ${error}.`; }
 })();
 </script></body></html>

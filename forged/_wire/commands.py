@@ -24,6 +24,7 @@ __all__ = [
     "CycleModel",
     "CycleThinkingLevel",
     "DaemonCommand",
+    "DeleteSession",
     "Detach",
     "ExportHtml",
     "ExtensionUiResponse",
@@ -43,6 +44,7 @@ __all__ = [
     "GetTree",
     "ListDevices",
     "ListSessions",
+    "NavigateTree",
     "NewSession",
     "PairDevice",
     "Prompt",
@@ -250,6 +252,17 @@ class Clone:
     restore_files: bool = False
     """forged's addition: the files back as they were at the end of the branch."""
     force: bool = False
+    entry_id: str | None = None
+    """forged's addition: the branch from the root to this entry (any entry of the tree),
+    not the active one."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class NavigateTree:
+    """forged's addition: the session's leaf moved to an entry of its tree (any branch):
+    the next message continues from there."""
+    type: str = tag("navigate_tree")
+    entry_id: str
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -327,6 +340,7 @@ Command = (
     | SetAutoCompaction | SetAutoRetry | AbortRetry | Bash | AbortBash | GetSessionStats
     | ExportHtml | SwitchSession | Fork | Clone | GetForkMessages | GetEntries | GetTree
     | GetLastAssistantText | SetSessionName | GetCommands | ExtensionUiResponse | GetMcpServers
+    | NavigateTree
 )
 
 COMMAND_CLASSES: dict[str, type[Command]] = {
@@ -388,8 +402,16 @@ class RevokeDevice:
     name: str
 
 
+@attrs.define(kw_only=True, eq=False, repr=False)
+class DeleteSession:
+    """The daemon: a session's file deleted (unloaded first; refused while another client
+    holds it or it runs)."""
+    type: str = tag("delete_session")
+    session_id: str
+
+
 DaemonCommand = (ListSessions | Attach | Detach | UnloadSession | PairDevice | ListDevices
-                 | RevokeDevice)
+                 | RevokeDevice | DeleteSession)
 
 DAEMON_COMMAND_CLASSES: dict[str, type[Command | DaemonCommand]] = {
     **COMMAND_CLASSES,

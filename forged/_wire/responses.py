@@ -21,6 +21,7 @@ __all__ = [
     "CommandList",
     "ContextUsage",
     "CycledModel",
+    "Deleted",
     "DeviceInfo",
     "DeviceList",
     "EntryList",
@@ -173,6 +174,20 @@ class LiveSessionInfo:
     session_file: str | None = None
     state: Literal["streaming", "idle"]
     clients: int
+    provider: str | None = None
+    model_id: str | None = None
+    waiting: bool = False
+    """A permission request or a dialog waits for an answer."""
+    cost: float = 0.0
+    """Dollars spent so far (the session file's usage)."""
+    last_activity: int | None = None
+    """When its last event was written (ms since 1970), or it was opened."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class Deleted:
+    session_id: str
+    path: str
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -1,0 +1,416 @@
+// forged's page (docs/web.md): the sessions, and one session live, through the protocol a
+// paired device speaks (docs/protocol.md). What the device's role may not do is not offered.
+
+import { html, render } from "./preact-htm.js";
+import { Link, NotPaired } from "./link.js";
+import { Diff, Transcript, applyEvent, newTranscript } from "./transcript.js";
+import { Checkpoints, Tree, loadPanels } from "./panels.js";
+
+const ROLES = ["read", "approve", "control", "owner"];
+const PERMISSION_MODES = ["read-only", "ask", "auto", "full-access"];
+
+// The page's state; `update()` draws it again (at most once a frame).
+const S = {
+  view: "connecting", // "connecting" | "unpaired" | "list" | "session"
+  problem: "",
+  banner: "",
+  role: null,
+  device: null,
+  sessions: [],
+  stored: [],
+  cwd: "",
+  s: null, // the open session: its state, transcript, dialogs, panels
+  models: [],
+  levels: [],
+};
+
+export const may = (need) => ROLES.indexOf(S.role) >= ROLES.indexOf(need);
+
+let drawn = false;
+export function update() {
+  if (drawn) return;
+  drawn = true;
+  requestAnimationFrame(() => {
+    drawn = false;
+    render(html`<${Page} />`, document.getElementById("app"));
+  });
+}
+
+export const link = new Link({ onEvent, onStatus });
+
+function onStatus(status, detail) {
+  if (status === "away") S.banner = "Connection lost: reconnecting…";
+  else if (status === "unpaired") {
+    S.view = "unpaired";
+    S.problem = detail;
+  } else if (status === "back") {
+    S.banner = "Reconnected.";
+    setTimeout(() => { if (S.banner === "Reconnected.") { S.banner = ""; update(); } }, 3000);
+    if (S.view === "session" && S.s && detail) loadSession(S.s.id);
+    else if (S.view === "list") loadList();
+    else if (S.s) refreshState();
+  }
+  update();
+}
+
+// --- the session's events ----------------------------------------------------------------
+
+function onEvent(event) {
+  const s = S.s;
+  if (!s) return;
+  switch (event.type) {
+    case "agent_start":
+      s.running = true;
+      break;
+    case "agent_settled":
+      s.running = false;
+      refreshState();
+      s.refreshPanels?.();
+      break;
+    case "extension_ui_request":
+      if (event.method === "notify") s.notes = [...s.notes.slice(-4), event.message || event.title];
+      else if (!s.dialogs.some((d) => d.id === event.id)) s.dialogs.push(event);
+      break;
+    case "extension_ui_resolved":
+      s.dialogs = s.dialogs.filter((d) => d.id !== event.id);
+      break;
+    case "session_info_changed":
+      s.name = event.name;
+      break;
+    case "thinking_level_changed":
+      s.thinking = event.level;
+      break;
+    case "model_changed":
+      s.model = `${event.provider}/${event.modelId}`;
+      break;
+    case "permission_mode_changed":
+      s.mode = event.mode;
+      break;
+    case "auto_retry_start":
+      s.notes = [...s.notes.slice(-4), `Retrying (${event.attempt}/${event.maxAttempts}): ${event.errorMessage}`];
+      break;
+    default:
+      if (event.sessionId && s.id !== event.sessionId) link.attached = s.id = event.sessionId; // a fork or clone
+      if (!applyEvent(s.t, event)) return;
+  }
+  if (event.message?.usage || event.usage) s.statsStale = true;
+  update();
+}
+
+async function refreshState() {
+  const s = S.s;
+  if (!s) return;
+  try {
+    const [state, stats] = await Promise.all([link.ask("get_state"), link.ask("get_session_stats")]);
+    s.id = state.sessionId;
+    link.attached = s.id; // a fork or clone switched the session's file, and its id
+    s.name = state.sessionName;
+    s.model = state.model ? `${state.model.provider}/${state.model.id}` : "";
+    s.thinking = state.thinkingLevel;
+    s.mode = state.permissionMode;
+    s.running = state.isStreaming || state.isCompacting;
+    s.stats = stats;
+    if (location.hash !== `#/s/${s.id}`) history.replaceState(null, "", `#/s/${s.id}`);
+  } catch (error) {
+    s.notes = [...s.notes, String(error.message)];
+  }
+  update();
+}
+
+// --- loading the views -------------------------------------------------------------------
+
+async function loadList() {
+  S.view = "list";
+  try {
+    const data = await link.ask("list_sessions");
+    S.sessions = data.sessions;
+    S.stored = data.stored;
+    S.cwd = data.cwd;
+  } catch (error) {
+    S.problem = error.message;
+  }
+  update();
+}
+
+async function loadSession(id) {
+  S.view = "session";
+  S.s = {
+    id, name: null, model: "", thinking: "", mode: "", running: false, stats: null,
+    t: newTranscript(), dialogs: [], notes: [], problem: "",
+    checkpoints: [], diffs: {}, restoring: null, restored: "", tree: { tree: [], leafId: null },
+    refreshPanels: null, // once attached: nothing is asked of a session before
+  };
+  update();
+  try {
+    await link.detach();
+    await link.attach(id);
+    const [messages] = await Promise.all([link.ask("get_messages"), refreshState()]);
+    // Events that came meanwhile are kept: a message is not drawn twice (`applyEvent`).
+    const seen = S.s.t.messages;
+    S.s.t.messages = messages.messages;
+    for (const message of seen) applyEvent(S.s.t, { type: "message_end", message });
+    const s = S.s;
+    s.refreshPanels = () => loadPanels(s);
+    s.refreshPanels();
+    if (may("control")) {
+      const [models, levels] = await Promise.all([
+        link.ask("get_available_models"), link.ask("get_available_thinking_levels")]);
+      S.models = models.models;
+      S.levels = levels.levels || [];
+    }
+  } catch (error) {
+    S.s.problem = error.message;
+  }
+  update();
+}
+
+function route() {
+  const match = location.hash.match(/^#\/s\/([\w-]+)$/);
+  if (match) {
+    if (!S.s || S.s.id !== match[1] || S.view !== "session") loadSession(match[1]);
+  } else {
+    S.s = null;
+    link.detach().then(loadList);
+  }
+}
+
+// --- the views ---------------------------------------------------------------------------
+
+function stateWords(info) {
+  if (info.waiting) return "waiting for you";
+  return info.state === "streaming" ? "running" : "idle";
+}
+
+function ago(ms) {
+  if (!ms) return "";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  if (s < 60) return `${s} s ago`;
+  if (s < 3600) return `${Math.round(s / 60)} min ago`;
+  return new Date(ms).toLocaleString();
+}
+
+const dollars = (cost) => `$${(cost || 0).toFixed(4)}`;
+
+async function act(work, where = S.s) {
+  try {
+    await work();
+  } catch (error) {
+    if (where) where.problem = error.message;
+    else S.problem = error.message;
+  }
+  update();
+}
+
+function SessionList() {
+  const newSession = (e) => {
+    e.preventDefault();
+    const cwd = new FormData(e.target).get("cwd");
+    act(async () => {
+      await link.ask("new_session", cwd ? { cwd } : {});
+      link.attached = "opening"; // its first command opens it
+      const state = await link.ask("get_state");
+      link.attached = state.sessionId;
+      location.hash = `#/s/${state.sessionId}`;
+    }, null);
+  };
+  return html`<main id="main">
+    <h1>Sessions</h1>
+    ${S.problem ? html`<p class="error" role="alert">${S.problem}</p>` : ""}
+    ${S.sessions.length === 0 ? html`<p class="note">No session is live.</p>` : ""}
+    <ul class="sessions">
+      ${S.sessions.map((info) => html`<li class="session-item">
+        <a href=${`#/s/${info.sessionId}`} class="session-name">${info.sessionName || `Session ${info.sessionId.slice(0, 8)}`}</a>
+        <span class=${`state state-${info.waiting ? "waiting" : info.state}`}>${stateWords(info)}</span>
+        <span class="folder">${info.cwd}</span>
+        <span class="model">${info.provider ? `${info.provider}/${info.modelId}` : "no model"}</span>
+        <span class="cost">${dollars(info.cost)}</span>
+        <span class="when">${ago(info.lastActivity)}</span>
+      </li>`)}
+    </ul>
+    ${S.stored.length ? html`<h2>Stored in ${S.cwd}</h2>
+      <ul class="stored">${S.stored.slice(-20).reverse().map((stored) => html`<li>
+        <a href=${`#/s/${stored.sessionId}`}>${stored.sessionId.slice(0, 8)}</a> <span class="when">${new Date(stored.modified).toLocaleString()}</span>
+      </li>`)}</ul>` : ""}
+    ${may("control") ? html`<form class="new" onSubmit=${newSession}>
+      <h2>New session</h2>
+      <label for="cwd">Folder</label>
+      <input id="cwd" name="cwd" value=${S.cwd} autocomplete="off" />
+      <button type="submit">New session</button>
+    </form>` : ""}
+    <p><button type="button" onClick=${loadList}>Refresh</button></p>
+  </main>`;
+}
+
+function Dialog({ dialog }) {
+  const s = S.s;
+  const answer = (fields) => act(async () => {
+    await link.call("extension_ui_response", { id: dialog.id, ...fields });
+    s.dialogs = s.dialogs.filter((d) => d.id !== dialog.id);
+  });
+  const titleId = `dialog-${dialog.id}`;
+  let controls;
+  if (!may("approve")) controls = html`<p class="note">Waits for a device that may answer.</p>`;
+  else if (dialog.method === "select") {
+    controls = html`<div class="options">${(dialog.options || []).map((option) => html`
+      <button type="button" onClick=${() => answer({ value: option })}>${option}</button>`)}</div>`;
+  } else if (dialog.method === "confirm") {
+    controls = html`<div class="options">
+      <button type="button" onClick=${() => answer({ confirmed: true })}>Yes</button>
+      <button type="button" onClick=${() => answer({ confirmed: false })}>No</button></div>`;
+  } else {
+    const submit = (e) => {
+      e.preventDefault();
+      answer({ value: new FormData(e.target).get("value") });
+    };
+    controls = html`<form onSubmit=${submit}>
+      <label for=${`${titleId}-value`}>Answer</label>
+      <input id=${`${titleId}-value`} name="value" placeholder=${dialog.placeholder || ""} />
+      <button type="submit">Answer</button>
+      <button type="button" onClick=${() => answer({ cancelled: true })}>Cancel</button></form>`;
+  }
+  return html`<section role="group" class="dialog" aria-labelledby=${titleId}>
+    <h2 id=${titleId}>${dialog.title || "A question"}</h2>
+    ${dialog.message ? html`<p>${dialog.message}</p>` : ""}
+    ${controls}
+  </section>`;
+}
+
+function Composer() {
+  const s = S.s;
+  const send = (type, extra = {}) => (e) => {
+    e?.preventDefault();
+    const box = document.getElementById("prompt");
+    const message = box.value.trim();
+    if (!message) return;
+    act(async () => {
+      await link.ask(type, { message, ...extra });
+      box.value = "";
+    });
+  };
+  const keys = (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send("prompt", s.running ? { streamingBehavior: "followUp" } : {})(e);
+  };
+  return html`<form class="composer" onSubmit=${send("prompt", s.running ? { streamingBehavior: "followUp" } : {})}>
+    <label for="prompt" class="visually-hidden">Prompt</label>
+    <textarea id="prompt" rows="3" placeholder="Ask, or tell it what to do (Ctrl+Enter sends)" onKeyDown=${keys}></textarea>
+    <div class="actions">
+      <button type="submit">Send</button>
+      <button type="button" onClick=${send("steer")} disabled=${!s.running}>Steer</button>
+      <button type="button" onClick=${send("follow_up")} disabled=${!s.running}>Follow up</button>
+      <button type="button" class="danger" disabled=${!s.running}
+        onClick=${() => act(() => link.ask("abort"))}>Abort</button>
+    </div>
+  </form>`;
+}
+
+function Settings() {
+  const s = S.s;
+  const [provider, ...rest] = (s.model || "/").split("/");
+  const modelId = rest.join("/");
+  const choose = (type, field) => (e) => act(() => link.ask(type, field(e.target.value)));
+  return html`<div class="settings">
+    ${may("control") ? html`
+      <label>Model <select onChange=${choose("set_model", (v) => { const [p, ...m] = v.split("/"); return { provider: p, modelId: m.join("/") }; })}>
+        ${S.models.map((m) => html`<option value=${`${m.provider}/${m.id}`} selected=${m.provider === provider && m.id === modelId}>${m.provider}/${m.id}</option>`)}
+      </select></label>
+      <label>Thinking <select onChange=${choose("set_thinking_level", (level) => ({ level }))}>
+        ${(S.levels.length ? S.levels : [s.thinking]).map((l) => html`<option selected=${l === s.thinking}>${l}</option>`)}
+      </select></label>` : html`<span>Model ${s.model || "none"}</span> <span>Thinking ${s.thinking}</span>`}
+    ${may("owner") ? html`<label>Permission mode <select onChange=${choose("set_permission_mode", (mode) => ({ mode }))}>
+        ${PERMISSION_MODES.map((m) => html`<option selected=${m === s.mode}>${m}</option>`)}
+      </select></label>` : html`<span>Permission mode ${s.mode}</span>`}
+  </div>`;
+}
+
+function SessionView() {
+  const s = S.s;
+  const t = s.t;
+  const stats = s.stats;
+  const state = s.dialogs.length ? "waiting for you" : s.running ? "running" : "idle";
+  const rename = () => {
+    const name = prompt("Name this session", s.name || "");
+    if (name) act(() => link.ask("set_session_name", { name }));
+  };
+  const remove = () => {
+    if (confirm("Delete this session's file?")) {
+      act(async () => {
+        await link.ask("delete_session", { sessionId: s.id });
+        location.hash = "#/";
+      });
+    }
+  };
+  const queued = [...t.queue.steering.map((m) => ["steer", m]), ...t.queue.followUp.map((m) => ["follow-up", m])];
+  return html`<main id="main" class="session">
+    <div class="session-head">
+      <h1>${s.name || `Session ${s.id.slice(0, 8)}`}</h1>
+      <p class="state-line"><span class=${`state state-${state === "waiting for you" ? "waiting" : state}`} role="status">${state}</span>
+        ${stats ? html` <span class="usage">${stats.tokens.total.toLocaleString()} tokens · ${dollars(stats.cost)}</span>` : ""}</p>
+      ${may("control") ? html`<div class="session-actions">
+        <button type="button" onClick=${rename}>Rename</button>
+        <button type="button" onClick=${() => act(() => link.ask("clone").then(refreshState))}>Fork</button>
+        ${may("owner") ? html`<button type="button" class="danger" onClick=${remove}>Delete</button>` : ""}
+      </div>` : ""}
+      <${Settings} />
+    </div>
+    ${s.problem ? html`<p class="error" role="alert">${s.problem}</p>` : ""}
+    <div class="columns">
+      <section class="conversation" aria-label="Transcript">
+        <${Transcript} t=${t} />
+        ${s.dialogs.map((dialog) => html`<${Dialog} dialog=${dialog} />`)}
+        ${s.notes.length ? html`<ul class="notes" aria-label="Notices">${s.notes.map((n) => html`<li>${n}</li>`)}</ul>` : ""}
+        ${queued.length ? html`<section aria-label="Queue" class="queue"><h2>Queued</h2><ol>${queued.map(([kind, m]) => html`<li><span class="kind">${kind}</span> ${m}</li>`)}</ol></section>` : ""}
+        ${may("control") ? html`<${Composer} />` : html`<p class="note">This device (${S.device}) may watch only: it has the ${S.role} role.</p>`}
+      </section>
+      <aside class="panels">
+        <${Checkpoints} s=${s} />
+        <${Tree} s=${s} />
+      </aside>
+    </div>
+  </main>`;
+}
+
+function Page() {
+  let body;
+  if (S.view === "unpaired") {
+    body = html`<main id="main"><h1>Pair this browser</h1>
+      <p>This browser is not signed in to forged (${S.problem}). On the daemon's machine, run
+      <code>forged web</code> (on that machine's own browser) or <code>forged pair --name phone --role control</code>,
+      and open the link it prints here.</p></main>`;
+  } else if (S.view === "connecting") {
+    body = html`<main id="main"><h1>forged</h1><p role="status">Connecting…</p></main>`;
+  } else if (S.view === "list") body = html`<${SessionList} />`;
+  else body = html`<${SessionView} />`;
+  return html`<header class="top">
+      <a href="#/" class="brand">forged</a>
+      ${S.device ? html`<span class="who">${S.device} · ${S.role}</span>` : ""}
+    </header>
+    <div class="banner" role="status" aria-live="polite">${S.banner}</div>
+    ${body}`;
+}
+
+export { Diff, act };
+
+async function start() {
+  try {
+    await link.open();
+  } catch (error) {
+    if (error instanceof NotPaired) {
+      S.view = "unpaired";
+      S.problem = error.message;
+      update();
+      return;
+    }
+    S.banner = "Cannot reach the daemon: reconnecting…";
+    update();
+    link.ws = null;
+    await link.reconnect();
+  }
+  S.role = link.role;
+  S.device = link.device;
+  window.addEventListener("hashchange", route);
+  route();
+  setInterval(() => { if (S.view === "list" && link.ws) loadList(); }, 5000);
+  if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => {});
+}
+
+start();
