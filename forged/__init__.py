@@ -26,10 +26,10 @@ against the import graph). A package named here stands for all its modules::
                                          the session's checkpoints
     _models _catalogue _resources _context _stats _retry
                                          models, prompts and skills, what the model sees
-    _providers _tools _store _settings _ui _auth _notify
+    _providers _tools _store _settings _ui _auth _notify _webpush
                                          the model APIs, tools, session files, settings,
                                          dialogs, saved credentials (auth.json), the
-                                         daemon's nudges (ntfy, webhooks)
+                                         daemon's nudges (ntfy, webhooks, Web Push)
     _connection _codec _devices          lines in and out; wire classes to JSON; paired
                                          devices, their roles and codes
     _wire                                the protocol's classes

@@ -358,3 +358,18 @@ def one_session(id_prefix: str, ids: set[str]) -> str:
     listed = ", ".join(sorted(ids)[:5]) + (", …" if len(ids) > 5 else "")
     raise CommandError(f"{id_prefix!r} is the start of {len(ids)} sessions' ids ({listed}); "
                        "give more of it")
+
+
+def command_folder(text: str, *, existing: bool = True) -> Path:
+    """A command's ``cwd``: an absolute path (``~`` expanded) to a folder, which must exist
+    unless `existing` is false; `CommandError` saying why not."""
+    try:
+        path = Path(text).expanduser()
+        if not path.is_absolute():
+            raise CommandError(f"cwd must be an absolute path: {text}")
+        path = path.resolve()
+        if existing and not path.is_dir():
+            raise CommandError(f"cwd is not a directory: {text}")
+    except (OSError, ValueError, RuntimeError) as exc:  # a NUL, ~nosuchuser, a loop
+        raise CommandError(f"Invalid cwd {text!r}: {exc}") from None
+    return path

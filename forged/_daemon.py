@@ -65,7 +65,7 @@ from ._hub import (
     SessionRequest,
 )
 from ._log import log
-from ._notify import Notifier, shown_url, targets_from
+from ._notify import Notifier, Nudge, shown_url, targets_from
 from ._opening import SessionConfig
 from ._paths import agent_dir, default_socket_path, make_ws_token, runtime_dir
 from ._settings import DEFAULTS, Settings
@@ -144,7 +144,9 @@ async def run_daemon(options: Options, serve: ServeOptions, *, models: Models | 
                                               else serve.empty_unload_s))
                     hub.default_cwd = options.cwd
                     hub.models = models
-                    hub.nudge = None if notifier is None else notifier.send
+                    await daemon_nursery.start(hub.push.run)
+                    hub.nudge = hub.push.send if notifier is None else _both(notifier.send,
+                                                                              hub.push.send)
                     async with trio.open_nursery() as peers_nursery:
                         async with trio.open_nursery() as listen_nursery:
                             tls = await _listen(hub, serve, unix_sockets, tcp_sockets,
@@ -239,6 +241,15 @@ async def _listen(hub: Hub, serve: ServeOptions, unix_sockets: list[Any],
     if public:
         access.links.insert(0, public.rstrip("/"))
     return tls
+
+
+def _both(first: Callable[[Nudge], None], second: Callable[[Nudge], None]
+          ) -> Callable[[Nudge], None]:
+    def send(nudge: Nudge) -> None:
+        first(nudge)
+        second(nudge)
+
+    return send
 
 
 def _daemon_section() -> dict[str, Any]:

@@ -346,7 +346,8 @@ _READ = frozenset({
     "get_state", "get_messages", "get_available_models", "get_available_thinking_levels",
     "get_checkpoints", "get_checkpoint_diff", "get_session_stats", "export_html",
     "get_fork_messages", "get_entries", "get_tree", "get_last_assistant_text", "get_commands",
-    "get_mcp_servers", "list_sessions", "attach", "detach"})
+    "get_mcp_servers", "list_sessions", "attach", "detach", "get_push_key", "push_subscribe",
+    "push_unsubscribe"})
 _APPROVE = frozenset({"extension_ui_response"})
 _CONTROL = frozenset({
     "prompt", "steer", "follow_up", "abort", "clear_queue", "new_session", "set_model",
@@ -386,7 +387,7 @@ def refusal(principal: Principal, command: w.Command | w.DaemonCommand, *, attac
     a session's command, which would open one."""
     need = needed_role(command)
     if need == "read" and not attached and not isinstance(
-            command, (w.ListSessions, w.Attach, w.Detach)):
+            command, (w.ListSessions, w.Attach, w.Detach, *w.PUSH_COMMANDS)):
         need = "control"
     if allows(principal.role, need):
         return None

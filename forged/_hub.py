@@ -27,7 +27,7 @@ import attrs
 import orjson
 import trio
 
-from . import _codec, _wire as w
+from . import _codec, _config, _wire as w
 from ._config import Models, daemon_setting, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
 from ._devices import OWNER, Access, Principal, allows, folder_refusal, refusal
@@ -37,9 +37,11 @@ from ._jsonl import encode_line
 from ._log import log
 from ._notify import Nudge, run_outcome
 from ._opening import SessionConfig
+from ._paths import agent_dir
 from ._session import Session
 from ._settings import DEFAULTS
 from ._ui import answer_words
+from ._webpush import WebPush
 
 REPLAY_EVENTS = 10_000
 REPLAY_BYTES = 16 * 1024 * 1024
@@ -380,6 +382,8 @@ class Hub:
         self.access: Access | None = None
         """The paired devices and their codes (the daemon's WebSocket, docs/remote.md)."""
         self.nudge: Callable[[Nudge], None] | None = None
+        self.push = WebPush(agent_dir(), paired=self._paired)
+        """The subscribed browsers of paired devices (its worker: the daemon's)."""
         """Where the sessions' nudges go (`forged._notify.Notifier.send`), once targets are
         configured."""
 
@@ -526,7 +530,7 @@ class Hub:
                 f"{answer_words(command)}")
         try:
             if isinstance(command, w.ListSessions):
-                cwd = _folder(command.cwd, existing=False) if command.cwd else (
+                cwd = _config.command_folder(command.cwd, existing=False) if command.cwd else (
                     peer.live.session.cwd if peer.live else
                     self.default_cwd)
                 reply.ok(self.list_sessions(cwd))
@@ -548,6 +552,8 @@ class Hub:
             elif isinstance(command, w.UnloadSession):
                 await self.unload(command.session_id)
                 reply.ok()
+            elif isinstance(command, w.PUSH_COMMANDS):
+                reply.ok(self.push.handle(principal.device, command))
             elif isinstance(command, w.DeleteSession):
                 reply.ok(await self.delete(peer, command.session_id))
             elif isinstance(command, w.Detach):
@@ -562,7 +568,7 @@ class Hub:
                     or command.permission_mode or command.fork):
                 peer.plain = peer.plain or command.plain
                 config = await self.session_config(SessionRequest(
-                    cwd=_folder(command.cwd) if command.cwd else None,
+                    cwd=_config.command_folder(command.cwd) if command.cwd else None,
                     provider=command.provider, model=command.model, session=command.session,
                     continue_recent=command.continue_recent,
                     session_name=command.session_name, no_session=command.no_session,
@@ -586,6 +592,9 @@ class Hub:
 
     # --- devices (docs/remote.md) --------------------------------------------------------------
 
+    def _paired(self, device: str) -> bool:
+        return self.access is not None and device in self.access.devices.fresh().devices
+
     def revoked(self, principal: Principal) -> bool:
         return (principal.device is not None and self.access is not None
                 and not self.access.current(principal))
@@ -602,6 +611,7 @@ class Hub:
             access.devices.revoke(name)
         except NotPaired as exc:
             raise CommandError(str(exc)) from None
+        self.push.forget_device(name)
         ended = [peer for peer in self.peers if peer.principal.device == name]
         for peer in ended:
             peer.cut_off(f"its device {name} was revoked")
@@ -633,18 +643,3 @@ class Hub:
         if peer.live is not None and peer.live is not live:
             peer.live.detach(peer)
         return live.attach(peer, since_seq)
-
-
-def _folder(text: str, *, existing: bool = True) -> Path:
-    """A command's ``cwd``: an absolute path (``~`` expanded) to a folder, which must exist
-    unless `existing` is false; `CommandError` saying why not."""
-    try:
-        path = Path(text).expanduser()
-        if not path.is_absolute():
-            raise CommandError(f"cwd must be an absolute path: {text}")
-        path = path.resolve()
-        if existing and not path.is_dir():
-            raise CommandError(f"cwd is not a directory: {text}")
-    except (OSError, ValueError, RuntimeError) as exc:  # a NUL, ~nosuchuser, a loop
-        raise CommandError(f"Invalid cwd {text!r}: {exc}") from None
-    return path

@@ -84,6 +84,9 @@ DEFERRED = {
     "jsonschema": "a plugin tool's schema, checked when registered",
     "yaml": "a skill's or template's frontmatter, when one has some",
     "segno": "forged pair's QR code, on a terminal only",
+    "py_vapid": "Web Push's VAPID key: once a page asks for it or a push goes out",
+    "http_ece": "Web Push's encryption: once a push goes out to a subscribed browser",
+    "cryptography": "Web Push's keys: with py_vapid and http_ece",
     "pathspec": ".gitignore rules: find and the skills' folders",
     "trio_websocket": "the client's WebSocket: open_websocket only",
     "certifi": "the CA bundle: at the first TLS connection",
@@ -97,7 +100,7 @@ DEFERRED = {
     "re": "reading an MCP server's sandbox failure",
     "socket": "naming a network error",
     "sysconfig": "where ripgrep may be installed",
-    "webbrowser": "forged mcp login, where there is a browser to open",
+    "webbrowser": "forged mcp login and forged web, where there is a browser to open",
 }
 """Each module forged imports inside a function rather than at the top of a module, by its
 name (forged's own) or its top package (others'), with why it waits. ``tests/test_layout.py``

@@ -94,7 +94,8 @@ def data_classes() -> dict[str, object]:
         "restore_checkpoint": w.RestoreResult,
         "attach": w.AttachResult, "pair_device": w.Pairing, "list_devices": w.DeviceList,
         "revoke_device": w.Revoked, "navigate_tree": w.EntryTree,
-        "delete_session": w.Deleted,
+        "delete_session": w.Deleted, "get_push_key": w.PushKey,
+        "push_subscribe": w.PushSubscribed, "push_unsubscribe": w.PushUnsubscribed,
     }
 
 

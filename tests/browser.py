@@ -152,7 +152,7 @@ def axe_violations(page: Any) -> list[dict[str, Any]]:
     """axe-core's violations of serious or critical impact on the page as it is."""
     global AXE
     if AXE is None:
-        import axe_playwright_python  # type: ignore[import-untyped]  # (its axe-core only)
+        import axe_playwright_python  # (its copy of axe-core only)
 
         AXE = (Path(axe_playwright_python.__file__).parent / "axe.min.js").read_text()
     page.evaluate(AXE)

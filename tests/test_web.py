@@ -336,7 +336,8 @@ async def test_the_page_is_served_from_the_wheels_files_with_its_headers(
         nothing = await http.get(web.base + "/../pyproject.toml")
         head = await http.head(web.base + "/app.css")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert "script-src 'self';" in page.headers["content-security-policy"]
+    assert "unsafe" not in page.headers["content-security-policy"]  # no inline script runs
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     assert script.headers["content-type"].startswith("text/javascript")
     assert manifest.json()["start_url"] == "/"
@@ -397,3 +398,44 @@ async def test_rename_and_delete_from_the_page(tmp_path: Path) -> None:
 
         left = await in_browser(tmp_path / "profile", scenario)
     assert left == []
+
+
+async def test_the_page_installs_and_says_so_when_this_browser_cannot_take_pushes(
+        tmp_path: Path) -> None:
+    """The manifest and the service worker make the page installable (its shell cached);
+    "Notify me" asks the browser, and where it cannot subscribe (headless Chromium reaches
+    no push service here) the page says why, and nothing is kept."""
+    async with open_web(tmp_path, empty_unload_s=600) as web:
+        await open_session(web, "pocket")
+        link = await web.link("phone", "read")
+
+        def scenario(page: Any) -> dict[str, Any]:
+            page.goto(link)
+            expect(page.locator(".session-item")).to_have_count(1)
+            installed = page.evaluate("""async () => {
+              const manifest = await (await fetch(
+                document.querySelector('link[rel=manifest]').href)).json();
+              const registration = await navigator.serviceWorker.ready;
+              const cache = await caches.open('forged-shell-v1');
+              const cached = (await cache.keys()).map((r) => new URL(r.url).pathname);
+              return {manifest, scope: new URL(registration.scope).pathname, cached};
+            }""")
+            page.context.grant_permissions(["notifications"])
+            page.clock.install()  # the page's own clock, moved on below: no wait of 10 s
+            page.get_by_role("button", name="Notify me on this device").click()
+            expect(page.get_by_text("Asking this browser's push service")).to_be_visible()
+            page.clock.fast_forward(10_000)
+            said = page.get_by_role("alert")
+            expect(said).to_contain_text("push service")
+            no_serious_violations(page)
+            return {**installed, "said": said.inner_text()}
+
+        seen = await in_browser(tmp_path / "profile", scenario, viewport=PHONE)
+    manifest = seen["manifest"]
+    assert (manifest["start_url"], manifest["display"]) == ("/", "standalone")
+    assert manifest["icons"][0]["src"] == "/icon.svg"
+    assert seen["scope"] == "/"
+    assert {"/", "/app.js", "/preact-htm.js", "/app.css"} <= set(seen["cached"])
+    assert seen["said"] == ("This browser could not subscribe to its push service: no answer "
+                            "in 10 s")
+    assert not (tmp_path / "agent" / "web-push.json").exists()

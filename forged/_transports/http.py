@@ -161,9 +161,11 @@ async def serve_plain(stream: trio.abc.Stream, head: Head, read: bytes, access: 
              "Connection: close", "Cache-Control: no-cache" if head.path in PAGE_FILES
              else "Cache-Control: no-store",
              "X-Content-Type-Options: nosniff", "Referrer-Policy: no-referrer",
-             "Content-Security-Policy: default-src 'none'; script-src 'self' 'unsafe-inline'; "
-             "connect-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-             "manifest-src 'self'; worker-src 'self'; frame-ancestors 'none'",
+             "Content-Security-Policy: default-src 'none'; connect-src 'self'; img-src 'self'; "
+             "manifest-src 'self'; worker-src 'self'; frame-ancestors 'none'; "
+             + ("script-src 'self'; style-src 'self'" if head.path in PAGE_FILES
+                # the pairing page's one inline script and style
+                else "script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'"),
              *headers]
     if head.method == "HEAD":
         body = b""

@@ -48,6 +48,7 @@ from .base import (
 
 if TYPE_CHECKING:
     from .commands import (
+        PUSH_COMMANDS as PUSH_COMMANDS,
         Abort as Abort,
         AbortBash as AbortBash,
         AbortRetry as AbortRetry,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:
         GetLastAssistantText as GetLastAssistantText,
         GetMcpServers as GetMcpServers,
         GetMessages as GetMessages,
+        GetPushKey as GetPushKey,
         GetSessionStats as GetSessionStats,
         GetTree as GetTree,
         ListDevices as ListDevices,
@@ -84,6 +86,9 @@ if TYPE_CHECKING:
         NewSession as NewSession,
         PairDevice as PairDevice,
         Prompt as Prompt,
+        PushCommand as PushCommand,
+        PushSubscribe as PushSubscribe,
+        PushUnsubscribe as PushUnsubscribe,
         RestoreCheckpoint as RestoreCheckpoint,
         RevokeDevice as RevokeDevice,
         SetAutoCompaction as SetAutoCompaction,
@@ -183,6 +188,9 @@ if TYPE_CHECKING:
         MessageList as MessageList,
         ModelList as ModelList,
         Pairing as Pairing,
+        PushKey as PushKey,
+        PushSubscribed as PushSubscribed,
+        PushUnsubscribed as PushUnsubscribed,
         RestoreResult as RestoreResult,
         Revoked as Revoked,
         SessionList as SessionList,

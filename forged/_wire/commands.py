@@ -12,6 +12,7 @@ from .messages import ImageContent
 __all__ = [
     "COMMAND_CLASSES",
     "DAEMON_COMMAND_CLASSES",
+    "PUSH_COMMANDS",
     "Abort",
     "AbortBash",
     "AbortRetry",
@@ -40,6 +41,7 @@ __all__ = [
     "GetLastAssistantText",
     "GetMcpServers",
     "GetMessages",
+    "GetPushKey",
     "GetSessionStats",
     "GetTree",
     "ListDevices",
@@ -48,6 +50,9 @@ __all__ = [
     "NewSession",
     "PairDevice",
     "Prompt",
+    "PushCommand",
+    "PushSubscribe",
+    "PushUnsubscribe",
     "RestoreCheckpoint",
     "RevokeDevice",
     "SetAutoCompaction",
@@ -410,8 +415,30 @@ class DeleteSession:
     session_id: str
 
 
+@attrs.define(kw_only=True, eq=False, repr=False)
+class GetPushKey:
+    """The daemon: its VAPID public key, for a page's push subscription (docs/web.md)."""
+    type: str = tag("get_push_key")
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PushSubscribe:
+    """The daemon: a browser's ``PushSubscription`` kept for this connection's device."""
+    type: str = tag("push_subscribe")
+    subscription: JSONObject
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PushUnsubscribe:
+    type: str = tag("push_unsubscribe")
+    endpoint: str
+
+
+PushCommand = GetPushKey | PushSubscribe | PushUnsubscribe
+PUSH_COMMANDS = (GetPushKey, PushSubscribe, PushUnsubscribe)
+
 DaemonCommand = (ListSessions | Attach | Detach | UnloadSession | PairDevice | ListDevices
-                 | RevokeDevice | DeleteSession)
+                 | RevokeDevice | DeleteSession | PushCommand)
 
 DAEMON_COMMAND_CLASSES: dict[str, type[Command | DaemonCommand]] = {
     **COMMAND_CLASSES,

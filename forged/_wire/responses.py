@@ -36,6 +36,9 @@ __all__ = [
     "MessageList",
     "ModelList",
     "Pairing",
+    "PushKey",
+    "PushSubscribed",
+    "PushUnsubscribed",
     "RestoreResult",
     "Revoked",
     "SessionList",
@@ -182,6 +185,23 @@ class LiveSessionInfo:
     """Dollars spent so far (the session file's usage)."""
     last_activity: int | None = None
     """When its last event was written (ms since 1970), or it was opened."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PushKey:
+    public_key: str
+    """The daemon's VAPID public key: an uncompressed P-256 point, URL-safe base64."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PushSubscribed:
+    subscriptions: int
+    """How many the device now has."""
+
+
+@attrs.define(kw_only=True, eq=False, repr=False)
+class PushUnsubscribed:
+    removed: bool
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -238,7 +238,42 @@ function SessionList() {
       <button type="submit">New session</button>
     </form>` : ""}
     <p><button type="button" onClick=${loadList}>Refresh</button></p>
+    ${"PushManager" in window && "serviceWorker" in navigator ? html`<${Notifications} />` : ""}
   </main>`;
+}
+
+// Web Push to this browser: "a run needs you" while the page is closed (docs/web.md).
+function Notifications() {
+  const on = () => act(async () => {
+    S.pushed = "";
+    S.problem = "";
+    if (await Notification.requestPermission() !== "granted") {
+      throw new Error("Notifications are blocked for this page: allow them in the browser's site settings");
+    }
+    const registration = await navigator.serviceWorker.ready;
+    const { publicKey } = await link.ask("get_push_key");
+    const key = Uint8Array.from(atob(publicKey.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+    let subscription;
+    S.pushed = "Asking this browser's push service…";
+    update();
+    try {
+      // A browser that reaches no push service may never answer: 10 s, then say so.
+      const silence = new Promise((_, reject) => setTimeout(() => reject(new Error("no answer in 10 s")), 10_000));
+      subscription = await Promise.race([
+        registration.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key }), silence]);
+    } catch (error) {
+      S.pushed = "";
+      throw new Error(`This browser could not subscribe to its push service: ${error.message}`);
+    }
+    await link.ask("push_subscribe", { subscription: subscription.toJSON() });
+    S.pushed = "Notifications are on for this browser.";
+  }, null);
+  return html`<section aria-labelledby="notify-heading">
+    <h2 id="notify-heading">Notifications</h2>
+    <p>A push to this browser when a run needs you or ends, while the page is closed.</p>
+    <button type="button" onClick=${on}>Notify me on this device</button>
+    <p role="status">${S.pushed || ""}</p>
+  </section>`;
 }
 
 function Dialog({ dialog }) {

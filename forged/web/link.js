@@ -7,7 +7,8 @@
 export class NotPaired extends Error {}
 
 const RETRY_MS = [250, 500, 1000, 2000, 4000];
-const UNATTACHED = new Set(["list_sessions", "attach", "detach", "new_session", "delete_session"]);
+const UNATTACHED = new Set(["list_sessions", "attach", "detach", "new_session", "delete_session",
+  "get_push_key", "push_subscribe", "push_unsubscribe"]);
 
 export class Link {
   constructor({ onEvent, onStatus }) {
