@@ -8,8 +8,8 @@ and reads its resident memory once it has been idle for 2 s (``--rss-only`` stop
 it alternately with ``PYTHONPATH=<a checkout of the base commit>`` for an A/B). Then pairs a
 headless Chromium (Debian's, driven by Playwright) and loads ``/`` `--loads` times with the
 browser's cache off: the time from the navigation's start until the sessions are listed (the
-page connected, signed in with a ticket and asked ``list_sessions``), and the bytes the
-browser took in (every response's transfer size, headers included).
+page loaded, bought a ticket, connected and drew the answer to ``list_sessions``), and the
+bytes the browser took in (every response's transfer size, headers included).
 """
 
 from __future__ import annotations
@@ -85,7 +85,6 @@ def loads(root: Path, port: int, count: int) -> None:
     from playwright.sync_api import sync_playwright
 
     socket_path = root / "run" / "forged" / "forged.sock"
-    ask(socket_path, {"type": "new_session", "sessionName": "bench"})
     pairing = ask(socket_path, {"type": "pair_device", "name": "bench", "role": "owner"})
     link = str(pairing["data"]["link"]).replace("/pair#", "/pair?open#")  # type: ignore[index]
     base = f"http://127.0.0.1:{port}/"
@@ -93,22 +92,28 @@ def loads(root: Path, port: int, count: int) -> None:
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(root / "profile"), executable_path="/usr/bin/chromium", headless=True,
-            args=FLAGS)
+            args=FLAGS, service_workers="block")  # each load a first visit's
         page = context.pages[0]
         page.goto(link)
-        page.wait_for_selector(".session-item")
+        page.wait_for_selector("text=No session is live.")
         for _ in range(count):
             fresh = context.new_page()
             cdp = context.new_cdp_session(fresh)
             cdp.send("Network.enable")
             cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
             fresh.goto(base)
-            fresh.wait_for_selector(".session-item")
+            fresh.wait_for_selector("text=No session is live.")
             shown_ms = fresh.evaluate("performance.now()")
             taken = fresh.evaluate("""[...performance.getEntriesByType('navigation'),
                 ...performance.getEntriesByType('resource')]
                 .reduce((sum, entry) => sum + entry.transferSize, 0)""")
             times.append(float(shown_ms))
+            if os.environ.get("BENCH_WEB_DETAIL"):
+                print(fresh.evaluate("""JSON.stringify([
+                  ...performance.getEntriesByType('navigation'),
+                  ...performance.getEntriesByType('resource')].map((e) => [
+                    e.name.replace(location.origin, ''), Math.round(e.startTime),
+                    Math.round(e.responseEnd), e.transferSize]))"""))
             sizes.append(int(taken))
             fresh.close()
         context.close()

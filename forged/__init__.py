@@ -16,6 +16,7 @@ against the import graph). A package named here stands for all its modules::
     _transports                          the daemon's listeners: the Unix socket, the
                                          WebSocket
     _hub                                 the daemon's live sessions and their clients
+    _live                                one live session: its clients, stamps, replay
     _config                              options, models, each session's configuration
     _dispatch                            a command to its handler; an agent opened
     _session                             one session: state, queues, events, what runs

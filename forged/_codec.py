@@ -8,6 +8,7 @@ field given a number is an error naming the field, never a silent ``str(5)``).
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -195,7 +196,46 @@ def encode(item: Any) -> bytes:
     writes here, once, at its edge."""
     if getattr(item, "type", None) == "message_update":  # (naming the class would load it)
         return _encode_update(item)
+    if type(getattr(item, "data", None)).__name__ == "EntryTree":  # (by name: as above)
+        return _encode_tree(item)
     return encode_line(unstructure(item))
+
+
+def _encode_tree(answer: w.Response) -> bytes:
+    """A response carrying a session's tree (`get_tree`, `navigate_tree`), as `encode`
+    writes any other, but written without recursion: the tree nests as deep as the session
+    is long (a node per entry), deeper than cattrs, orjson or the interpreter's stack go."""
+    tree = answer.data
+    assert isinstance(tree, w.EntryTree)
+    marker = f"\0{os.urandom(8).hex()}\0"  # in no id a client chose
+    line = encode_line(unstructure(attrs.evolve(answer, data=marker)))
+    shell = encode_line(unstructure(attrs.evolve(tree, tree=[])))[:-1]
+    body = shell.replace(b'"tree":[]', b'"tree":' + _nodes_json(tree.tree), 1)
+    return line.replace(encode_line(marker)[:-1], body, 1)
+
+
+def _nodes_json(nodes: list[w.TreeNode]) -> bytes:
+    """`nodes` as a JSON array, each node's fields as `unstructure` writes them."""
+    parts: list[bytes] = [b"["]
+    stack: list[w.TreeNode | bytes] = [b"]"]
+    for index, node in reversed(list(enumerate(nodes))):
+        stack.append(node)
+        if index:
+            stack.append(b",")
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):
+            parts.append(item)
+            continue
+        own = encode_line(unstructure(attrs.evolve(item, children=[])))[:-1]
+        head, _, tail = own.partition(b'"children":[]')
+        parts.append(head + b'"children":[')
+        stack.append(b"]" + tail)
+        for index, child in reversed(list(enumerate(item.children))):
+            stack.append(child)
+            if index:
+                stack.append(b",")
+    return b"".join(parts)
 
 
 _update_head: list[Any] = [None, b""]

@@ -56,14 +56,8 @@ from ._config import Models, Options, ServeOptions, daemon_setting, open_models,
 from ._connection import FLUSH_S, SHUTDOWN_GRACE_S
 from ._devices import Access, Devices
 from ._errors import ConfigError
-from ._hub import (
-    EMPTY_IDLE_UNLOAD_S,
-    IDLE_UNLOAD_S,
-    MAX_LIVE_SESSIONS,
-    PEER_QUEUE_BYTES,
-    Hub,
-    SessionRequest,
-)
+from ._hub import IDLE_UNLOAD_S, MAX_LIVE_SESSIONS, PEER_QUEUE_BYTES, Hub, SessionRequest
+from ._live import EMPTY_IDLE_UNLOAD_S
 from ._log import log
 from ._notify import Notifier, Nudge, shown_url, targets_from
 from ._opening import SessionConfig

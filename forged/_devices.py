@@ -312,7 +312,7 @@ class Access:
         try:
             check_name(name)
             checked = check_role(role)
-            if name in self.devices.devices:
+            if name in self.devices.fresh().devices:
                 raise NotPaired(f"a device named {name} is paired already: revoke it first "
                                 "(forged devices revoke NAME) or choose another name")
         except NotPaired as exc:
@@ -384,9 +384,9 @@ def refusal(principal: Principal, command: w.Command | w.DaemonCommand, *, attac
             ) -> str | None:
     """Why `principal` may not send `command` (the role it needs, said so that a client
     can show it), or None. A connection not `attached` to a session needs ``control`` for
-    a session's command, which would open one."""
+    a session's command (a dialog's answer too), which would open one."""
     need = needed_role(command)
-    if need == "read" and not attached and not isinstance(
+    if need in ("read", "approve") and not attached and not isinstance(
             command, (w.ListSessions, w.Attach, w.Detach, *w.PUSH_COMMANDS)):
         need = "control"
     if allows(principal.role, need):

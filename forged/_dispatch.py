@@ -89,8 +89,8 @@ class Reply:
 
     def _send(self, answer: w.Response) -> None:
         if not self.sent:
+            self._sink(answer)  # (one that raises, unwritten, leaves room for the error's)
             self.sent = True
-            self._sink(answer)
 
 
 class Agent:
@@ -338,9 +338,10 @@ class Dispatcher:
 
     def navigate_tree(self, command: w.NavigateTree, reply: Reply) -> None:
         session = self.session
-        if session.busy or session.bash.running:
-            raise CommandError("Cannot move in the tree while a run or a bash command is "
-                               "active; wait for agent_settled or abort it first")
+        if not session.idle:  # (a settling run's last checkpoint goes on its own branch)
+            raise CommandError("Cannot move in the tree while a run, a bash command or a "
+                               "plugin command is active; wait for agent_settled or abort "
+                               "it first")
         session.move_to(command.entry_id)
         reply.ok(w.EntryTree(tree=entry_tree(session.store), leaf_id=session.store.leaf_id))
 

@@ -17,47 +17,36 @@ A session with no clients that stays idle for `Hub.idle_unload_s` is unloaded.
 
 from __future__ import annotations
 
-import collections
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
-import orjson
 import trio
 
-from . import _codec, _config, _wire as w
-from ._config import Models, daemon_setting, find_stored, list_stored, one_session
+from . import _config, _wire as w
+from ._config import Models, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
-from ._devices import OWNER, Access, Principal, allows, folder_refusal, refusal
-from ._dispatch import Agent, Reply, open_agent
+from ._devices import OWNER, Access, Principal, folder_refusal, refusal
+from ._dispatch import Reply
 from ._errors import CommandError, ForgedError, NotPaired
-from ._jsonl import encode_line
+from ._live import EMPTY_IDLE_UNLOAD_S, LiveSession
 from ._log import log
-from ._notify import Nudge, run_outcome
+from ._notify import Nudge
 from ._opening import SessionConfig
 from ._paths import agent_dir
-from ._session import Session
 from ._settings import DEFAULTS
 from ._ui import answer_words
 from ._webpush import WebPush
 
-REPLAY_EVENTS = 10_000
-REPLAY_BYTES = 16 * 1024 * 1024
 PEER_QUEUE_BYTES = 16 * 1024 * 1024
 """A client with more than this unread is cut off."""
 IDLE_UNLOAD_S = float(DEFAULTS["daemon.idleUnloadSeconds"])
-EMPTY_IDLE_UNLOAD_S = 10.0
-"""How long a session that holds nothing yet stays loaded once its last client left: a
-dropped connection's fresh session is not worth keeping, and cheap to make again."""
 UNLOAD_WAIT_S = 2.0
 """How long `Hub.unload` waits for the clients leaving a session to be gone."""
 STALLED_S = 5.0
 BURST_FACTOR = 4
 MAX_LIVE_SESSIONS = int(DEFAULTS["daemon.maxSessions"])
-PERMISSION_WAIT_S = float(DEFAULTS["daemon.permissionWaitSeconds"])
-"""How long a permission request waits while no client is attached (`forged._ui`)."""
 """Live sessions at most; past it a new one first unloads an idle session no client holds."""
 
 
@@ -122,220 +111,6 @@ class Peer(Connection):
     def broken(self) -> None:
         if self.cut_off_reason is None:
             self.cut_off("the connection broke")
-
-
-def _unstamped(line: bytes) -> bytes:
-    """A kept event as a plain client gets it: without the daemon's stamps."""
-    data = orjson.loads(line)
-    del data["sessionId"], data["seq"]
-    return encode_line(data)
-
-
-DAEMON_ONLY_EVENTS = (w.ExtensionUiResolved, w.ModelChanged, w.PermissionModeChanged)
-"""Events a plain client (one that reads what stdio writes) never gets."""
-
-
-def _daemon_only(line: bytes) -> bool:
-    return any(marker in line for marker in (
-        b'"type":"extension_ui_resolved"', b'"type":"model_changed"',
-        b'"type":"permission_mode_changed"'))
-
-
-def _no_reply(_: w.Response) -> None:
-    """A live session's commands each name their client's reply sink."""
-
-
-class LiveSession:
-    """A session in the daemon, and its clients; its `serve` opens the session."""
-
-    agent: Agent
-    session: Session
-
-    def __init__(self, config: SessionConfig) -> None:
-        self.config = config
-        self.clients: list[Peer] = []
-        self.seq = 0
-        self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
-        self._replay_bytes = 0
-        self._open_message: int | None = None
-        """The seq of the ``message_start`` of a message still streaming."""
-        self.unload_scope = trio.CancelScope()
-        self._unclaimed = trio.Event()
-        """Set while no client is attached."""
-        self._unclaimed.set()
-        self._stirred = trio.Event()
-        """Set by anything that restarts the idle count: a client attaching, an event."""
-        self.closed = trio.Event()
-        """Set once it is unloaded (its file closed)."""
-        self.last_activity = int(time.time() * 1000)
-        self.nudge: Callable[[Nudge], None] | None = None
-        """Where its nudges go (the daemon's `forged._notify.Notifier.send`)."""
-        self._outcome: Nudge | None = None
-        """How its last run ended, sent at the settling (one nudge for a prompt, its
-        retries and the messages queued after it)."""
-
-    @property
-    def id(self) -> str:
-        return self.session.session_id
-
-    def broadcast(self, event: w.Event) -> None:
-        """`event` to every attached client, stamped with the session's id and the next
-        ``seq`` (first in the object), and kept for replay (as the bytes sent); a plain
-        client gets it as stdio would."""
-        self._stirred.set()
-        self.last_activity = int(time.time() * 1000)
-        self.seq += 1
-        if self.nudge is not None and isinstance(event, (w.AgentEnd, w.AgentSettled)):
-            self._nudge_run(event, self.nudge)
-        if isinstance(event, w.MessageStart):
-            self._open_message = self.seq
-        elif isinstance(event, (w.MessageEnd, w.AgentEnd)):
-            self._open_message = None
-        data = _codec.unstructure(event)
-        stamped = encode_line({"sessionId": self.id, "seq": self.seq, **data})
-        plain = (None if isinstance(event, DAEMON_ONLY_EVENTS)
-                 else encode_line(data) if any(peer.plain for peer in self.clients) else b"")
-        self._replay.append((self.seq, stamped))
-        self._replay_bytes += len(stamped)
-        while len(self._replay) > REPLAY_EVENTS or self._replay_bytes > REPLAY_BYTES:
-            self._replay_bytes -= len(self._replay.popleft()[1])
-        for peer in list(self.clients):
-            if not peer.plain:
-                peer.put_line(stamped)
-            elif plain is not None:
-                peer.put_line(plain)
-
-    def _nudge_of(self, event: str, summary: str, text: str | None) -> Nudge:
-        return Nudge(event=event, session_id=self.id, session_name=self.session.session_name,
-                     folder=str(self.config.cwd), summary=summary, text=text)
-
-    def _nudge_run(self, event: w.AgentEnd | w.AgentSettled, nudge: Callable[[Nudge], None]
-                   ) -> None:
-        """At a run's end, keep its outcome; at the settling, send it to `nudge`."""
-        if isinstance(event, w.AgentEnd):
-            if not event.will_retry:
-                self._outcome = self._nudge_of(*run_outcome(event))
-        elif self._outcome is not None:
-            nudge(self._outcome)
-            self._outcome = None
-
-    def waits(self, kind: str, title: str) -> None:
-        """A permission request or a dialog waits for the user (`Dialogs.on_wait`)."""
-        if self.nudge is not None:
-            self.nudge(self._nudge_of(kind, "a permission request waits" if kind ==
-                                      "permission" else "a question waits", title))
-
-    def attach(self, peer: Peer, since_seq: int | None
-               ) -> tuple[w.AttachResult, list[bytes]]:
-        """Add `peer`; with `since_seq`, first give it the kept events after that seq.
-        Without, a peer that joins while a message streams gets that message's events from
-        its ``message_start`` on: they are returned, for the caller to send right after the
-        answer to ``attach`` (a bridge reads nothing before it), before any later event."""
-        replayed: list[bytes] = []
-        missed = False
-        if since_seq is not None and not peer.plain:
-            oldest = self._replay[0][0] if self._replay else self.seq + 1
-            missed = since_seq + 1 < oldest
-            replayed = [line for seq, line in self._replay if seq > since_seq]
-        for line in replayed:
-            peer.put_line(line)
-        open_message: list[bytes] = []
-        started = self._open_message
-        if (since_seq is None and started is not None and peer not in self.clients
-                and self._replay and self._replay[0][0] <= started):
-            kept = [line for seq, line in self._replay if seq >= started]
-            open_message = kept if not peer.plain else [
-                _unstamped(line) for line in kept
-                if not _daemon_only(line)]
-        if peer not in self.clients:
-            self.clients.append(peer)
-        if self._unclaimed.is_set():
-            self._unclaimed = trio.Event()
-        self._stirred.set()
-        peer.live = self
-        self.update_interactive()
-        return w.AttachResult(session_id=self.id, seq=self.seq,
-                              replayed=len(replayed) + len(open_message),
-                              missed=missed), open_message
-
-    def detach(self, peer: Peer) -> None:
-        if peer in self.clients:
-            self.clients.remove(peer)
-        if not self.clients:
-            self._unclaimed.set()
-        if peer.live is self:
-            peer.live = None
-        self.update_interactive()
-
-    def update_interactive(self) -> None:
-        """Dialogs wait for an answer while some client can give one; else they are
-        cancelled (as at the end of stdin), while permission requests wait for a client
-        (`Dialogs.permission`). A client whose role cannot answer (``read``) counts as
-        none."""
-        self.session.ui.set_interactive(any(
-            not peer.closing and allows(peer.principal.role, "approve")
-            for peer in self.clients))
-
-    def info(self) -> w.LiveSessionInfo:
-        session = self.session
-        model = session.model
-        session.totals.count(session.store)
-        return w.LiveSessionInfo(
-            session_id=self.id, cwd=str(session.cwd), session_name=session.session_name,
-            session_file=str(session.store.path) if session.store.path else None,
-            state="streaming" if session.busy else "idle", clients=len(self.clients),
-            provider=model.provider if model else None, model_id=model.id if model else None,
-            waiting=session.ui.waiting, cost=session.totals.cost,
-            last_activity=self.last_activity)
-
-    @property
-    def idle(self) -> bool:
-        return not self.clients and self.session.idle
-
-    async def unclaimed(self) -> None:
-        """Until no client is attached."""
-        await self._unclaimed.wait()
-
-    @property
-    def empty(self) -> bool:
-        """The session holds no conversation yet (no message)."""
-        return self.session.store.message_entries == 0
-
-    async def serve(self, idle_unload_s: float, empty_unload_s: float = EMPTY_IDLE_UNLOAD_S, *,
-                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the session and run it until it has been idle with no client for
-        `idle_unload_s` (`empty_unload_s` while it holds no conversation), or `unload_scope`
-        is cancelled; its file is closed either way."""
-        with self.unload_scope:
-            async with open_agent(self.config, self.broadcast, _no_reply) as agent:
-                self.agent, self.session = agent, agent.session
-                agent.session.ui.announce_resolved = True
-                agent.session.choice.announce_changes = True
-                agent.session.ui.interactive = False
-                agent.session.ui.on_wait = self.waits
-                agent.session.ui.client_wait_s = daemon_setting(  # (its settings, read)
-                    "permissionWaitSeconds", PERMISSION_WAIT_S,
-                    agent.session.settings.get("daemon", {}))
-                task_status.started()
-                idle_s = await self._until_idle_for(idle_unload_s, empty_unload_s)
-                log(f"unloading session {self.id}: idle for {idle_s:g} s")
-
-    async def _until_idle_for(self, idle_unload_s: float, empty_unload_s: float) -> float:
-        """Until the session has been idle with no client for its time: a deadline from
-        when it last became so, put off by a client attaching or the session doing
-        anything (each event it emits); nothing is polled. Returns the time waited."""
-        while True:
-            while not self.idle:
-                if self.clients:
-                    await self._unclaimed.wait()
-                else:
-                    await self.session.wait_idle()
-            idle_s = min(idle_unload_s, empty_unload_s) if self.empty else idle_unload_s
-            self._stirred = trio.Event()
-            with trio.move_on_after(idle_s):
-                await self._stirred.wait()
-                continue
-            return idle_s
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -492,9 +267,19 @@ class Hub:
         `peer` leaves it, it is unloaded (`unload`'s refusals), then its file goes."""
         stored = find_stored(session_id)
         chosen = one_session(session_id, set(stored))
-        if peer.live is not None and peer.live.id == chosen:
-            peer.live.detach(peer)
-        await self.unload(chosen)
+        live = self.find_live(chosen)
+        if live is not None and not live.session.idle:
+            raise CommandError(f"Session {chosen} still runs in the daemon")
+        held = peer.live if peer.live is live and live is not None else None
+        if held is not None:
+            seq = held.seq
+            held.detach(peer)
+        try:
+            await self.unload(chosen)
+        except CommandError:
+            if held is not None:  # back as it was, what came meanwhile given first
+                held.attach(peer, seq)
+            raise
         path = stored[chosen][0]
         await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
         log(f"deleted session {chosen} ({path}) for {peer.name} ({peer.principal.name})")
@@ -553,7 +338,7 @@ class Hub:
                 await self.unload(command.session_id)
                 reply.ok()
             elif isinstance(command, w.PUSH_COMMANDS):
-                reply.ok(self.push.handle(principal.device, command))
+                reply.ok(await self.push.handle(principal, command))
             elif isinstance(command, w.DeleteSession):
                 reply.ok(await self.delete(peer, command.session_id))
             elif isinstance(command, w.Detach):
@@ -592,8 +377,9 @@ class Hub:
 
     # --- devices (docs/remote.md) --------------------------------------------------------------
 
-    def _paired(self, device: str) -> bool:
-        return self.access is not None and device in self.access.devices.fresh().devices
+    def _paired(self, name: str, digest: str) -> bool:
+        device = self.access.devices.fresh().devices.get(name) if self.access else None
+        return device is not None and device.digest == digest
 
     def revoked(self, principal: Principal) -> bool:
         return (principal.device is not None and self.access is not None

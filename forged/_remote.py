@@ -12,6 +12,7 @@ browser as an owner device, by a link to the loopback listener, and opens it.
 from __future__ import annotations
 
 import argparse
+import html
 import os
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from . import _runtime
 from ._devices import ROLES, Devices, iso
 from ._errors import ConfigError, NotPaired
 from ._log import log
-from ._paths import agent_dir
+from ._paths import agent_dir, rewrite
 from ._thin import ask, open_daemon
 
 
@@ -139,8 +140,20 @@ def web(name: str | None, socket_path: Path | None, *, open_it: bool) -> int:
                     or sys.platform == "darwin"):
         import webbrowser
 
-        webbrowser.open(link)
+        webbrowser.open(_opener(link, socket_path))
     return 0
+
+
+def _opener(link: str, socket_path: Path | None) -> str:
+    """A ``file://`` page (0600, in the daemon's own folder) that sends a browser on to
+    `link`: the browser is started with its path, so the code is in no process's command
+    line, where any local user could read it in ``/proc``."""
+    page = Path(socket_path or _runtime.default_socket_path()).parent / "web-open.html"
+    shown = html.escape(link, quote=True)
+    rewrite(page, (f'<!doctype html><meta charset="utf-8"><title>forged</title>'
+                   f'<meta http-equiv="refresh" content="0;url={shown}">'
+                   f'<a href="{shown}">Open forged</a>\n').encode())
+    return page.as_uri()
 
 
 def listing(socket_path: Path | None) -> int:

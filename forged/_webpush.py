@@ -20,9 +20,11 @@ Resource handling: `WebPush.run` holds one worker, with one ``httpx.AsyncClient`
 cancelled; `send` only queues. Neither the crypto libraries nor httpx are imported until a
 key or a push is needed, so a daemon no browser subscribes to holds none of it.
 
-Error handling: `send` never raises; a delivery that fails with a connection's error, 429
-or 5xx is tried once more; 404 or 410 (the browser unsubscribed) forgets the subscription;
-every failure is one log line, never the endpoint's path (a capability) or a key.
+Error handling: `send` never raises; a nudge goes to every subscription at once (a slow push
+service holds up no other); a delivery that fails with a connection's error, 429 or 5xx is
+tried once more; 404 or 410 (the browser unsubscribed) forgets the subscription, and so do
+`MAX_FAILURES` failed deliveries in a row; every failure is one log line, never the
+endpoint's path (a capability) or a key.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import orjson
 import trio
 
 from . import _wire as w
+from ._devices import Principal
 from ._errors import CommandError
 from ._log import log, log_exception
 from ._notify import Nudge, message, shown_url
@@ -55,6 +58,8 @@ MAX_ENDPOINT_CHARS = 2048
 TTL_S = 12 * 3600
 """How long a push service keeps a message for a phone that is off."""
 RETRY_DELAY_S = 3.0
+MAX_FAILURES = 5
+"""Deliveries failed in a row (each tried twice) after which a subscription is forgotten."""
 _TITLES = {"permission": "Permission needed", "dialog": "A question waits",
            "run_end": "Run finished", "run_error": "Run failed"}
 
@@ -100,15 +105,18 @@ def subscription_of(data: w.JSONObject) -> dict[str, str]:
 class WebPush:
     """The daemon's VAPID key, the subscriptions of paired devices, and their deliveries."""
 
-    def __init__(self, folder: Path, *, paired: Callable[[str], bool],
+    def __init__(self, folder: Path, *, paired: Callable[[str, str], bool],
                  subject: str = "mailto:forged@localhost", timeout_s: float = 10.0,
                  queue: int = 64) -> None:
         self.folder = folder
         self.paired = paired
-        """Whether a device (by name) is still paired: the others' subscriptions are dead."""
+        """Whether a device (by name, and its credential's digest) is still paired: the
+        subscriptions of one revoked (paired again under its name or not) are dead."""
         self.subject = subject
         self.timeout_s = timeout_s
         self._vapid: Any = None
+        self._failures: dict[str, int] = {}
+        """Deliveries failed in a row, by endpoint."""
         self._send, self._queued = trio.open_memory_channel[tuple[Nudge, float]](queue)
 
     # --- keys and subscriptions ----------------------------------------------------------------
@@ -153,18 +161,22 @@ class WebPush:
         rewrite(self.folder / SUBSCRIPTIONS_FILE,
                 orjson.dumps({"subscriptions": subscriptions}, option=orjson.OPT_INDENT_2))
 
-    def subscribe(self, device: str, data: w.JSONObject) -> int:
+    def subscribe(self, device: Principal, data: w.JSONObject) -> int:
         """`data` (a ``PushSubscription``) kept for `device`; how many it now has."""
-        new: dict[str, Any] = {**subscription_of(data), "device": device,
-                               "created": int(time.time())}
-        kept = [s for s in self._read() if s.get("endpoint") != new["endpoint"]]
-        own = [s for s in kept if s.get("device") == device]
+        new: dict[str, Any] = {**subscription_of(data), "device": device.device,
+                               "digest": device.digest, "created": int(time.time())}
+        listed = self._read()
+        if any(s.get("endpoint") == new["endpoint"] and s.get("device") != device.device
+               for s in listed):
+            raise CommandError("push_subscribe: another device subscribed this endpoint")
+        kept = [s for s in listed if s.get("endpoint") != new["endpoint"]]
+        own = [s for s in kept if s.get("device") == device.device]
         if len(own) >= MAX_PER_DEVICE:
             kept.remove(own[0])
         kept.append(new)
         self._write(kept)
-        log(f"web push: device {device} subscribed ({shown_host(new['endpoint'])})")
-        return sum(1 for s in kept if s.get("device") == device)
+        log(f"web push: device {device.device} subscribed ({shown_host(new['endpoint'])})")
+        return sum(1 for s in kept if s.get("device") == device.device)
 
     def unsubscribe(self, device: str, endpoint: str) -> bool:
         listed = self._read()
@@ -182,16 +194,21 @@ class WebPush:
             self._write(kept)
             log(f"web push: {len(listed) - len(kept)} subscription(s) of {device} forgotten")
 
-    def handle(self, device: str | None, command: w.PushCommand) -> object:
-        """A device's push command, answered."""
-        if device is None:
+    async def handle(self, device: Principal, command: w.PushCommand) -> object:
+        """A device's push command, answered (its files read and written in a thread)."""
+        name = device.device
+        if name is None:
             raise CommandError(f"{command.type} needs a paired device: a subscription ends "
                                "with its device (pair this browser: docs/web.md)")
         if isinstance(command, w.GetPushKey):
-            return w.PushKey(public_key=self.public_key())
+            return w.PushKey(public_key=await trio.to_thread.run_sync(self.public_key))
         if isinstance(command, w.PushSubscribe):
-            return w.PushSubscribed(subscriptions=self.subscribe(device, command.subscription))
-        return w.PushUnsubscribed(removed=self.unsubscribe(device, command.endpoint))
+            subscription = command.subscription
+            return w.PushSubscribed(subscriptions=await trio.to_thread.run_sync(
+                lambda: self.subscribe(device, subscription)))
+        endpoint = command.endpoint
+        return w.PushUnsubscribed(removed=await trio.to_thread.run_sync(
+            lambda: self.unsubscribe(name, endpoint)))
 
     # --- deliveries ----------------------------------------------------------------------------
 
@@ -211,19 +228,19 @@ class WebPush:
         client: httpx.AsyncClient | None = None
         try:
             async for nudge, sent_at in self._queued:
-                subscriptions = [s for s in self._read() if self.paired(str(s.get("device")))]
+                listed = await trio.to_thread.run_sync(self._read)
+                subscriptions = [s for s in listed if self.paired(
+                    str(s.get("device")), str(s.get("digest")))]
                 if not subscriptions:
                     continue
                 if client is None:
                     import httpx
 
                     client = httpx.AsyncClient(verify=tls_context(), timeout=self.timeout_s)
-                for subscription in subscriptions:
-                    try:
-                        await self._deliver(client, subscription, nudge, sent_at)
-                    except Exception as exc:  # a bug: the other pushes still go
-                        log_exception(f"web push to {shown_host(subscription['endpoint'])} "
-                                      "failed", exc)
+                async with trio.open_nursery() as deliveries:  # at once: one slow service
+                    for subscription in subscriptions:  # holds up no other
+                        deliveries.start_soon(self._deliver_one, client, subscription, nudge,
+                                              sent_at)
         finally:
             if client is not None:
                 with trio.CancelScope(shield=True):
@@ -242,8 +259,26 @@ class WebPush:
             dh=_unbase64(subscription["p256dh"], 65, "p256dh"),
             auth_secret=_unbase64(subscription["auth"], 16, "auth"), version="aes128gcm"))
 
+    async def _deliver_one(self, client: httpx.AsyncClient, subscription: dict[str, Any],
+                           nudge: Nudge, sent_at: float) -> None:
+        endpoint = str(subscription["endpoint"])
+        try:
+            delivered = await self._deliver(client, subscription, nudge, sent_at)
+        except Exception as exc:  # a bug: the other pushes still go
+            log_exception(f"web push to {shown_host(endpoint)} failed", exc)
+            delivered = False
+        failures = 0 if delivered else self._failures.get(endpoint, 0) + 1
+        self._failures[endpoint] = failures
+        if failures >= MAX_FAILURES:
+            del self._failures[endpoint]
+            device = str(subscription["device"])
+            await trio.to_thread.run_sync(self.unsubscribe, device, endpoint)
+            log(f"web push: the subscription of {device} at {shown_host(endpoint)} failed "
+                f"{MAX_FAILURES} times in a row: forgotten")
+
     async def _deliver(self, client: httpx.AsyncClient, subscription: dict[str, Any],
-                       nudge: Nudge, sent_at: float) -> None:
+                       nudge: Nudge, sent_at: float) -> bool:
+        """Whether it was delivered (or is gone, and forgotten)."""
         import httpx
 
         endpoint = str(subscription["endpoint"])
@@ -262,13 +297,14 @@ class WebPush:
                 problem = type(exc).__name__
             else:
                 if answer.status_code in (404, 410):
-                    self.unsubscribe(str(subscription["device"]), endpoint)
+                    await trio.to_thread.run_sync(self.unsubscribe,
+                                                  str(subscription["device"]), endpoint)
                     log(f"web push: {shown_host(endpoint)} says the subscription of "
                         f"{subscription['device']} is gone (HTTP {answer.status_code}): "
                         "forgotten")
-                    return
+                    return True
                 if answer.is_success:
-                    return
+                    return True
                 problem = f"HTTP {answer.status_code}"
                 if answer.status_code != 429 and answer.status_code < 500:
                     break
@@ -276,6 +312,7 @@ class WebPush:
                 await trio.sleep(RETRY_DELAY_S)
         log(f"web push: the {nudge.event} nudge to {subscription['device']} "
             f"({shown_host(endpoint)}) was not delivered: {problem}")
+        return False
 
 
 def shown_host(endpoint: str) -> str:

@@ -234,3 +234,26 @@ async def test_a_switch_to_a_file_in_use_keeps_the_current_session(tmp_path: Pat
     held.close()
     assert refused["success"] is False and "in use by another forged process" in refused["error"]
     assert after["sessionId"] == before["sessionId"]
+
+
+async def test_a_long_sessions_tree_and_a_move_in_it_are_answered(tmp_path: Path) -> None:
+    """A tree nests as deep as the session is long (a node per entry): 400 entries nest
+    deeper than a recursive encoder goes, and are answered all the same, moves included."""
+    path = tmp_path / "long.jsonl"
+    header = {"type": "session", "version": 3, "id": "long", "cwd": str(tmp_path),
+              "timestamp": "2026-01-01T00:00:00.000Z"}
+    entries = [stored_message(f"c{n:07d}", f"c{n - 1:07d}" if n else None,
+                              "user" if n % 2 == 0 else "assistant", f"entry {n}")
+               for n in range(400)]
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in [header, *entries]))
+    async with open_client(tmp_path, session_path=path) as client:
+        with trio.fail_after(30):  # a hang guard: an answer that fails to encode is none
+            tree = await client.request({"type": "get_tree"})
+            moved = await client.request({"type": "navigate_tree", "entryId": "c0000199"})
+            messages = (await client.request({"type": "get_messages"}))["data"]["messages"]
+    depth, node = 1, tree["data"]["tree"][0]
+    while node["children"]:
+        depth, node = depth + 1, node["children"][0]
+    assert tree["success"] and depth >= 400 and node["entry"]["id"] != "c0000000"
+    assert moved["success"] and moved["data"]["leafId"] != tree["data"]["leafId"]
+    assert len(messages) == 200 and messages[-1]["content"][0]["text"] == "entry 199"

@@ -173,6 +173,18 @@ async def test_a_read_device_watches_and_its_prompt_runs_nothing(tmp_path: Path)
     assert not (tmp_path / "pwned").exists()
 
 
+async def test_an_approve_devices_answer_before_it_attached_opens_no_session(
+        tmp_path: Path) -> None:
+    """A dialog's answer from a connection attached to nothing would open a session for it
+    (any session command does): below control it is refused, and none is opened."""
+    async with open_remote(tmp_path) as remote:
+        credential = await remote.pair("watch", "approve")
+        async with remote.device(credential) as watch:
+            await watch.answer_dialog("d1", value="Allow once")
+            listed = await watch.list_sessions()  # answered after the answer's refusal
+    assert listed.sessions == []
+
+
 async def test_an_approve_device_answers_a_permission_request(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "outside"

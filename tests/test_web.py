@@ -48,11 +48,14 @@ def shot(page: Any, tmp_path: Path, name: str) -> None:
         page.screenshot(path=str(tmp_path / f"{name}.png"))
 
 
-async def open_session(web: Web, name: str) -> str:
-    """A live session opened by the owner on the socket, named `name`."""
+async def open_session(web: Web, name: str, mode: str | None = None) -> str:
+    """A live session opened by the owner on the socket, named `name` (in permission
+    `mode`, when given)."""
     async with web.daemon.client() as owner:
         await owner.new_session()
         await owner.run("set_session_name", name=name)
+        if mode is not None:
+            await owner.run("set_permission_mode", mode=mode)
         return (await owner.get_state()).session_id
 
 
@@ -101,10 +104,7 @@ async def test_a_permission_request_is_answered_from_the_page_and_the_command_ru
     made = tmp_path / "project" / "made"
     replies = scripted(call("bash", command="touch made && echo made it"))
     async with open_web(tmp_path, replies, empty_unload_s=600) as web:
-        session_id = await open_session(web, "needs you")
-        async with web.daemon.client() as owner:
-            await owner.attach(session_id)
-            await owner.run("set_permission_mode", mode="ask")
+        session_id = await open_session(web, "needs you", mode="ask")
         link = await web.link("phone", "approve")
 
         async def prompt() -> None:
@@ -194,9 +194,10 @@ async def test_a_move_and_a_fork_from_the_tree_show_the_new_branch(tmp_path: Pat
             box.fill("three")
             page.get_by_role("button", name="Send", exact=True).click()
             expect(page.locator(".message.assistant").last).to_have_text("Other answer")
-            first = tree.locator(
-                "xpath=.//li[span[@class='entry'][contains(., 'First answer')]]")
-            expect(first.locator("xpath=./ul/li")).to_have_count(2)  # "two" and "three"
+            branches = tree.locator(".branch")  # after "First answer": "two" and "three"
+            expect(branches).to_have_count(2)
+            expect(branches.first.locator(".entry").first).to_have_text("You two")
+            expect(branches.last.locator(".entry").first).to_have_text("You three")
             branch = tree.locator("li[aria-current=true] > .entry").all_inner_texts()
             before = page.url
             tree.get_by_role("button", name="Fork here: two").click()
@@ -352,12 +353,18 @@ async def test_forged_web_signs_this_machines_browser_in_as_the_owner(tmp_path: 
     async with open_web(tmp_path, empty_unload_s=600) as web:
         await open_session(web, "mine")
         env = {**child_env(tmp_path / "agent"), "XDG_RUNTIME_DIR": str(tmp_path / "run")}
-        env.pop("DISPLAY", None)
-        env.pop("WAYLAND_DISPLAY", None)
+        opened = tmp_path / "opened"
+        browser = tmp_path / "browser"  # what webbrowser starts: it notes its arguments
+        browser.write_text(f'#!/bin/sh\necho "$@" >> {opened}\n')
+        browser.chmod(0o755)
+        env.update(DISPLAY=":99", BROWSER=f"{browser} %s")
         command = [str(BIN / "forged"), "web", "--socket", str(web.daemon.socket_path)]
         first = await trio.run_process(command, capture_stdout=True, capture_stderr=True,
                                        env=env)
         link = first.stdout.decode().strip()
+        argv = opened.read_text().split()
+        page_file = Path(argv[0].removeprefix("file://"))
+        opener = page_file.read_text()
 
         def scenario(page: Any) -> str:
             page.goto(link)
@@ -370,6 +377,9 @@ async def test_forged_web_signs_this_machines_browser_in_as_the_owner(tmp_path: 
         async with web.daemon.client() as owner:
             devices = {device.name: device.role for device in await owner.list_devices()}
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/pair\?open#[A-Z0-9]{10}", link), link
+    assert link.rpartition("#")[2] not in opened.read_text()  # no code on a command line
+    assert argv[0].startswith("file://") and page_file.stat().st_mode & 0o077 == 0
+    assert f'content="0;url={link}"' in opener
     assert "as web (owner)" in first.stderr.decode()
     assert "as web-2 (owner)" in second.stderr.decode()
     assert who == "web · owner"
@@ -439,3 +449,151 @@ async def test_the_page_installs_and_says_so_when_this_browser_cannot_take_pushe
     assert seen["said"] == ("This browser could not subscribe to its push service: no answer "
                             "in 10 s")
     assert not (tmp_path / "agent" / "web-push.json").exists()
+
+
+async def test_a_page_away_while_its_session_is_loaded_again_reads_it_whole(
+        tmp_path: Path) -> None:
+    """The session is unloaded while the page is away and loaded again by another client,
+    whose runs take its ``seq`` past what the page had seen: the page notices the new load
+    (``loadId``) and reads the transcript whole, rather than skip what it cannot count."""
+    async with open_web(tmp_path, said("First", "Second", "Third"),
+                        empty_unload_s=600) as web:
+        session_id = await open_session(web, "reloaded")
+        link = await web.link("laptop", "control")
+
+        async def elsewhere() -> None:
+            web.proxy.cut(stay_down=True)
+            async with web.daemon.client() as owner:
+                answer = await owner.request("unload_session", sessionId=session_id)
+                assert answer["success"], answer
+                again = await owner.attach(session_id)
+                assert again.seq == 0
+                await owner.prompt_and_wait("two")
+                await owner.prompt_and_wait("three")
+
+        def scenario(page: Any) -> list[str]:
+            page.goto(link)
+            page.locator(".session-item", has_text="reloaded").get_by_role("link").click()
+            page.get_by_role("textbox", name="Prompt").fill("one")
+            page.get_by_role("button", name="Send", exact=True).click()
+            expect(page.locator(".message.assistant").last).to_have_text("First")
+            on_trio(elsewhere)
+            web.proxy.down = False
+            expect(page.locator(".banner")).to_have_text("Reconnected.")
+            expect(page.locator(".message")).to_have_count(6)
+            return [text.strip() for text in page.locator(".message").all_inner_texts()]
+
+        seen = await in_browser(tmp_path / "profile", scenario)
+    assert seen == ["one", "First", "two", "Second", "three", "Third"]
+
+
+async def test_a_run_is_started_and_approved_with_the_keyboard_alone(tmp_path: Path) -> None:
+    """Tab, Enter and Ctrl+Enter: open the session, send the prompt, allow the command."""
+    replies = scripted(call("bash", command="echo typed"))
+    async with open_web(tmp_path, replies, empty_unload_s=600) as web:
+        await open_session(web, "keys", mode="ask")
+        link = await web.link("laptop", "control")
+
+        def tab_to(page: Any, name: str) -> None:
+            for _ in range(60):
+                page.keyboard.press("Tab")
+                focused = page.evaluate("""(() => { const e = document.activeElement;
+                    return e.getAttribute('aria-label') || e.labels?.[0]?.textContent
+                      || e.textContent; })()""")
+                if focused.strip() == name:
+                    return
+            raise AssertionError(f"Tab never reached {name}")
+
+        def scenario(page: Any) -> str:
+            page.goto(link)
+            expect(page.locator(".session-item")).to_have_count(1)
+            tab_to(page, "keys")
+            page.keyboard.press("Enter")
+            expect(page.get_by_role("heading", name="Tree")).to_be_visible()
+            tab_to(page, "Prompt")
+            page.keyboard.type("Say it")
+            page.keyboard.press("Control+Enter")
+            expect(page.get_by_role("button", name="Allow once")).to_be_visible()
+            tab_to(page, "Allow once")
+            page.keyboard.press("Enter")
+            expect(page.locator(".message.assistant").last).to_contain_text("Done.")
+            return str(page.locator(".tool .output").inner_text())
+
+        output = await in_browser(tmp_path / "profile", scenario)
+    assert output.strip() == "typed"
+
+
+async def test_the_controls_of_a_run_from_the_page(tmp_path: Path) -> None:
+    """A new session in a folder; the thinking level and the permission mode; thinking
+    folded and an edit as a diff; steering and a follow-up queued while a tool runs, then
+    delivered; a run aborted."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("alpha\n")
+    go, never = tmp_path / "go", tmp_path / "never"
+    wait = "while [ ! -e {} ]; do sleep 0.02; done; echo waited"
+    replies = [_codec.structure(reply, Reply) for reply in [
+        {"content": [{"type": "thinking", "thinking": "Plan: swap the word."},
+                     {"type": "text", "text": "Editing."},
+                     {"type": "toolCall", "name": "edit", "arguments": {
+                         "path": "notes.txt", "oldText": "alpha", "newText": "beta"}}]},
+        {"content": [{"type": "text", "text": "Edited."}]},
+        call("bash", command=wait.format(go)),
+        {"content": [{"type": "text", "text": "Steered."}]},
+        {"content": [{"type": "text", "text": "Followed."}]},
+        call("bash", command=wait.format(never))]]
+    async with open_web(tmp_path, replies) as web:
+        link = await web.link("laptop", "owner")
+
+        def scenario(page: Any) -> dict[str, Any]:
+            page.goto(link)
+            page.get_by_label("Folder").fill(str(project))
+            page.get_by_role("button", name="New session").click()
+            expect(page.get_by_role("heading", name="Tree")).to_be_visible()
+            page.get_by_label("Thinking").select_option("high")
+            page.get_by_label("Permission mode").select_option("auto")
+            expect(page.get_by_label("Thinking")).to_have_value("high")
+            box = page.get_by_role("textbox", name="Prompt")
+            send = page.get_by_role("button", name="Send", exact=True)
+            box.fill("Swap it")
+            send.click()
+            expect(page.locator(".message.assistant").last).to_have_text("Edited.")
+            thinking = page.locator("details.thinking").first
+            folded = thinking.get_attribute("open") is None
+            diff = page.locator(".tool .diff").first.inner_text()
+            box.fill("Wait for it")
+            send.click()
+            expect(page.locator(".tool .tool-state").last).to_have_text("running")
+            box.fill("steer me")
+            page.get_by_role("button", name="Steer").click()
+            box.fill("later")
+            page.get_by_role("button", name="Follow up").click()
+            queue = page.get_by_role("region", name="Queue")
+            expect(queue.locator("li")).to_have_count(2)
+            queued = queue.locator("li").all_inner_texts()
+            go.touch()
+            expect(page.locator(".message.assistant").last).to_have_text("Followed.")
+            box.fill("Wait forever")
+            send.click()
+            expect(page.locator(".tool .tool-state").last).to_have_text("running")
+            page.get_by_role("button", name="Abort").click()
+            expect(page.locator(".state-line .state")).to_have_text("idle")
+            return {"folded": folded, "diff": diff, "queued": queued,
+                    "aborted": page.locator(".message.assistant").last.inner_text()}
+
+        seen = await in_browser(tmp_path / "profile", scenario)
+        async with web.daemon.client() as owner:
+            [live] = (await owner.list_sessions()).sessions
+            await owner.attach(live.session_id)
+            state = await owner.get_state()
+    assert seen["folded"] and seen["diff"].splitlines() == ["- alpha", "+ beta"]
+    assert [" ".join(text.split()) for text in seen["queued"]] == [
+        "steer steer me", "follow-up later"]
+    assert "failed" in seen["aborted"] and " aborted" in seen["aborted"]
+    assert (project / "notes.txt").read_text() == "beta\n"
+    assert (state.thinking_level, state.permission_mode) == ("high", "auto")
+    asked = [{block.get("text") for block in r.body["messages"][-1]["content"]}
+             for r in web.daemon.server.requests]
+    assert any("steer me" in texts for texts in asked)
+    assert any("later" in texts for texts in asked)
+    assert live.cwd == str(project)

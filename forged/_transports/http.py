@@ -163,6 +163,7 @@ async def serve_plain(stream: trio.abc.Stream, head: Head, read: bytes, access: 
              "X-Content-Type-Options: nosniff", "Referrer-Policy: no-referrer",
              "Content-Security-Policy: default-src 'none'; connect-src 'self'; img-src 'self'; "
              "manifest-src 'self'; worker-src 'self'; frame-ancestors 'none'; "
+             "base-uri 'none'; form-action 'none'; "
              + ("script-src 'self'; style-src 'self'" if head.path in PAGE_FILES
                 # the pairing page's one inline script and style
                 else "script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'"),

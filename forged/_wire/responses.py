@@ -266,6 +266,10 @@ class AttachResult:
     replayed: int
     missed: bool = False
     """Events after ``sinceSeq`` are no longer kept: read the session with ``get_entries``."""
+    load_id: str | None = None
+    """forged's addition: names this load of the session. ``seq`` counts from 1 again when
+    a session is unloaded and loaded again: a client reattaching whose ``loadId`` changed
+    missed what it cannot count, and reads the session whole again."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -317,9 +317,14 @@ function Composer() {
     const box = document.getElementById("prompt");
     const message = box.value.trim();
     if (!message) return;
+    box.value = ""; // at once: what is typed next is not the sent message's to clear
     act(async () => {
-      await link.ask(type, { message, ...extra });
-      box.value = "";
+      try {
+        await link.ask(type, { message, ...extra });
+      } catch (error) {
+        if (!box.value) box.value = message; // not sent: given back
+        throw error;
+      }
     });
   };
   const keys = (e) => {
@@ -340,19 +345,17 @@ function Composer() {
 
 function Settings() {
   const s = S.s;
-  const [provider, ...rest] = (s.model || "/").split("/");
-  const modelId = rest.join("/");
   const choose = (type, field) => (e) => act(() => link.ask(type, field(e.target.value)));
   return html`<div class="settings">
     ${may("control") ? html`
-      <label>Model <select onChange=${choose("set_model", (v) => { const [p, ...m] = v.split("/"); return { provider: p, modelId: m.join("/") }; })}>
-        ${S.models.map((m) => html`<option value=${`${m.provider}/${m.id}`} selected=${m.provider === provider && m.id === modelId}>${m.provider}/${m.id}</option>`)}
+      <label>Model <select value=${s.model} onChange=${choose("set_model", (v) => { const [p, ...m] = v.split("/"); return { provider: p, modelId: m.join("/") }; })}>
+        ${S.models.map((m) => html`<option value=${`${m.provider}/${m.id}`}>${m.provider}/${m.id}</option>`)}
       </select></label>
-      <label>Thinking <select onChange=${choose("set_thinking_level", (level) => ({ level }))}>
-        ${(S.levels.length ? S.levels : [s.thinking]).map((l) => html`<option selected=${l === s.thinking}>${l}</option>`)}
+      <label>Thinking <select value=${s.thinking} onChange=${choose("set_thinking_level", (level) => ({ level }))}>
+        ${(S.levels.length ? S.levels : [s.thinking]).map((l) => html`<option value=${l}>${l}</option>`)}
       </select></label>` : html`<span>Model ${s.model || "none"}</span> <span>Thinking ${s.thinking}</span>`}
-    ${may("owner") ? html`<label>Permission mode <select onChange=${choose("set_permission_mode", (mode) => ({ mode }))}>
-        ${PERMISSION_MODES.map((m) => html`<option selected=${m === s.mode}>${m}</option>`)}
+    ${may("owner") ? html`<label>Permission mode <select value=${s.mode} onChange=${choose("set_permission_mode", (mode) => ({ mode }))}>
+        ${PERMISSION_MODES.map((m) => html`<option value=${m}>${m}</option>`)}
       </select></label>` : html`<span>Permission mode ${s.mode}</span>`}
   </div>`;
 }

@@ -7,6 +7,7 @@
 export class NotPaired extends Error {}
 
 const RETRY_MS = [250, 500, 1000, 2000, 4000];
+const OPEN_MS = 10_000; // a ticket or a handshake unanswered this long is tried again
 const UNATTACHED = new Set(["list_sessions", "attach", "detach", "new_session", "delete_session",
   "get_push_key", "push_subscribe", "push_unsubscribe"]);
 
@@ -27,7 +28,8 @@ export class Link {
   async ticket() {
     const path = localStorage.getItem("forged.ticketPath");
     if (!path) throw new NotPaired("this browser is not paired");
-    const answer = await fetch(path, { method: "POST", credentials: "same-origin" });
+    const answer = await fetch(path, { method: "POST", credentials: "same-origin",
+      signal: AbortSignal.timeout(OPEN_MS) });
     const data = await answer.json().catch(() => ({}));
     if (answer.status === 401 || answer.status === 403) throw new NotPaired(data.error || "refused");
     if (!answer.ok) throw new Error(data.error || `HTTP ${answer.status}`);
@@ -43,6 +45,12 @@ export class Link {
     await new Promise((resolve, reject) => {
       ws.onopen = resolve;
       ws.onerror = () => reject(new Error("the daemon refused the connection"));
+      setTimeout(() => {
+        if (ws.readyState !== WebSocket.OPEN) {
+          ws.close();
+          reject(new Error("no answer from the daemon"));
+        }
+      }, OPEN_MS);
     });
     ws.onmessage = (message) => this.receive(JSON.parse(message.data));
     ws.onclose = () => this.lost(ws);
@@ -93,6 +101,7 @@ export class Link {
     this.attached = data.sessionId;
     // A message that streams is given from its start: `replayed` events up to `seq`.
     this.lastSeq = data.seq - data.replayed;
+    this.loadId = data.loadId;
     return data;
   }
 
@@ -128,10 +137,11 @@ export class Link {
       if (this.attached !== null) {
         try {
           const data = await this.ask("attach", { sessionId: this.attached, sinceSeq: this.lastSeq });
-          // Events older than those kept were missed, or the session was opened again
-          // (unloaded while away): read it whole.
-          reload = data.missed || data.seq < this.lastSeq;
-          if (data.seq < this.lastSeq) this.lastSeq = data.seq;
+          // Events older than those kept were missed, or the session was loaded again
+          // (unloaded while away: its seq counts afresh): read it whole.
+          reload = data.missed || data.loadId !== this.loadId;
+          if (reload) this.lastSeq = data.seq;
+          this.loadId = data.loadId;
         } catch (error) {
           reload = true;
         }

@@ -15,7 +15,8 @@ function inline(text) {
     return `\u0000${codes.length - 1}\u0000`;
   });
   out = out
-    .replace(/\[([^\]\n]+)\]\(((?:https?:\/\/|mailto:)[^\s)]+)\)/g,
+    // Bounded: each try reads 300 characters at most (a run of "[" stays linear).
+    .replace(/\[([^[\]\n]{1,300})\]\(((?:https?:\/\/|mailto:)[^\s()]{1,2000})\)/g,
       (_, label, href) => `<a href="${href}" rel="noopener noreferrer" target="_blank">${label}</a>`)
     .replace(/\*\*([^*\n]+)\*\*/g, "<strong>$1</strong>")
     .replace(/(^|[^\w*])\*([^*\n]+)\*(?!\w)/g, "$1<em>$2</em>")
@@ -23,7 +24,20 @@ function inline(text) {
   return out.replace(/\u0000(\d+)\u0000/g, (_, i) => `<code>${codes[Number(i)]}</code>`);
 }
 
+const rendered = new Map(); // text -> HTML: a transcript is drawn again on every frame
+const KEPT = 500;
+
 export function renderMarkdown(text) {
+  let html = rendered.get(text);
+  if (html === undefined) {
+    html = render(text);
+    if (rendered.size >= KEPT) rendered.delete(rendered.keys().next().value);
+    rendered.set(text, html);
+  }
+  return html;
+}
+
+function render(text) {
   const lines = text.replace(/\r\n?/g, "\n").split("\n");
   const html = [];
   let paragraph = [];

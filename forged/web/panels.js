@@ -68,22 +68,34 @@ function textOf(message) {
   return calls.length ? `called ${calls.join(", ")}` : "";
 }
 
-// The user's and the assistant's messages of the tree, other entries passed through.
-function shown(nodes) {
+// The user's and the assistant's messages of the tree (other entries passed through), each
+// with its own such children. Built without recursion: a tree nests as deep as the session
+// is long.
+function shown(roots) {
   const out = [];
-  for (const node of nodes) {
+  const stack = roots.map((node) => [node, out]).reverse();
+  while (stack.length) {
+    const [node, into] = stack.pop();
     const message = node.entry.type === "message" ? node.entry.message : null;
+    let below = into;
     if (message && (message.role === "user" || message.role === "assistant")) {
-      out.push({ node, message, children: shown(node.children) });
-    } else out.push(...shown(node.children));
+      const item = { node, message, children: [] };
+      into.push(item);
+      below = item.children;
+    }
+    for (let i = node.children.length - 1; i >= 0; i--) stack.push([node.children[i], below]);
   }
   return out;
 }
 
 function onBranch(tree, leafId) {
   const parents = new Map();
-  const walk = (nodes) => nodes.forEach((n) => { parents.set(n.entry.id, n.entry.parentId); walk(n.children); });
-  walk(tree);
+  const stack = [...tree];
+  while (stack.length) {
+    const node = stack.pop();
+    parents.set(node.entry.id, node.entry.parentId);
+    stack.push(...node.children);
+  }
   const path = new Set();
   for (let id = leafId; id; id = parents.get(id)) path.add(id);
   return path;
@@ -102,15 +114,31 @@ export function Tree({ s }) {
     const state = await link.ask("get_state");
     location.hash = `#/s/${state.sessionId}`;
   });
-  const branch = (items) => html`<ul>${items.map(({ node, message, children }) => html`
-    <li class=${active.has(node.entry.id) ? "on-branch" : ""} aria-current=${active.has(node.entry.id) ? "true" : undefined}>
-      <span class="entry"><span class="kind">${message.role === "user" ? "You" : "Assistant"}</span>${" "}${textOf(message).slice(0, 80)}</span>
+  const row = ({ node, message }) => {
+    const here = active.has(node.entry.id);
+    const words = textOf(message);
+    return html`<li class=${here ? "on-branch" : ""} aria-current=${here ? "true" : undefined}>
+      <span class="entry"><span class="kind">${message.role === "user" ? "You" : "Assistant"}</span>${" "}${words.slice(0, 80)}</span>
       ${may("control") ? html`<span class="entry-actions">
-        <button type="button" onClick=${() => move(node.entry.id)} aria-label=${`Move here: ${textOf(message).slice(0, 40)}`}>Move here</button>
-        <button type="button" onClick=${() => fork(node.entry.id)} aria-label=${`Fork here: ${textOf(message).slice(0, 40)}`}>Fork here</button>
+        <button type="button" onClick=${() => move(node.entry.id)} aria-label=${`Move here: ${words.slice(0, 40)}`}>Move here</button>
+        <button type="button" onClick=${() => fork(node.entry.id)} aria-label=${`Fork here: ${words.slice(0, 40)}`}>Fork here</button>
       </span>` : ""}
-      ${children.length ? branch(children) : ""}
-    </li>`)}</ul>`;
+    </li>`;
+  };
+  // A run of entries with one child each is one list; each branch point holds one list per
+  // branch, so the page nests only as deep as the session branches.
+  const branch = (items) => {
+    const rows = [];
+    let level = items;
+    while (level.length === 1) {
+      rows.push(row(level[0]));
+      level = level[0].children;
+    }
+    if (level.length > 1) {
+      rows.push(html`<li class="branches">${level.map((item) => html`<div class="branch">${branch([item])}</div>`)}</li>`);
+    }
+    return html`<ul>${rows}</ul>`;
+  };
   const items = shown(s.tree.tree);
   return html`<section class="panel tree" aria-labelledby="tree-heading">
     <h2 id="tree-heading">Tree</h2>
