@@ -89,7 +89,6 @@ async def test_the_page_lists_sessions_and_a_prompt_streams_into_the_transcript(
             expect(answer.locator("li")).to_have_text(["one", "two"])
             expect(page.locator(".state-line .state")).to_have_text("idle")
             expect(page.locator(".usage")).to_contain_text("tokens")
-            shot(page, tmp_path, "session-desktop")
             no_serious_violations(page)
             return {"user": page.locator(".message.user").all_inner_texts()}
 
@@ -561,6 +560,8 @@ async def test_the_controls_of_a_run_from_the_page(tmp_path: Path) -> None:
             thinking = page.locator("details.thinking").first
             folded = thinking.get_attribute("open") is None
             diff = page.locator(".tool .diff").first.inner_text()
+            expect(page.get_by_role("region", name="Checkpoints").locator("li")).to_have_count(2)
+            shot(page, tmp_path, "session-desktop")
             box.fill("Wait for it")
             send.click()
             expect(page.locator(".tool .tool-state").last).to_have_text("running")

@@ -269,7 +269,7 @@ daemon no browser visits holds none of them."""
 PAGE_FILES = {
     "/": "text/html; charset=utf-8", "/app.css": "text/css; charset=utf-8",
     **{f"/{name}.js": "text/javascript; charset=utf-8" for name in (
-        "app", "link", "transcript", "panels", "markdown", "preact-htm", "sw")},
+        "app", "state", "link", "transcript", "panels", "markdown", "preact-htm", "sw")},
     "/icon.svg": "image/svg+xml", "/manifest.webmanifest": "application/manifest+json"}
 
 

@@ -2,41 +2,17 @@
 // paired device speaks (docs/protocol.md). What the device's role may not do is not offered.
 
 import { html, render } from "./preact-htm.js";
-import { Link, NotPaired } from "./link.js";
-import { Diff, Transcript, applyEvent, newTranscript } from "./transcript.js";
+import { NotPaired } from "./link.js";
 import { Checkpoints, Tree, loadPanels } from "./panels.js";
+import { S, act, link, may, onDraw, update } from "./state.js";
+import { Transcript, applyEvent, newTranscript } from "./transcript.js";
 
-const ROLES = ["read", "approve", "control", "owner"];
 const PERMISSION_MODES = ["read-only", "ask", "auto", "full-access"];
 
-// The page's state; `update()` draws it again (at most once a frame).
-const S = {
-  view: "connecting", // "connecting" | "unpaired" | "list" | "session"
-  problem: "",
-  banner: "",
-  role: null,
-  device: null,
-  sessions: [],
-  stored: [],
-  cwd: "",
-  s: null, // the open session: its state, transcript, dialogs, panels
-  models: [],
-  levels: [],
-};
+link.onEvent = onEvent;
+link.onStatus = onStatus;
+onDraw(() => render(html`<${Page} />`, document.getElementById("app")));
 
-export const may = (need) => ROLES.indexOf(S.role) >= ROLES.indexOf(need);
-
-let drawn = false;
-export function update() {
-  if (drawn) return;
-  drawn = true;
-  requestAnimationFrame(() => {
-    drawn = false;
-    render(html`<${Page} />`, document.getElementById("app"));
-  });
-}
-
-export const link = new Link({ onEvent, onStatus });
 
 function onStatus(status, detail) {
   if (status === "away") S.banner = "Connection lost: reconnecting…";
@@ -191,15 +167,6 @@ function ago(ms) {
 
 const dollars = (cost) => `$${(cost || 0).toFixed(4)}`;
 
-async function act(work, where = S.s) {
-  try {
-    await work();
-  } catch (error) {
-    if (where) where.problem = error.message;
-    else S.problem = error.message;
-  }
-  update();
-}
 
 function SessionList() {
   const newSession = (e) => {
@@ -219,12 +186,13 @@ function SessionList() {
     ${S.sessions.length === 0 ? html`<p class="note">No session is live.</p>` : ""}
     <ul class="sessions">
       ${S.sessions.map((info) => html`<li class="session-item">
-        <a href=${`#/s/${info.sessionId}`} class="session-name">${info.sessionName || `Session ${info.sessionId.slice(0, 8)}`}</a>
-        <span class=${`state state-${info.waiting ? "waiting" : info.state}`}>${stateWords(info)}</span>
-        <span class="folder">${info.cwd}</span>
-        <span class="model">${info.provider ? `${info.provider}/${info.modelId}` : "no model"}</span>
-        <span class="cost">${dollars(info.cost)}</span>
-        <span class="when">${ago(info.lastActivity)}</span>
+        <div class="session-line">
+          <a href=${`#/s/${info.sessionId}`} class="session-name">${info.sessionName || `Session ${info.sessionId.slice(0, 8)}`}</a>
+          <span class=${`state state-${info.waiting ? "waiting" : info.state}`}>${stateWords(info)}</span>
+        </div>
+        <div class="folder">${info.cwd}</div>
+        <div class="meta"><span class="model">${info.provider ? `${info.provider}/${info.modelId}` : "no model"}</span>
+          ${" · "}<span class="cost">${dollars(info.cost)}</span>${" · "}<span class="when">${ago(info.lastActivity)}</span></div>
       </li>`)}
     </ul>
     ${S.stored.length ? html`<h2>Stored in ${S.cwd}</h2>
@@ -426,7 +394,6 @@ function Page() {
     ${body}`;
 }
 
-export { Diff, act };
 
 async function start() {
   try {

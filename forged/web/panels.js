@@ -3,7 +3,8 @@
 // any entry).
 
 import { html } from "./preact-htm.js";
-import { Diff, act, link, may, update } from "./app.js";
+import { act, link, may, update } from "./state.js";
+import { Diff } from "./transcript.js";
 
 // Read again once the session is attached, and when a run settles (`s.refreshPanels`).
 export async function loadPanels(s) {

@@ -3,7 +3,7 @@
 // passes through a cache. A push ("a run needs you") is shown as a notification.
 
 const SHELL = "forged-shell-v1";
-const FILES = ["/", "/app.js", "/link.js", "/transcript.js", "/panels.js", "/markdown.js",
+const FILES = ["/", "/app.js", "/state.js", "/link.js", "/transcript.js", "/panels.js", "/markdown.js",
   "/preact-htm.js", "/app.css", "/icon.svg", "/manifest.webmanifest"];
 
 self.addEventListener("install", (event) => {
