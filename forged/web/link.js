@@ -38,6 +38,7 @@ export class Link {
 
   async open() {
     const { ticket, role, device } = await this.ticket();
+    performance.mark("forged:ticket");
     this.role = role;
     this.device = device;
     const scheme = location.protocol === "https:" ? "wss" : "ws";
@@ -52,6 +53,7 @@ export class Link {
         }
       }, OPEN_MS);
     });
+    performance.mark("forged:open");
     ws.onmessage = (message) => this.receive(JSON.parse(message.data));
     ws.onclose = () => this.lost(ws);
     this.ws = ws;
