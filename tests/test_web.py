@@ -59,6 +59,12 @@ async def open_session(web: Web, name: str, mode: str | None = None) -> str:
         return (await owner.get_state()).session_id
 
 
+def go_to_session(page: Any, link: str, name: str) -> None:
+    """The page signed in by `link`, then the session named `name` opened from the list."""
+    page.goto(link)
+    page.locator(".session-item", has_text=name).get_by_role("link").click()
+
+
 def no_serious_violations(page: Any) -> None:
     violations = axe_violations(page)
     assert violations == [], [(v["id"], v["help"], [n["target"] for n in v["nodes"]])
@@ -146,8 +152,7 @@ async def test_a_checkpoints_diff_is_shown_and_a_restore_puts_the_file_back_over
         link = await web.link("laptop", "control")
 
         def scenario(page: Any) -> dict[str, Any]:
-            page.goto(link)
-            page.locator(".session-item", has_text="undo me").get_by_role("link").click()
+            go_to_session(page, link, "undo me")
             page.get_by_role("textbox", name="Prompt").fill("Rewrite the notes")
             page.get_by_role("button", name="Send", exact=True).click()
             expect(page.locator(".message.assistant").last).to_contain_text("Done.")
@@ -179,8 +184,7 @@ async def test_a_move_and_a_fork_from_the_tree_show_the_new_branch(tmp_path: Pat
         link = await web.link("laptop", "control")
 
         def scenario(page: Any) -> dict[str, Any]:
-            page.goto(link)
-            page.locator(".session-item", has_text="branches").get_by_role("link").click()
+            go_to_session(page, link, "branches")
             box = page.get_by_role("textbox", name="Prompt")
             for text, answer in (("one", "First answer"), ("two", "Second answer")):
                 box.fill(text)
@@ -227,8 +231,7 @@ async def test_a_connection_cut_mid_run_resumes_with_no_gap_and_no_duplicate(
                 await owner.next_event(lambda e: e.type == "agent_settled")
 
         def scenario(page: Any) -> dict[str, Any]:
-            page.goto(link)
-            page.locator(".session-item", has_text="asleep").get_by_role("link").click()
+            go_to_session(page, link, "asleep")
             page.get_by_role("textbox", name="Prompt").fill("Wait for it")
             page.get_by_role("button", name="Send", exact=True).click()
             expect(page.locator(".tool .tool-state")).to_have_text("running")
@@ -257,8 +260,7 @@ async def test_a_read_device_sees_no_prompt_box_and_a_crafted_prompt_is_refused(
         link = await web.link("tv", "read")
 
         def scenario(page: Any) -> dict[str, Any]:
-            page.goto(link)
-            page.locator(".session-item", has_text="watched").get_by_role("link").click()
+            go_to_session(page, link, "watched")
             expect(page.get_by_role("heading", name="Tree")).to_be_visible()
             expect(page.get_by_text("may watch only")).to_be_visible()
             offered = {name: page.get_by_role("button", name=name, exact=True).count()
@@ -391,8 +393,7 @@ async def test_rename_and_delete_from_the_page(tmp_path: Path) -> None:
         link = await web.link("laptop", "owner")
 
         def scenario(page: Any) -> list[str]:
-            page.goto(link)
-            page.locator(".session-item", has_text="old name").get_by_role("link").click()
+            go_to_session(page, link, "old name")
             page.get_by_role("textbox", name="Prompt").fill("Write it down")
             page.get_by_role("button", name="Send", exact=True).click()
             expect(page.locator(".message.assistant").last).to_have_text("Kept")
@@ -471,8 +472,7 @@ async def test_a_page_away_while_its_session_is_loaded_again_reads_it_whole(
                 await owner.prompt_and_wait("three")
 
         def scenario(page: Any) -> list[str]:
-            page.goto(link)
-            page.locator(".session-item", has_text="reloaded").get_by_role("link").click()
+            go_to_session(page, link, "reloaded")
             page.get_by_role("textbox", name="Prompt").fill("one")
             page.get_by_role("button", name="Send", exact=True).click()
             expect(page.locator(".message.assistant").last).to_have_text("First")
