@@ -84,6 +84,8 @@ class LiveSession:
         self.clients: list[Peer] = []
         self.seq = 0
         self.load_id = os.urandom(6).hex()
+        self.dialogs: dict[str, w.ExtensionUiRequest] = {}
+        """The questions and permission requests still open, as they were asked."""
         self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self._replay_bytes = 0
         self._open_message: int | None = None
@@ -120,6 +122,10 @@ class LiveSession:
             self._open_message = self.seq
         elif isinstance(event, (w.MessageEnd, w.AgentEnd)):
             self._open_message = None
+        elif isinstance(event, w.ExtensionUiRequest) and event.method != "notify":
+            self.dialogs[event.id] = event
+        elif isinstance(event, w.ExtensionUiResolved):
+            self.dialogs.pop(event.id, None)
         data = _codec.unstructure(event)
         stamped = encode_line({"sessionId": self.id, "seq": self.seq, **data})
         plain = (None if isinstance(event, DAEMON_ONLY_EVENTS)
@@ -184,6 +190,7 @@ class LiveSession:
         peer.live = self
         self.update_interactive()
         return w.AttachResult(session_id=self.id, seq=self.seq, load_id=self.load_id,
+                              dialogs=list(self.dialogs.values()) or None,
                               replayed=len(replayed) + len(open_message),
                               missed=missed), open_message
 

@@ -4,6 +4,7 @@ shows or what happened to the files, never what the page says about itself."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -134,6 +135,10 @@ async def test_a_permission_request_is_answered_from_the_page_and_the_command_ru
             expect(page.locator(".tool .output")).to_contain_text("made it")
             expect(page.locator(".state-line .state")).to_have_text("idle")
             expect(page.get_by_role("button", name="Allow once")).to_have_count(0)
+            trio.from_thread.run_sync(  # an answer waits for no response: none is lost
+                functools.partial(web.proxy.cut, stay_down=False))
+            expect(page.locator(".banner")).to_have_text("Reconnected.")
+            expect(page.get_by_role("alert")).to_have_count(0)
             return made_before
 
         made_before = await in_browser(tmp_path / "profile", scenario)
@@ -320,8 +325,11 @@ async def test_on_a_phone_nothing_scrolls_sideways_and_nothing_is_inaccessible(
             page.reload()
             expect(page.get_by_role("heading", name="Tree")).to_be_visible()
             page.keyboard.press("Tab")  # the first stop: past the header to the content
-            return {"list": list_wide, "session": session_wide,
-                    "skip": page.evaluate("document.activeElement.textContent")}
+            skip = page.evaluate("document.activeElement.textContent")
+            page.keyboard.press("Enter")  # and it stays in the session
+            expect(page.locator(":focus")).to_have_count(0)  # (the focus moved to #main)
+            expect(page.get_by_role("heading", name="Tree")).to_be_visible()
+            return {"list": list_wide, "session": session_wide, "skip": skip}
 
         seen = await in_browser(tmp_path / "profile", scenario, viewport=PHONE)
     assert seen == {"list": 0, "session": 0, "skip": "Skip to the content"}
@@ -598,3 +606,36 @@ async def test_the_controls_of_a_run_from_the_page(tmp_path: Path) -> None:
     assert any("steer me" in texts for texts in asked)
     assert any("later" in texts for texts in asked)
     assert live.cwd == str(project)
+
+
+async def test_a_page_opened_while_another_client_holds_the_session_answers_its_question(
+        tmp_path: Path) -> None:
+    """A permission request is not sent again to a client that attaches while another can
+    answer it: the page finds it in ``attach``'s answer, and its answer is the one taken."""
+    made = tmp_path / "project" / "made"
+    replies = scripted(call("bash", command="touch made"))
+    async with open_web(tmp_path, replies, empty_unload_s=600) as web:
+        session_id = await open_session(web, "held", mode="ask")
+        link = await web.link("phone", "approve")
+        asked, done = trio.Event(), trio.Event()
+
+        async def editor() -> None:  # attached all along, never answering
+            async with web.daemon.client() as owner:
+                await owner.attach(session_id)
+                await owner.prompt("Make it")
+                await owner.next_event(lambda e: e.type == "extension_ui_request")
+                asked.set()
+                await owner.next_event(lambda e: e.type == "agent_settled")
+                done.set()
+
+        def scenario(page: Any) -> None:
+            on_trio(asked.wait)
+            go_to_session(page, link, "held")
+            expect(page.locator(".state-line .state")).to_have_text("waiting for you")
+            page.get_by_role("button", name="Allow once").click()
+            on_trio(done.wait)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(editor)
+            await in_browser(tmp_path / "profile", scenario)
+    assert made.exists()

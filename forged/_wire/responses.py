@@ -7,6 +7,7 @@ from typing import Literal
 import attrs
 
 from .base import JSONObject, Model, keep_null, share_repr
+from .events import ExtensionUiRequest
 from .messages import AgentMessage
 
 __all__ = [
@@ -270,6 +271,9 @@ class AttachResult:
     """forged's addition: names this load of the session. ``seq`` counts from 1 again when
     a session is unloaded and loaded again: a client reattaching whose ``loadId`` changed
     missed what it cannot count, and reads the session whole again."""
+    dialogs: list[ExtensionUiRequest] | None = None
+    """forged's addition: the questions and permission requests still open (a client
+    attaching while another can answer them is not sent them again)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

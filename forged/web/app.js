@@ -5,7 +5,7 @@ import { html, render } from "./preact-htm.js";
 import { NotPaired } from "./link.js";
 import { Checkpoints, Tree, loadPanels } from "./panels.js";
 import { S, act, link, may, onDraw, update } from "./state.js";
-import { Transcript, applyEvent, newTranscript } from "./transcript.js";
+import { Transcript, applyEvent, mergeMessage, newTranscript, textOf } from "./transcript.js";
 
 const PERMISSION_MODES = ["read-only", "ask", "auto", "full-access"];
 
@@ -26,8 +26,11 @@ function onStatus(status, detail) {
     S.problem = detail;
   } else if (status === "back") {
     S.banner = "Reconnected.";
+    for (const dialog of link.dialogs || []) {
+      if (S.s && !S.s.dialogs.some((d) => d.id === dialog.id)) S.s.dialogs.push(dialog);
+    }
     setTimeout(() => { if (S.banner === "Reconnected.") { S.banner = ""; update(); } }, 3000);
-    if (S.view === "session" && S.s && detail) loadSession(S.s.id);
+    if (S.view === "session" && S.s && (detail || link.attached === null)) loadSession(S.s.id);
     else if (S.view === "list") loadList();
     else if (S.s) refreshState();
   }
@@ -42,6 +45,13 @@ function onEvent(event) {
   switch (event.type) {
     case "agent_start":
       s.running = true;
+      break;
+    case "agent_end":
+      // A message the file could not take never ends on its own: the run's end says so.
+      s.t.live = null;
+      for (const message of event.messages || []) {
+        if (message.role === "assistant" && message.stopReason === "error") mergeMessage(s.t, message);
+      }
       break;
     case "agent_settled":
       s.running = false;
@@ -74,7 +84,11 @@ function onEvent(event) {
       if (event.sessionId && s.id !== event.sessionId) link.attached = s.id = event.sessionId; // a fork or clone
       if (!applyEvent(s.t, event)) return;
   }
-  if (event.message?.usage || event.usage) s.statsStale = true;
+  if (event.type === "message_end" && event.message?.role === "assistant") {
+    link.ask("get_session_stats").then((stats) => { if (S.s === s) { s.stats = stats; update(); } }, () => {});
+    if (event.message.stopReason === "error") s.announce = `The run failed: ${event.message.errorMessage}`;
+    else s.announce = textOf(event.message);
+  }
   update();
 }
 
@@ -83,6 +97,7 @@ async function refreshState() {
   if (!s) return;
   try {
     const [state, stats] = await Promise.all([link.ask("get_state"), link.ask("get_session_stats")]);
+    if (S.s !== s) return; // another view by now
     s.id = state.sessionId;
     link.attached = s.id; // a fork or clone switched the session's file, and its id
     s.name = state.sessionName;
@@ -122,16 +137,22 @@ async function loadSession(id) {
     checkpoints: [], diffs: {}, restoring: null, restored: "", tree: { tree: [], leafId: null },
     refreshPanels: null, // once attached: nothing is asked of a session before
   };
+  const s = S.s;
   update();
   try {
     await link.detach();
-    await link.attach(id);
+    if (S.s !== s) return; // left meanwhile
+    const attached = await link.attach(id);
+    if (S.s !== s) return void link.detach();
+    for (const dialog of attached.dialogs || []) {
+      if (!s.dialogs.some((d) => d.id === dialog.id)) s.dialogs.push(dialog);
+    }
     const [messages] = await Promise.all([link.ask("get_messages"), refreshState()]);
-    // Events that came meanwhile are kept: a message is not drawn twice (`applyEvent`).
-    const seen = S.s.t.messages;
-    S.s.t.messages = messages.messages;
-    for (const message of seen) applyEvent(S.s.t, { type: "message_end", message });
-    const s = S.s;
+    if (S.s !== s) return;
+    // Events that came meanwhile are kept: a message is not drawn twice (`mergeMessage`).
+    const seen = s.t.messages;
+    s.t.messages = messages.messages;
+    for (const message of seen) mergeMessage(s.t, message);
     s.refreshPanels = () => loadPanels(s);
     s.refreshPanels();
     if (may("control")) {
@@ -141,16 +162,18 @@ async function loadSession(id) {
       S.levels = levels.levels || [];
     }
   } catch (error) {
-    S.s.problem = error.message;
+    s.problem = error.message;
   }
   update();
 }
 
 function route() {
+  if (location.hash && !location.hash.startsWith("#/")) return; // "#main": the skip link
   const match = location.hash.match(/^#\/s\/([\w-]+)$/);
   if (match) {
     if (!S.s || S.s.id !== match[1] || S.view !== "session") loadSession(match[1]);
   } else {
+    S.view = "list";
     S.s = null;
     link.detach().then(loadList);
   }
@@ -224,7 +247,8 @@ function Notifications() {
     if (await Notification.requestPermission() !== "granted") {
       throw new Error("Notifications are blocked for this page: allow them in the browser's site settings");
     }
-    const registration = await navigator.serviceWorker.ready;
+    const registration = await Promise.race([navigator.serviceWorker.ready, new Promise((_, reject) =>
+      setTimeout(() => reject(new Error("This page's service worker did not start: reload the page")), 10_000))]);
     const { publicKey } = await link.ask("get_push_key");
     const key = Uint8Array.from(atob(publicKey.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
     let subscription;
@@ -253,7 +277,7 @@ function Notifications() {
 function Dialog({ dialog }) {
   const s = S.s;
   const answer = (fields) => act(async () => {
-    await link.call("extension_ui_response", { id: dialog.id, ...fields });
+    link.send({ type: "extension_ui_response", id: dialog.id, ...fields }); // no response comes
     s.dialogs = s.dialogs.filter((d) => d.id !== dialog.id);
   });
   const titleId = `dialog-${dialog.id}`;
@@ -368,6 +392,7 @@ function SessionView() {
     <div class="columns">
       <section class="conversation" aria-label="Transcript">
         <${Transcript} t=${t} />
+        <p class="visually-hidden" aria-live="polite">${s.announce || ""}</p>
         ${s.dialogs.map((dialog) => html`<${Dialog} dialog=${dialog} />`)}
         ${s.notes.length ? html`<ul class="notes" aria-label="Notices">${s.notes.map((n) => html`<li>${n}</li>`)}</ul>` : ""}
         ${queued.length ? html`<section aria-label="Queue" class="queue"><h2>Queued</h2><ol>${queued.map(([kind, m]) => html`<li><span class="kind">${kind}</span> ${m}</li>`)}</ol></section>` : ""}
@@ -415,6 +440,7 @@ async function start() {
     update();
     link.ws = null;
     await link.reconnect();
+    if (S.view === "unpaired") return;
   }
   S.role = link.role;
   S.device = link.device;

@@ -107,9 +107,17 @@ export class Link {
     return data;
   }
 
+  // A message no response answers (``extension_ui_response``); false when not connected.
+  send(message) {
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN) return false;
+    this.ws.send(JSON.stringify(message));
+    return true;
+  }
+
   async detach() {
     if (this.attached === null) return;
     this.attached = null;
+    this.lastSeq = Infinity; // the session left: none of its events from here
     await this.ask("detach").catch(() => {});
   }
 
@@ -142,6 +150,7 @@ export class Link {
           // Events older than those kept were missed, or the session was loaded again
           // (unloaded while away: its seq counts afresh): read it whole.
           reload = data.missed || data.loadId !== this.loadId;
+          this.dialogs = data.dialogs || [];
           if (reload) this.lastSeq = data.seq;
           this.loadId = data.loadId;
         } catch (error) {

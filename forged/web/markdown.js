@@ -10,18 +10,25 @@ export function escapeHtml(text) {
 
 function inline(text) {
   const codes = [];
-  let out = escapeHtml(text).replace(/`([^`\n]+)`/g, (_, code) => {
+  // (NUL and SOH mark what is set aside below: none comes from the text)
+  let out = escapeHtml(text.replace(/[\u0000\u0001]/g, "")).replace(/`([^`\n]+)`/g, (_, code) => {
     codes.push(code);
     return `\u0000${codes.length - 1}\u0000`;
   });
+  const links = [];
   out = out
-    // Bounded: each try reads 300 characters at most (a run of "[" stays linear).
-    .replace(/\[([^[\]\n]{1,300})\]\(((?:https?:\/\/|mailto:)[^\s()]{1,2000})\)/g,
-      (_, label, href) => `<a href="${href}" rel="noopener noreferrer" target="_blank">${label}</a>`)
+    // Bounded: each try reads 300 characters at most (a run of "[" stays linear). A link's
+    // address is set aside, as code is, so that no emphasis is made inside it.
+    .replace(/\[([^[\]\n]{1,300})\]\(((?:https?:\/\/|mailto:)[^\s()]{1,2000})\)/g, (_, label, href) => {
+      links.push(href);
+      return `<a href="\u0001${links.length - 1}\u0001" rel="noopener noreferrer" target="_blank">${label}</a>`;
+    })
     .replace(/\*\*([^*\n]+)\*\*/g, "<strong>$1</strong>")
     .replace(/(^|[^\w*])\*([^*\n]+)\*(?!\w)/g, "$1<em>$2</em>")
     .replace(/(^|[^\w_])_([^_\n]+)_(?!\w)/g, "$1<em>$2</em>");
-  return out.replace(/\u0000(\d+)\u0000/g, (_, i) => `<code>${codes[Number(i)]}</code>`);
+  return out
+    .replace(/\u0001(\d+)\u0001/g, (_, i) => links[Number(i)])
+    .replace(/\u0000(\d+)\u0000/g, (_, i) => `<code>${codes[Number(i)]}</code>`);
 }
 
 const rendered = new Map(); // text -> HTML: a transcript is drawn again on every frame

@@ -44,6 +44,8 @@ export function update() {
 // `work` done, its failure said where the user looks (`where`: the open session, or the
 // list), and the page drawn again.
 export async function act(work, where = S.s) {
+  if (where) where.problem = "";
+  else S.problem = "";
   try {
     await work();
   } catch (error) {

@@ -18,11 +18,17 @@ self.addEventListener("activate", (event) => {
 self.addEventListener("fetch", (event) => {
   const url = new URL(event.request.url);
   if (event.request.method !== "GET" || url.origin !== location.origin || !FILES.includes(url.pathname)) return;
-  event.respondWith(fetch(event.request).then((answer) => {
-    const copy = answer.clone();
-    caches.open(SHELL).then((cache) => cache.put(event.request, copy));
+  // The daemon's answer, kept; the kept one when the daemon is out of reach or slow (3 s).
+  const fresh = fetch(event.request).then((answer) => {
+    if (answer.ok) {
+      const copy = answer.clone();
+      event.waitUntil(caches.open(SHELL).then((cache) => cache.put(event.request, copy)));
+    }
     return answer;
-  }).catch(() => caches.match(event.request)));
+  });
+  const slow = new Promise((resolve) => setTimeout(resolve, 3000)).then(() => caches.match(event.request));
+  event.respondWith(Promise.race([fresh.catch(() => caches.match(event.request)), slow.then(
+    (kept) => kept || fresh)]));
 });
 
 self.addEventListener("push", (event) => {
@@ -35,5 +41,9 @@ self.addEventListener("push", (event) => {
 
 self.addEventListener("notificationclick", (event) => {
   event.notification.close();
-  event.waitUntil(self.clients.openWindow(event.notification.data?.url || "/"));
+  const url = event.notification.data?.url || "/";
+  event.waitUntil(self.clients.matchAll({ type: "window" }).then((open) => {
+    const page = open.find((client) => new URL(client.url).origin === location.origin);
+    return page ? page.focus().then(() => page.navigate(url)) : self.clients.openWindow(url);
+  }));
 });

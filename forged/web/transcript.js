@@ -9,7 +9,16 @@ export function newTranscript() {
 }
 
 function sameMessage(a, b) {
-  return a.role === b.role && a.timestamp === b.timestamp && a.timestamp !== undefined;
+  if (a.role !== b.role) return false;
+  if (a.role === "toolResult") return a.toolCallId === b.toolCallId;
+  return a.timestamp === b.timestamp && a.timestamp !== undefined;
+}
+
+// `message` in the transcript once: in place of the same one, else at the end.
+export function mergeMessage(t, message) {
+  const at = t.messages.findIndex((m) => sameMessage(m, message));
+  if (at >= 0) t.messages[at] = message;
+  else t.messages.push(message);
 }
 
 // `event` applied to `t`; true when it changed what the transcript shows.
@@ -36,14 +45,10 @@ export function applyEvent(t, event) {
       if (event.usage) live.usage = event.usage;
       return true;
     }
-    case "message_end": {
-      const message = event.message;
-      if (message.role === "assistant") t.live = null;
-      const at = t.messages.findIndex((m) => sameMessage(m, message));
-      if (at >= 0) t.messages[at] = message;
-      else t.messages.push(message);
+    case "message_end":
+      if (event.message.role === "assistant") t.live = null;
+      mergeMessage(t, event.message);
       return true;
-    }
     case "tool_execution_start":
       t.tools[event.toolCallId] = { args: event.args, running: true };
       return true;
@@ -61,7 +66,11 @@ export function applyEvent(t, event) {
   }
 }
 
-function textOf(content) {
+export function textOf(message) {
+  return contentText(message.content);
+}
+
+function contentText(content) {
   if (typeof content === "string") return content;
   return (content || []).filter((b) => b.type === "text").map((b) => b.text).join("\n");
 }
@@ -97,7 +106,7 @@ function ToolCall({ call, outcome, running }) {
   else if (call.name === "edit" && path) shown = html`<${Diff} lines=${editDiff(args)} />`;
   else if (call.name === "write" && path) shown = html`<${Diff} lines=${String(args.content ?? "").split("\n").map((l) => ["add", `+ ${l}`])} />`;
   else shown = html`<pre class="args">${call.partial || JSON.stringify(args, null, 2)}</pre>`;
-  const output = outcome ? textOf(outcome.content) : "";
+  const output = outcome ? contentText(outcome.content) : "";
   const state = running ? "running" : outcome ? (outcome.isError ? "failed" : "done") : "asked";
   return html`<section class="tool ${state}" aria-label=${`Tool ${call.name}`}>
     <div class="tool-head"><strong>${call.name}</strong>${path ? html` <code>${path}</code>` : ""}
@@ -124,7 +133,7 @@ function Assistant({ message, t, live }) {
       }
       return "";
     })}
-    ${message.stopReason === "error" ? html`<p class="error" role="alert">The run failed: ${message.errorMessage}</p>` : ""}
+    ${message.stopReason === "error" ? html`<p class="error">The run failed: ${message.errorMessage}</p>` : ""}
     ${message.stopReason === "aborted" ? html`<p class="note">Aborted.</p>` : ""}
     ${live ? html`<span class="cursor" aria-hidden="true">▍</span>` : ""}
   </article>`;
@@ -133,7 +142,7 @@ function Assistant({ message, t, live }) {
 function Message({ message, t }) {
   switch (message.role) {
     case "user":
-      return html`<article class="message user" aria-label="You"><${Markdown} text=${textOf(message.content)} /></article>`;
+      return html`<article class="message user" aria-label="You"><${Markdown} text=${contentText(message.content)} /></article>`;
     case "assistant":
       return html`<${Assistant} message=${message} t=${t} />`;
     case "bashExecution":
@@ -153,7 +162,7 @@ export function Transcript({ t }) {
   return html`<div class="transcript">
     ${t.messages.length === 0 && !t.live ? html`<p class="note">Nothing said yet.</p>` : ""}
     ${t.messages.map((message) => html`<${Message} message=${message} t=${t} />`)}
-    <div aria-live="polite" aria-atomic="false" class="live">
+    <div class="live" aria-busy=${t.live ? "true" : "false"}>
       ${t.live ? html`<${Assistant} message=${t.live} t=${t} live=${true} />` : ""}
     </div>
   </div>`;
