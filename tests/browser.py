@@ -45,6 +45,16 @@ class Proxy:
         self.down = False
         self.connections = 0
         self._scopes: list[trio.CancelScope] = []
+        self._flowing = trio.Event()
+        self._flowing.set()
+
+    def freeze(self) -> None:
+        """Nothing passes, and nothing is closed: a connection open on one side only (a
+        phone asleep), until `thaw`."""
+        self._flowing = trio.Event()
+
+    def thaw(self) -> None:
+        self._flowing.set()
 
     def cut(self, *, stay_down: bool) -> None:
         self.down = stay_down
@@ -66,17 +76,17 @@ class Proxy:
             self._scopes.append(scope)
             upstream = await trio.open_tcp_stream("127.0.0.1", self.target)
             async with client, upstream, trio.open_nursery() as nursery:
-                nursery.start_soon(_pump, client, upstream, nursery.cancel_scope)
-                nursery.start_soon(_pump, upstream, client, nursery.cancel_scope)
+                nursery.start_soon(self._pump, client, upstream, nursery.cancel_scope)
+                nursery.start_soon(self._pump, upstream, client, nursery.cancel_scope)
         self._scopes.remove(scope)
 
-
-async def _pump(source: trio.SocketStream, sink: trio.SocketStream,
-                done: trio.CancelScope) -> None:
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-        while data := await source.receive_some(65536):
-            await sink.send_all(data)
-    done.cancel()
+    async def _pump(self, source: trio.SocketStream, sink: trio.SocketStream,
+                    done: trio.CancelScope) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while data := await source.receive_some(65536):
+                await self._flowing.wait()
+                await sink.send_all(data)
+        done.cancel()
 
 
 @attrs.define

@@ -639,3 +639,27 @@ async def test_a_page_opened_while_another_client_holds_the_session_answers_its_
             nursery.start_soon(editor)
             await in_browser(tmp_path / "profile", scenario)
     assert made.exists()
+
+
+async def test_a_connection_open_on_one_side_only_is_found_and_replaced(tmp_path: Path) -> None:
+    """A phone that slept leaves its connection open on one side: nothing arrives and
+    nothing says so. The page asks the daemon something once it has heard nothing for 25 s,
+    and takes no answer in 10 s for a dead connection (the page's clock, moved on here)."""
+    async with open_web(tmp_path, empty_unload_s=600) as web:
+        await open_session(web, "dozing")
+        link = await web.link("phone", "read")
+
+        def scenario(page: Any) -> int:
+            page.clock.install()  # before the page's timers are set
+            go_to_session(page, link, "dozing")
+            expect(page.get_by_role("heading", name="Tree")).to_be_visible()
+            trio.from_thread.run_sync(web.proxy.freeze)
+            page.clock.fast_forward(26_000)  # quiet: it asks
+            page.clock.fast_forward(11_000)  # unanswered: it gives the connection up
+            expect(page.locator(".banner")).to_have_text("Connection lost: reconnecting…")
+            trio.from_thread.run_sync(web.proxy.thaw)
+            expect(page.locator(".banner")).to_have_text("Reconnected.")
+            return web.proxy.connections
+
+        connections = await in_browser(tmp_path / "profile", scenario, viewport=PHONE)
+    assert connections >= 2

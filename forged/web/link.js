@@ -8,6 +8,11 @@ export class NotPaired extends Error {}
 
 const RETRY_MS = [250, 500, 1000, 2000, 4000];
 const OPEN_MS = 10_000; // a ticket or a handshake unanswered this long is tried again
+// A connection quiet this long is asked something; unanswered this long after, it is taken
+// for dead (a phone that slept leaves its TCP connection open on one side only, and the
+// browser can take minutes to notice).
+const QUIET_MS = 25_000;
+const ANSWER_MS = 10_000;
 const UNATTACHED = new Set(["list_sessions", "attach", "detach", "new_session", "delete_session",
   "get_push_key", "push_subscribe", "push_unsubscribe"]);
 
@@ -23,6 +28,27 @@ export class Link {
     this.role = null;
     this.device = null;
     this.attempt = 0;
+    this.heard = 0;
+    setInterval(() => this.check(), QUIET_MS);
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) { // awake again: is the connection?
+        this.heard = 0;
+        this.check();
+      }
+    });
+  }
+
+  // Ask the daemon something when nothing was heard for a while; close the connection
+  // (and so reconnect) when it does not answer.
+  check() {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== WebSocket.OPEN || Date.now() - this.heard < QUIET_MS) return;
+    const dead = setTimeout(() => {
+      if (this.ws !== ws) return;
+      ws.close();
+      this.lost(ws);
+    }, ANSWER_MS);
+    this.call("list_sessions").then(() => clearTimeout(dead), () => clearTimeout(dead));
   }
 
   async ticket() {
@@ -57,10 +83,12 @@ export class Link {
     ws.onmessage = (message) => this.receive(JSON.parse(message.data));
     ws.onclose = () => this.lost(ws);
     this.ws = ws;
+    this.heard = Date.now();
     this.attempt = 0;
   }
 
   receive(message) {
+    this.heard = Date.now();
     if (message.type === "response") {
       const waiting = this.pending.get(message.id);
       if (waiting) {
