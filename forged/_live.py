@@ -86,6 +86,8 @@ class LiveSession:
         self.load_id = os.urandom(6).hex()
         self.dialogs: dict[str, w.ExtensionUiRequest] = {}
         """The questions and permission requests still open, as they were asked."""
+        self.queue: w.QueueUpdate | None = None
+        """The messages queued now, as the last ``queue_update`` said (None: none)."""
         self._replay: collections.deque[tuple[int, bytes]] = collections.deque()
         self._replay_bytes = 0
         self._open_message: int | None = None
@@ -126,6 +128,8 @@ class LiveSession:
             self.dialogs[event.id] = event
         elif isinstance(event, w.ExtensionUiResolved):
             self.dialogs.pop(event.id, None)
+        elif isinstance(event, w.QueueUpdate):
+            self.queue = event if event.steering or event.follow_up else None
         data = _codec.unstructure(event)
         stamped = encode_line({"sessionId": self.id, "seq": self.seq, **data})
         plain = (None if isinstance(event, DAEMON_ONLY_EVENTS)
@@ -191,6 +195,7 @@ class LiveSession:
         self.update_interactive()
         return w.AttachResult(session_id=self.id, seq=self.seq, load_id=self.load_id,
                               dialogs=list(self.dialogs.values()) or None,
+                              queue=self.queue,
                               replayed=len(replayed) + len(open_message),
                               missed=missed), open_message
 

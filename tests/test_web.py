@@ -580,6 +580,8 @@ async def test_the_controls_of_a_run_from_the_page(tmp_path: Path) -> None:
             queue = page.get_by_role("region", name="Queue")
             expect(queue.locator("li")).to_have_count(2)
             queued = queue.locator("li").all_inner_texts()
+            page.reload()  # a page opening the session mid-run shows what is queued
+            expect(queue.locator("li")).to_have_count(2)
             go.touch()
             expect(page.locator(".message.assistant").last).to_have_text("Followed.")
             box.fill("Wait forever")

@@ -7,7 +7,7 @@ from typing import Literal
 import attrs
 
 from .base import JSONObject, Model, keep_null, share_repr
-from .events import ExtensionUiRequest
+from .events import ExtensionUiRequest, QueueUpdate
 from .messages import AgentMessage
 
 __all__ = [
@@ -274,6 +274,8 @@ class AttachResult:
     dialogs: list[ExtensionUiRequest] | None = None
     """forged's addition: the questions and permission requests still open (a client
     attaching while another can answer them is not sent them again)."""
+    queue: QueueUpdate | None = None
+    """forged's addition: the messages queued now, as the last ``queue_update`` said."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

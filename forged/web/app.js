@@ -147,6 +147,7 @@ async function loadSession(id) {
     for (const dialog of attached.dialogs || []) {
       if (!s.dialogs.some((d) => d.id === dialog.id)) s.dialogs.push(dialog);
     }
+    if (attached.queue) applyEvent(s.t, attached.queue);
     const [messages] = await Promise.all([link.ask("get_messages"), refreshState()]);
     if (S.s !== s) return;
     // Events that came meanwhile are kept: a message is not drawn twice (`mergeMessage`).
