@@ -217,11 +217,15 @@ def _encode_tree(answer: w.Response) -> bytes:
 def _nodes_json(nodes: list[w.TreeNode]) -> bytes:
     """`nodes` as a JSON array, each node's fields as `unstructure` writes them."""
     parts: list[bytes] = [b"["]
-    stack: list[w.TreeNode | bytes] = [b"]"]
-    for index, node in reversed(list(enumerate(nodes))):
-        stack.append(node)
-        if index:
-            stack.append(b",")
+    stack: list[w.TreeNode | bytes] = [b"]"]  # what is still to write, the next last
+
+    def push(items: list[w.TreeNode]) -> None:  # to write in order, commas between
+        for index, node in reversed(list(enumerate(items))):
+            stack.append(node)
+            if index:
+                stack.append(b",")
+
+    push(nodes)
     while stack:
         item = stack.pop()
         if isinstance(item, bytes):
@@ -231,10 +235,7 @@ def _nodes_json(nodes: list[w.TreeNode]) -> bytes:
         head, _, tail = own.partition(b'"children":[]')
         parts.append(head + b'"children":[')
         stack.append(b"]" + tail)
-        for index, child in reversed(list(enumerate(item.children))):
-            stack.append(child)
-            if index:
-                stack.append(b",")
+        push(item.children)
     return b"".join(parts)
 
 

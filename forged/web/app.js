@@ -182,9 +182,11 @@ function route() {
 
 // --- the views ---------------------------------------------------------------------------
 
-function stateWords(info) {
-  if (info.waiting) return "waiting for you";
-  return info.state === "streaming" ? "running" : "idle";
+// A session's state in words, coloured by its class; `live`: a status region (the open one).
+function State({ waiting, running, live }) {
+  const [words, kind] = waiting ? ["waiting for you", "waiting"] : running ? ["running", "running"]
+    : ["idle", "idle"];
+  return html`<span class=${`state state-${kind}`} role=${live ? "status" : undefined}>${words}</span>`;
 }
 
 function ago(ms) {
@@ -218,7 +220,7 @@ function SessionList() {
       ${S.sessions.map((info) => html`<li class="session-item">
         <div class="session-line">
           <a href=${`#/s/${info.sessionId}`} class="session-name">${info.sessionName || `Session ${info.sessionId.slice(0, 8)}`}</a>
-          <span class=${`state state-${info.waiting ? "waiting" : info.state}`}>${stateWords(info)}</span>
+          <${State} waiting=${info.waiting} running=${info.state === "streaming"} />
         </div>
         <div class="folder">${info.cwd}</div>
         <div class="meta"><span class="model">${info.provider ? `${info.provider}/${info.modelId}` : "no model"}</span>
@@ -363,7 +365,6 @@ function SessionView() {
   const s = S.s;
   const t = s.t;
   const stats = s.stats;
-  const state = s.dialogs.length ? "waiting for you" : s.running ? "running" : "idle";
   const rename = () => {
     const name = prompt("Name this session", s.name || "");
     if (name) act(() => link.ask("set_session_name", { name }));
@@ -380,7 +381,7 @@ function SessionView() {
   return html`<main id="main" class="session">
     <div class="session-head">
       <h1>${s.name || `Session ${s.id.slice(0, 8)}`}</h1>
-      <p class="state-line"><span class=${`state state-${state === "waiting for you" ? "waiting" : state}`} role="status">${state}</span>
+      <p class="state-line"><${State} waiting=${s.dialogs.length > 0} running=${s.running} live=${true} />
         ${stats ? html` <span class="usage">${stats.tokens.total.toLocaleString()} tokens · ${dollars(stats.cost)}</span>` : ""}</p>
       ${may("control") ? html`<div class="session-actions">
         <button type="button" onClick=${rename}>Rename</button>

@@ -4,7 +4,7 @@
 
 import { html } from "./preact-htm.js";
 import { act, link, may, update } from "./state.js";
-import { Diff } from "./transcript.js";
+import { Diff, textOf as messageText } from "./transcript.js";
 
 // Read again once the session is attached, and when a run settles (`s.refreshPanels`).
 export async function loadPanels(s) {
@@ -60,12 +60,11 @@ export function Checkpoints({ s }) {
   </section>`;
 }
 
+// A message in a line: its text, else the tools it called.
 function textOf(message) {
-  const content = message.content;
-  if (typeof content === "string") return content;
-  const text = (content || []).filter((b) => b.type === "text").map((b) => b.text).join(" ");
+  const text = messageText(message);
   if (text) return text;
-  const calls = (content || []).filter((b) => b.type === "toolCall").map((b) => b.name);
+  const calls = (message.content || []).filter((b) => b.type === "toolCall").map((b) => b.name);
   return calls.length ? `called ${calls.join(", ")}` : "";
 }
 
