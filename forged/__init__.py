@@ -4,8 +4,8 @@ One package of private modules in layers, from the top; a module imports only fr
 layer and the layers below it, and no import cycle exists (``tests/test_layout.py`` checks both
 against the import graph). A package named here stands for all its modules::
 
-    __main__ _entry _cli                 the command line: argv to a mode (connect and status
-                                         first try the thin path)
+    __main__ _entry _cli _launch         the command line: argv to a mode (connect and status
+                                         first try the thin path), run under trio
     _fronts                              how a process meets a client: stdio, -p and
                                          --mode json, ACP, forged connect
     client                               the public client of the protocol
@@ -33,6 +33,8 @@ against the import graph). A package named here stands for all its modules::
                                          daemon's nudges (ntfy, webhooks, Web Push)
     _connection _codec _devices          lines in and out; wire classes to JSON; paired
                                          devices, their roles and codes
+    _telemetry _otel                     traces and metrics: forged's hooks, and the SDK behind
+                                         them when the user turns them on
     _wire                                the protocol's classes
     _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup
     _vocabulary                          the ground floor; the protocol's closed word lists

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from . import _wire as w
+from . import _telemetry, _wire as w
 from ._checkpoints import (
     MAX_FILE_BYTES,
     MAX_FILES,
@@ -174,6 +174,14 @@ class Checkpoints:
         capture failed (said, never raised)."""
         if not self.enabled:
             return None
+        with _telemetry.tracing.span("checkpoint capture", {"forged.checkpoint.kind": kind},
+                                     conversation=self.owner()) as span:
+            entry_id = await self._capture(kind, prompt)
+            if entry_id is None:
+                span.fail("CheckpointError", "the capture failed")
+            return entry_id
+
+    async def _capture(self, kind: str, prompt: str | None) -> str | None:
         async with self._lock:
             known = self.known_state()
             try:
@@ -294,11 +302,19 @@ class Checkpoints:
         would do, and the drift."""
         target = str(self._entry_data(entry_id)["commit"])
         async with self.restoring:
-            plan = await self.plan_to(target, entry_id, force=force or dry_run)
-            if dry_run:
-                return w.RestoreResult(files=changed_files(plan.changes), dry_run=True,
-                                       drift=changed_files(plan.drift))
-            return await self.apply(plan)
+            with _telemetry.tracing.span(
+                    "checkpoint restore", {"forged.checkpoint.entry_id": entry_id,
+                                           "forged.checkpoint.dry_run": dry_run},
+                    conversation=self.owner()):
+                return await self._restore(target, entry_id, force=force, dry_run=dry_run)
+
+    async def _restore(self, target: str, entry_id: str, *, force: bool, dry_run: bool
+                       ) -> w.RestoreResult:
+        plan = await self.plan_to(target, entry_id, force=force or dry_run)
+        if dry_run:
+            return w.RestoreResult(files=changed_files(plan.changes), dry_run=True,
+                                   drift=changed_files(plan.drift))
+        return await self.apply(plan)
 
     async def plan_to(self, target: str, entry_id: str, *, force: bool) -> RestorePlan:
         """Check a restore to the capture `target` (the checkpoint `entry_id`'s): the files

@@ -6,16 +6,15 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import trio
 
 from . import _runtime, _thin, _tls
 from ._errors import ConfigError, ForgedError
+from ._launch import mark_process, run_reporting
 from ._log import log, reserve_stdout
 from ._startup import collector_paused
 from ._version import __version__
@@ -609,41 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     mark_process()
     protocol_fd = reserve_stdout()
     if mode == "rpc":
-        return run_reporting(run_stdio, options, 0, protocol_fd)
+        return run_reporting(run_stdio, options, 0, protocol_fd, caller=True)
     from ._fronts.print import run_prompts
 
     return run_reporting(partial(run_prompts, events=mode == "json"), options, messages,
-                         protocol_fd)
-
-
-def mark_process() -> None:
-    """What every process forged starts inherits, as the ancestor's do: ``AI_AGENT`` names
-    the agent, ``PI_CODING_AGENT`` says a pi-compatible agent runs it."""
-    os.environ["AI_AGENT"] = "forged"
-    os.environ["PI_CODING_AGENT"] = "true"
-
-
-def run_reporting(main: Callable[..., Awaitable[int | None]], *args: Any) -> int:
-    """`trio.run(main, *args)`: its exit code (0 when it returns none), or 1 with the errors
-    on stderr when it failed on purpose (a bad --model, a locked session...)."""
-    try:
-        return trio.run(main, *args) or 0
-    except (ForgedError, BaseExceptionGroup) as exc:
-        problems = _startup_errors(exc)
-        if not problems:
-            raise
-        for problem in problems:
-            log(str(problem))
-        return 1
-
-
-def _startup_errors(exc: BaseException) -> list[ForgedError]:
-    """The errors forged raised on purpose that `exc` is made of (a bad --model, a locked
-    session...), or [] if it holds anything else (a bug: the traceback is shown)."""
-    if isinstance(exc, ForgedError):
-        return [exc]
-    if isinstance(exc, BaseExceptionGroup):
-        found = [_startup_errors(inner) for inner in exc.exceptions]
-        if all(found):
-            return [error for errors in found for error in errors]
-    return []
+                         protocol_fd, caller=True)

@@ -23,7 +23,7 @@ import attrs
 import orjson
 import trio
 
-from . import _codec, _wire as w
+from . import _codec, _telemetry, _wire as w
 from ._context import build_context, context_message, latest_compaction
 from ._errors import CommandError, NothingToCompact as NothingToCompact, ProviderError
 from ._providers import AssistantBuilder, Provider, ProviderRequest
@@ -327,6 +327,20 @@ class Summaries(Protocol):
                               ) -> tuple[Provider, ProviderRequest]: ...
 
 
+async def _summarize(provider: Provider, request: ProviderRequest) -> AssistantBuilder:
+    """One summary request, under its ``chat`` span (`forged._telemetry`)."""
+    with _telemetry.tracing.chat(request.model) as span:
+        builder = AssistantBuilder(request.model, lambda _: span.first_chunk())
+        try:
+            await provider(request, builder)
+        except ProviderError as exc:
+            span.fail(type(exc).__name__, str(exc))
+            raise
+        builder.end_all()
+        span.reply(builder.message)
+        return builder
+
+
 @attrs.define(eq=False, repr=False)
 class _Summarizer:
     summaries: Summaries
@@ -348,9 +362,7 @@ class _Summarizer:
                 try:
                     provider, request = await self.summaries.summary_request(
                         text, max_tokens=max_tokens, reasoning=reasoning)
-                    builder = AssistantBuilder(request.model, _ignore)
-                    await provider(request, builder)
-                    builder.end_all()
+                    builder = await _summarize(provider, request)
                 except ProviderError as exc:
                     attempt += 1
                     delay = retry.retry_delay_ms(attempt, exc)
@@ -376,10 +388,6 @@ class _Summarizer:
             setattr(total, name, getattr(total, name) + getattr(usage, name))
         for name in ("input", "output", "cache_read", "cache_write", "total"):
             setattr(total.cost, name, getattr(total.cost, name) + getattr(usage.cost, name))
-
-
-def _ignore(_: w.Event) -> None:
-    """A summary's stream is not the session's: its events go nowhere."""
 
 
 async def compact(store: SessionFile, summaries: Summaries, settings: CompactionSettings,

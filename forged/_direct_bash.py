@@ -8,14 +8,16 @@ cancellation goes on (`forged._tools.bash.run_direct`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
 import trio
 
-from . import _wire as w
+from . import _telemetry, _wire as w
 from ._errors import CommandError
+from ._telemetry import Caller
 from ._tools.base import ScratchDir, Shell
 
 
@@ -34,7 +36,8 @@ class DirectBash:
                  emit: Callable[[w.Event], None], wait_for_room: Callable[[], Awaitable[None]],
                  environment: Callable[[], dict[str, str] | None],
                  checkpoints: Callable[[], Captures],
-                 record: Callable[[w.BashExecutionMessage], None]) -> None:
+                 record: Callable[[w.BashExecutionMessage], None],
+                 session_id: Callable[[], str]) -> None:
         self._cwd = cwd
         self._shell = shell
         self._scratch = scratch
@@ -43,6 +46,7 @@ class DirectBash:
         self._environment = environment
         self._checkpoints = checkpoints
         self._record = record
+        self._session_id = session_id
         self.scope: trio.CancelScope | None = None
         self._done = trio.Event()
         self._done.set()
@@ -59,10 +63,12 @@ class DirectBash:
             self.scope.cancel()
 
     def start(self, command: str, command_id: str | int | None, *,
-              exclude_from_context: bool = False) -> Callable[[], Awaitable[w.BashResult]]:
+              exclude_from_context: bool = False, caller: Caller | None = None
+              ) -> Callable[[], Awaitable[w.BashResult]]:
         """Take the slot now (a second command fails at once, in arrival order) and return
         what runs it; with `exclude_from_context` its result is kept in the session but
-        never shown to the model."""
+        never shown to the model. It runs under a span (`caller`'s child, when given), whose
+        context the command's environment carries."""
         if self.scope is not None:
             raise CommandError("A bash command is already running")
         scope = self.scope = trio.CancelScope()
@@ -73,14 +79,18 @@ class DirectBash:
 
             checkpoints = self._checkpoints()
             try:
-                await checkpoints.capture("before", f"!{command}")
-                message = await run_direct(
-                    command, self._cwd,
-                    lambda delta: self._emit(w.BashExecutionUpdate(id=command_id,
-                                                                   delta=delta)),
-                    scope, self._shell, self._wait_for_room, self._scratch,
-                    env=self._environment())
-                await checkpoints.capture("after")
+                with _telemetry.tracing.span("bash", {}, conversation=self._session_id(),
+                                             caller=caller) as span:
+                    await checkpoints.capture("before", f"!{command}")
+                    message = await run_direct(
+                        command, self._cwd,
+                        lambda delta: self._emit(w.BashExecutionUpdate(id=command_id,
+                                                                       delta=delta)),
+                        scope, self._shell, self._wait_for_room, self._scratch,
+                        env=self._traced(self._environment()))
+                    span.set({"forged.exit_code": -1 if message.exit_code is None
+                              else message.exit_code, "forged.aborted": message.cancelled})
+                    await checkpoints.capture("after")
             finally:
                 self.scope = None
                 self._done.set()
@@ -92,3 +102,9 @@ class DirectBash:
                                 full_output_path=message.full_output_path)
 
         return run
+
+    @staticmethod
+    def _traced(env: dict[str, str] | None) -> dict[str, str] | None:
+        """`env` (None: forged's own) with the current span's ``TRACEPARENT``, if any."""
+        context = _telemetry.tracing.env()
+        return {**(os.environ if env is None else env), **context} if context else env

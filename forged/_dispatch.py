@@ -43,6 +43,7 @@ from ._switching import (
     fork_point,
     new_store,
 )
+from ._telemetry import caller_of_command
 
 Sink = Callable[[w.Response], None]
 """Where a command's response goes, as a wire object."""
@@ -309,7 +310,8 @@ class Dispatcher:
     def bash(self, command: w.Bash, reply: Reply) -> None:
         self._in_task(reply, self.session.bash.start(
             command.command, reply.command_id,
-            exclude_from_context=bool(command.exclude_from_context)))
+            exclude_from_context=bool(command.exclude_from_context),
+            caller=caller_of_command(command)))
 
     def abort_bash(self, _: w.AbortBash, reply: Reply) -> None:
         self.session.bash.abort()
@@ -372,28 +374,28 @@ class Dispatcher:
             disposition = self.session.disposition(command.streaming_behavior)
             reply.ok(w.PromptAccepted(disposition=disposition))
             if disposition == "started":
-                self.session.start_prompt(text, command.images)
+                self.session.start_prompt(text, command.images, caller_of_command(command))
             else:
                 kind = "steer" if command.streaming_behavior == "steer" else "follow_up"
-                self.session.queues.add(kind, text, command.images)
+                self.session.queues.add(kind, text, command.images, caller_of_command(command))
 
         self._expanded(command.message, reply, start)
 
     def steer(self, command: w.Steer, reply: Reply) -> None:
-        self._queue("steer", command.message, command.images, reply)
+        self._queue("steer", command, reply)
 
     def follow_up(self, command: w.FollowUp, reply: Reply) -> None:
-        self._queue("follow_up", command.message, command.images, reply)
+        self._queue("follow_up", command, reply)
 
-    def _queue(self, kind: str, text: str, images: list[w.ImageContent] | None,
-               reply: Reply) -> None:
+    def _queue(self, kind: str, command: w.Steer | w.FollowUp, reply: Reply) -> None:
+        text = command.message
         if self.session.plugins.command_for(text) is not None:
             raise CommandError(f'Plugin command "{text.split()[0]}" cannot be queued; send '
                                "it with prompt, which runs it at once")
 
         def enqueue(expanded: str) -> None:
             reply.ok(w.PromptAccepted(disposition="queued"))
-            self.session.queues.add(kind, expanded, images)
+            self.session.queues.add(kind, expanded, command.images, caller_of_command(command))
 
         self._expanded(text, reply, enqueue)
 

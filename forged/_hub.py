@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 import trio
 
-from . import _config, _wire as w
+from . import _config, _telemetry, _wire as w
 from ._config import Models, find_stored, list_stored, one_session
 from ._connection import Connection, Transport
 from ._devices import OWNER, Access, Principal, folder_refusal, refusal
@@ -210,6 +210,7 @@ class Hub:
         live.nudge = self.nudge
 
         async def serve(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            _telemetry.tracing.count("sessions", 1)
             try:
                 await live.serve(self.idle_unload_s, self.empty_unload_s,
                                  task_status=task_status)
@@ -219,6 +220,7 @@ class Hub:
                 for peer in list(live.clients):
                     live.detach(peer)
                 live.closed.set()
+                _telemetry.tracing.count("sessions", -1)
 
         self._starting += 1
         try:

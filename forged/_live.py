@@ -19,7 +19,7 @@ from typing import Protocol
 import orjson
 import trio
 
-from . import _codec, _wire as w
+from . import _codec, _telemetry, _wire as w
 from ._config import daemon_setting
 from ._devices import Principal, allows
 from ._dispatch import Agent, open_agent
@@ -188,6 +188,7 @@ class LiveSession:
                 if not _daemon_only(line)]
         if peer not in self.clients:
             self.clients.append(peer)
+            _telemetry.tracing.count("clients", 1)
         if self._unclaimed.is_set():
             self._unclaimed = trio.Event()
         self._stirred.set()
@@ -202,6 +203,7 @@ class LiveSession:
     def detach(self, peer: Peer) -> None:
         if peer in self.clients:
             self.clients.remove(peer)
+            _telemetry.tracing.count("clients", -1)
         if not self.clients:
             self._unclaimed.set()
         if peer.live is self:

@@ -22,11 +22,12 @@ from typing import Protocol
 import attrs
 import trio
 
-from . import _wire as w
+from . import _telemetry, _wire as w
 from ._errors import PersistenceError, ProviderError
 from ._log import log_exception
 from ._process import is_cancellation
 from ._providers import AssistantBuilder, Provider, ProviderRequest
+from ._telemetry import Span
 from ._time import now_ms
 from ._tools import Tool, ToolContext, ToolError, parse_arguments, text_result
 
@@ -128,6 +129,8 @@ async def run_agent(context: list[w.AgentMessage], prompt: list[w.AgentMessage],
         deliver(prompt)
         pending = queues.take_steering() if poll_steering else []
         while True:
+            for message in pending:  # steering joins the run's trace from its own
+                _telemetry.tracing.link(_telemetry.tracing.caller_of([message]))
             deliver(pending)
             assistant = await stream_assistant(context, model, requests, events, new, turn)
             if assistant.stop_reason in ("error", "aborted"):
@@ -165,13 +168,27 @@ def unstored_failure(model: w.Model | None, reason: str) -> w.AssistantMessage:
 async def stream_assistant(context: list[w.AgentMessage], model: w.Model, requests: Requests,
                            events: Events, new: list[w.AgentMessage],
                            turn: _Turn) -> w.AssistantMessage:
-    builder = AssistantBuilder(model, events.emit, events.wait_for_room)
+    with _telemetry.tracing.chat(model) as span:
+        return await _stream_reply(context, model, requests, events, new, turn, span)
+
+
+async def _stream_reply(context: list[w.AgentMessage], model: w.Model, requests: Requests,
+                        events: Events, new: list[w.AgentMessage], turn: _Turn,
+                        span: Span) -> w.AssistantMessage:
+    emit = events.emit
+    if _telemetry.tracing.enabled:  # the first update is the reply's first chunk
+        def emit(event: w.Event) -> None:
+            span.first_chunk()
+            events.emit(event)
+
+    builder = AssistantBuilder(model, emit, events.wait_for_room)
     message = builder.message
     message.stop_reason = "pending"  # as the event is written: still streaming
     events.emit(w.MessageStart(message=message))
     message.stop_reason = "stop"
 
     def finish() -> w.AssistantMessage:
+        span.reply(message)
         events.emit(w.MessageEnd(message=message))
         context.append(message)
         new.append(message)
@@ -187,11 +204,13 @@ async def stream_assistant(context: list[w.AgentMessage], model: w.Model, reques
         message.stop_reason = "error"
         message.error_message = str(exc)
         turn.error = exc
+        span.fail(type(exc).__name__, str(exc))
     except Exception as exc:
         log_exception(f"the model's stream failed: {exc!r}", exc)
         builder.settle_partial()
         message.stop_reason = "error"
         message.error_message = describe_failure(exc)
+        span.fail(type(exc).__name__, message.error_message)
     except BaseException as exc:
         if is_cancellation(exc):
             builder.settle_partial()
@@ -207,48 +226,59 @@ async def run_tool_calls(assistant: w.AssistantMessage, tools: Toolbox, events: 
                          turn: _Turn) -> None:
     """Run the turn's tool calls one after another, in the order the model gave them."""
     for call in [block for block in assistant.content if isinstance(block, w.ToolCall)]:
-        events.emit(w.ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
-                                         args=call.arguments))
+        with _telemetry.tracing.tool(call) as span:
+            await _run_tool_call(call, tools, events, context, new, turn, span)
 
-        def update(partial: w.ToolResult, call: w.ToolCall = call) -> None:
-            events.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
-                                              args=call.arguments, partial_result=partial))
 
-        tool_context = tools.context(update)
-        clock = _Clock()
+async def _run_tool_call(call: w.ToolCall, tools: Toolbox, events: Events,
+                         context: list[w.AgentMessage], new: list[w.AgentMessage],
+                         turn: _Turn, span: Span) -> None:
+    """One tool call, from its ``tool_execution_start`` to its result's ``message_end``,
+    under its span (current: what it runs joins its trace)."""
+    events.emit(w.ToolExecutionStart(tool_call_id=call.id, tool_name=call.name,
+                                     args=call.arguments))
 
-        def finish(result: w.ToolResult, is_error: bool, call: w.ToolCall = call,
-                   clock: _Clock = clock) -> None:
-            events.emit(w.ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name,
-                                           result=result, is_error=is_error,
-                                           duration_ms=clock.elapsed_ms()))
-            message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
-                                          content=result.content, details=result.details,
-                                          is_error=is_error, timestamp=now_ms())
-            events.emit(w.MessageStart(message=message))
-            events.emit(w.MessageEnd(message=message))
-            context.append(message)
-            new.append(message)
-            turn.results.append(message)
+    def update(partial: w.ToolResult) -> None:
+        events.emit(w.ToolExecutionUpdate(tool_call_id=call.id, tool_name=call.name,
+                                          args=call.arguments, partial_result=partial))
 
-        try:
-            blocked = await tools.gate(call)
-            await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
-            if blocked is not None:
-                raise ToolError(blocked)
-            await tools.prepare(call)
-            result = await execute(await tools.find(call.name), call, tool_context, clock)
-            is_error = False
-        except ToolError as exc:
-            result, is_error = text_result(exc.text, exc.details, exc.structured), True
-        except Exception as exc:
-            log_exception(f"tool {call.name} failed: {exc!r}", exc)
-            result, is_error = text_result(describe_failure(exc)), True
-        except BaseException as exc:
-            if is_cancellation(exc):
-                finish(tool_context.aborted_result or text_result("Operation aborted"), True)
-            raise
-        finish(result, is_error)
+    tool_context = tools.context(update)  # its commands' environment: under the span
+    if tool_context.guard is not None:
+        span.set({"forged.permission.mode": tool_context.guard.mode})
+    clock = _Clock()
+
+    def finish(result: w.ToolResult, is_error: bool) -> None:
+        events.emit(w.ToolExecutionEnd(tool_call_id=call.id, tool_name=call.name,
+                                       result=result, is_error=is_error,
+                                       duration_ms=clock.elapsed_ms()))
+        span.result(result, is_error)
+        message = w.ToolResultMessage(tool_call_id=call.id, tool_name=call.name,
+                                      content=result.content, details=result.details,
+                                      is_error=is_error, timestamp=now_ms())
+        events.emit(w.MessageStart(message=message))
+        events.emit(w.MessageEnd(message=message))
+        context.append(message)
+        new.append(message)
+        turn.results.append(message)
+
+    try:
+        blocked = await tools.gate(call)
+        await trio.lowlevel.checkpoint_if_cancelled()  # an abort answered its dialogs
+        if blocked is not None:
+            raise ToolError(blocked)
+        await tools.prepare(call)
+        result = await execute(await tools.find(call.name), call, tool_context, clock)
+        is_error = False
+    except ToolError as exc:
+        result, is_error = text_result(exc.text, exc.details, exc.structured), True
+    except Exception as exc:
+        log_exception(f"tool {call.name} failed: {exc!r}", exc)
+        result, is_error = text_result(describe_failure(exc)), True
+    except BaseException as exc:
+        if is_cancellation(exc):
+            finish(tool_context.aborted_result or text_result("Operation aborted"), True)
+        raise
+    finish(result, is_error)
 
 
 class _Clock:

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import attrs
 
-from . import _wire as w
+from . import _telemetry, _wire as w
 from ._settings import Settings
+from ._telemetry import Caller
 from ._time import now_ms
 
 
@@ -44,9 +45,13 @@ class Queues:
     def __len__(self) -> int:
         return len(self.steering) + len(self.follow_ups)
 
-    def add(self, kind: str, text: str, images: list[w.ImageContent] | None) -> None:
+    def add(self, kind: str, text: str, images: list[w.ImageContent] | None,
+            caller: Caller | None = None) -> None:
+        """Queue `text`; `caller`: the trace context it came with (its run's parent)."""
         queue = self.steering if kind == "steer" else self.follow_ups
-        queue.append(Queued(text=text, message=user_message(text, images)))
+        message = user_message(text, images)
+        _telemetry.tracing.tag(message, caller)
+        queue.append(Queued(text=text, message=message))
         self._changed()
 
     def clear(self) -> w.QueueContents:

@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 import attrs
 import trio
 
-from . import _wire as w
+from . import _telemetry, _wire as w
 from ._compaction import NothingToCompact, Reason, Summaries, check_compactable, compact
 from ._context import Context
 from ._errors import CommandError, PersistenceError
@@ -44,6 +44,7 @@ from ._process import is_cancellation
 from ._providers import Provider, ProviderRequest
 from ._retry import RETRY_CANCELLED, RetrySettings, RunSettings, is_context_overflow
 from ._stats import compacted_at, estimate_context_tokens, usage_tokens
+from ._telemetry import NULL_SPAN, Span
 
 OVERFLOW_RECOVERY_FAILED = (
     "Context overflow recovery failed after one compact-and-retry attempt. Try reducing "
@@ -111,6 +112,9 @@ class Runner:
         what ends the spell (its closing checkpoint) still runs: not busy to a client, whose
         next prompt starts a spell that waits for this one's ``agent_settled``."""
         self._deferred: list[w.AgentMessage] = []
+        self._span = NULL_SPAN
+        """The running prompt's ``invoke_agent`` span (`forged._telemetry`), for its retries'
+        events and its failure."""
 
     @property
     def retry(self) -> RetrySettings:
@@ -176,6 +180,7 @@ class Runner:
         settled = self._settled
         decision = Decision(next="end")
         ran = aborted = False
+        span = NULL_SPAN  # this spell's prompt's (a spell waiting for `previous` has none)
         try:
             await previous.wait()
             if compact_manually:
@@ -190,7 +195,12 @@ class Runner:
                 prompt = self._continuation()
             while prompt or decision.next != "end":
                 assert self.run_scope is not None
-                with self.run_scope as scope:
+                if prompt:  # a retry or an overflow's recovery stays in its prompt's span
+                    span.end()
+                    span = self._span = _telemetry.tracing.start_run(
+                        self._context.store.session_id, _telemetry.tracing.caller_of(prompt),
+                        self._asking.model, prompt)
+                with self.run_scope as scope, span.current():
                     if not ran and not compact_manually:
                         await self._compact_before_prompt()
                     ran = True
@@ -210,10 +220,14 @@ class Runner:
             if ran:  # the spell still ends with its agent_settled
                 self.settling = True
                 try:
-                    with trio.CancelScope(shield=True), trio.move_on_after(SETTLE_S):
+                    with (trio.CancelScope(shield=True), trio.move_on_after(SETTLE_S),
+                          span.current()):
                         await self._tools.settle()
                 finally:
                     self.settling = False
+            span.end(aborted=aborted)
+            if self._span is span:
+                self._span = NULL_SPAN
             self.retry_attempt = 0
             for message in self._deferred:
                 try:
@@ -245,6 +259,9 @@ class Runner:
             log_exception(f"the run failed: {exc!r}", exc)
             return Decision(next="end")
         decision = self.decide(outcome)
+        if outcome.failed and decision.next == "end":
+            self._span.fail(type(outcome.error).__name__ if outcome.error else "error",
+                            outcome.reply.error_message or "" if outcome.reply else "")
         self._events.emit(w.AgentEnd(messages=new, will_retry=decision.next != "end"))
         for ended in decision.ended:
             self._events.emit(ended)
@@ -305,6 +322,9 @@ class Runner:
         self._events.emit(w.AutoRetryStart(
             attempt=decision.attempt, max_attempts=self.retry.max_retries,
             delay_ms=decision.delay_ms, error_message=failed.error_message or ""))
+        self._span.event("forged.retry", {
+            "forged.retry.attempt": decision.attempt, "forged.retry.delay_ms": decision.delay_ms,
+            "error.type": type(outcome.error).__name__ if outcome.error else "error"})
         self._context.drop_last_failed()  # it stays in the file, out of the next run
         waited = False
         self.retry_scope = trio.CancelScope()
@@ -385,6 +405,16 @@ class Runner:
         self._events.emit(w.CompactionStart(reason=reason))
         end = w.CompactionEnd(reason=reason, result=None, aborted=False, will_retry=False)
         self.compacting = True
+        with _telemetry.tracing.span("compaction", {"forged.compaction.reason": reason},
+                                     conversation=self._context.store.session_id) as span:
+            try:
+                return await self._compacted(reason, end, will_retry, instructions, span)
+            finally:
+                self.compacting = False
+                self._events.emit(end)
+
+    async def _compacted(self, reason: Reason, end: w.CompactionEnd, will_retry: bool,
+                         instructions: str | None, span: Span) -> w.CompactionResult:
         try:
             self._asking.check_can_prompt()
             end.result, messages = await compact(
@@ -405,7 +435,7 @@ class Runner:
                 log_exception(f"compaction failed: {exc!r}", exc)
             if reason == "manual" or not isinstance(exc, NothingToCompact):
                 end.error_message = FAILURE_PREFIX[reason] + str(failure)
+                span.fail(type(exc).__name__, str(failure))
+            else:
+                span.passed()
             raise failure from exc
-        finally:
-            self.compacting = False
-            self._events.emit(end)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
-from . import _wire as w
+from . import _telemetry, _wire as w
 from ._asking import ModelAsker
 from ._context import Context, stored_name
 from ._direct_bash import DirectBash
@@ -48,6 +48,7 @@ from ._settings import Settings
 from ._stats import UsageTotals, session_stats
 from ._store import SessionFile
 from ._switching import Maker, entry_position
+from ._telemetry import Caller
 from ._tools import BUILTIN_NAMES, Tool, select_tools
 from ._tools.base import ClientFiles, ScratchDir, Shell
 from ._tools.environment import ShellEnvironment
@@ -146,7 +147,8 @@ class Session:
                               startup_timeout_s=startup_timeout(settings.get("mcp")),
                               confine=lambda argv, cwd, spec: self.guard.server(
                                   argv, cwd, network=spec.network, sandbox=spec.sandbox),
-                              dialogs=self.ui if config.interactive else None)
+                              dialogs=self.ui if config.interactive else None,
+                              session_id=lambda: self.session_id)
         self.files: ClientFiles | None = None
         """The client's files, for the file tools (an ACP editor's), else the disk."""
         self.shell = Shell.from_settings(settings.get("shellPath"),
@@ -178,7 +180,8 @@ class Session:
                                wait_for_room=self.wait_for_room,
                                environment=self.guard.direct_environment,
                                checkpoints=lambda: self.checkpoints,
-                               record=lambda message: self.run.record(message))
+                               record=lambda message: self.run.record(message),
+                               session_id=lambda: self.session_id)
 
     def set_permission_mode(self, mode: str) -> None:
         """Apply `mode` from the next tool call on (`forged._tools.guard`), and record it in
@@ -350,8 +353,12 @@ class Session:
         self.asking.check_can_prompt()
         return "started"
 
-    def start_prompt(self, text: str, images: list[w.ImageContent] | None) -> None:
-        self.run.start([user_message(text, images)], poll_steering=True)
+    def start_prompt(self, text: str, images: list[w.ImageContent] | None,
+                     caller: Caller | None = None) -> None:
+        """Run `text` now; `caller`: the trace context it came with."""
+        message = user_message(text, images)
+        _telemetry.tracing.tag(message, caller)
+        self.run.start([message], poll_steering=True)
 
     def send_user_message(self, text: str) -> None:
         """A plugin's message to the agent: a run when idle, else a follow-up."""
@@ -379,7 +386,8 @@ class Session:
         """What the ``bash`` tool's commands are told of the session, as the ancestor tells
         them (read when each command starts)."""
         model = self.model
-        return {"PI_SESSION_ID": self.session_id,
+        return {**_telemetry.tracing.env(),  # the current span's context: a tool call's
+                "PI_SESSION_ID": self.session_id,
                 "PI_SESSION_FILE": str(self.store.path) if self.store.path else None,
                 "PI_PROVIDER": model.provider if model else None,
                 "PI_MODEL": model.id if model else None,

@@ -13,7 +13,8 @@ Its tools: ``echo`` (text), ``picture`` (an image), ``count`` (reports progress)
 cancels it), ``crash`` (the process exits mid-call), ``fail`` (an error result), ``flood``
 (as much text as asked for), ``shout`` (as many lines on stderr), ``grow`` (offers one more
 tool, ``extra``, and says so),
-``echo-text`` and ``echo_text`` (names that collide once made tool names); one resource,
+``echo-text`` and ``echo_text`` (names that collide once made tool names), ``traceparent``
+(the trace context in the call's ``_meta``, and the server's ``TRACEPARENT``); one resource,
 ``note://hello``.
 """
 
@@ -103,6 +104,12 @@ def build(name: str) -> MCPServer:
     @server.tool(name="echo_text", description="Echo, underscored")
     def echo_underscored(text: str) -> str:
         return f"underscored: {text}"
+
+    @server.tool(description="The W3C trace context the call came with, from its _meta")
+    def traceparent(ctx: Context) -> str:
+        meta = ctx.request_context.meta or {}
+        return (f"traceparent={meta.get('traceparent')} tracestate={meta.get('tracestate')} "
+                f"started under={os.environ.get('TRACEPARENT')}")
 
     @server.resource("note://hello", description="A note")
     def hello() -> str:

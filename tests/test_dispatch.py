@@ -32,7 +32,7 @@ class Queues:
     def __init__(self) -> None:
         self.queued: list[tuple[str, str]] = []
 
-    def add(self, kind: str, text: str, images: object) -> None:
+    def add(self, kind: str, text: str, images: object, caller: object = None) -> None:
         self.queued.append((kind, text))
 
 
@@ -102,7 +102,7 @@ class Stand:
     def disposition(self, streaming_behavior: str | None) -> str:
         return "queued" if self.busy else "started"
 
-    def start_prompt(self, text: str, images: object) -> None:
+    def start_prompt(self, text: str, images: object, caller: object = None) -> None:
         self.prompts.append((self.name, text))
         self.busy = True
 

@@ -555,7 +555,8 @@ def test_every_usual_name_of_a_secret_is_dropped_however_wide_the_policy() -> No
     secrets = {name: "s" for name in (
         "DB_PASS", "SMTP_PASSWD", "GPG_PASSPHRASE", "SENTRY_DSN", "DATABASE_URL",
         "POSTGRES_DATABASE_URL", "GH_PAT", "NPM_AUTH", "BASIC_AUTH_HEADER", "HF_TOKEN",
-        "AWS_SECRET_ACCESS_KEY", "NETRC_CREDENTIALS")}
+        "AWS_SECRET_ACCESS_KEY", "NETRC_CREDENTIALS", "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS")}
     kept = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "PATH": "/usr/bin"}
     policy = ShellEnvironment(inherit="all")
     assert policy.environment("auto", {**secrets, **kept}) == kept

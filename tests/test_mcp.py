@@ -25,7 +25,7 @@ from .test_process import RPC, Child, child_env, running
 
 SERVER = str(Path(__file__).parent / "mcp_server.py")
 DONE = Reply(content=[ScriptText(text="done")])
-TOOLS = 12
+TOOLS = 13
 """How many tools ``mcp_server.py`` offers."""
 
 

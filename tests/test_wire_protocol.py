@@ -137,5 +137,6 @@ async def test_unicode_separators_are_escaped_and_not_split(tmp_path: Path) -> N
 def test_a_wire_object_shows_its_fields() -> None:
     """What a failing assertion prints: the class and its fields, not an address."""
     command = w.Prompt(message="hi", streaming_behavior="steer")
-    assert repr(command) == "Prompt(message='hi', images=None, streaming_behavior='steer')"
+    assert repr(command) == ("Prompt(message='hi', images=None, streaming_behavior='steer', "
+                             "traceparent=None, tracestate=None)")
     assert repr(w.GetState()) == "GetState()"

@@ -35,10 +35,11 @@ from typing import Any
 import orjson
 import trio
 
-from .. import _wire as w
+from .. import _telemetry, _wire as w
 from .._errors import ServerExited, ToolError
 from .._log import log, log_exception
 from .._process import PIPE, kill_process_group, open_process
+from .._telemetry import Span
 from .._tools import ToolContext, text_result
 from .._ui import Dialogs
 from . import sdk
@@ -98,8 +99,10 @@ class McpServer:
     def __init__(self, spec: ServerSpec, cwd: Path, changed: Callable[[], None],
                  cache: ListingCache, listing: Listing | None = None, *,
                  startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-                 confine: Confine | None = None, dialogs: Dialogs | None = None) -> None:
+                 confine: Confine | None = None, dialogs: Dialogs | None = None,
+                 session_id: Callable[[], str | None] = lambda: None) -> None:
         self.spec = spec
+        self._session_id = session_id  # for the spans of its starts
         self._confine = confine
         """How a stdio server's command runs under the session's permission mode."""
         self._dialogs = dialogs
@@ -217,11 +220,18 @@ class McpServer:
         up = False
         try:
             async with contextlib.AsyncExitStack() as stack:
+                # Not current: the SDK's tasks the connection starts would keep it so.
+                connecting = _telemetry.tracing.span(
+                    f"mcp connect {self.spec.name}", {"forged.mcp.server": self.spec.name},
+                    conversation=self._session_id())
                 try:
-                    self.session = await self._open(stack)
+                    self.session = await self._open(stack, connecting)
                 except Exception as exc:  # whatever the server does, the session goes on
+                    connecting.fail(type(exc).__name__, str(exc))
                     self._failed("failed", exc)  # its process is stopped as the stack unwinds
                     return False
+                finally:
+                    connecting.end()
                 up = True
                 self.last_error = None
                 log(f"MCP server {self.spec.name} connected: {len(self.listed)} tools")
@@ -247,9 +257,9 @@ class McpServer:
         log(f"MCP server {self.spec.name} {what}: {self.last_error}")
         self._enter(State.LOST)
 
-    async def _open(self, stack: contextlib.AsyncExitStack) -> Any:
+    async def _open(self, stack: contextlib.AsyncExitStack, span: Span) -> Any:
         if self.spec.transport == "stdio":
-            streams = await self._stdio(stack)
+            streams = await self._stdio(stack, span)
         else:
             await sdk.loaded()
             streams = await self._http(stack)
@@ -400,10 +410,10 @@ class McpServer:
                      "(maxResultBytes); it was not read")
         return self._cut
 
-    async def _stdio(self, stack: contextlib.AsyncExitStack) -> Any:
+    async def _stdio(self, stack: contextlib.AsyncExitStack, span: Span) -> Any:
         """The server's process, started while the SDK loads (0.6 s of imports the first
         time, in a thread): one that exits, or cannot start, fails at once, without waiting
-        for them."""
+        for them. Its environment names `span` (``TRACEPARENT``)."""
         spec = self.spec
         # In a thread: a ``!command`` value runs a command, and ``~`` reads the home folder.
         values = await trio.to_thread.run_sync(_stdio_values, spec, self._cwd)
@@ -412,6 +422,8 @@ class McpServer:
         self._sandbox = None
         if self._confine is not None:
             argv, base, self._sandbox = await self._confine(argv, values["cwd"], spec)
+        with span.current():
+            traced = _telemetry.tracing.env()
         read_fd, write_fd = os.pipe()
         nursery = await stack.enter_async_context(trio.open_nursery())
         stack.callback(nursery.cancel_scope.cancel)  # after the server has stopped
@@ -419,7 +431,7 @@ class McpServer:
         try:
             process = await open_process(
                 argv, cwd=values["cwd"], env={**(sdk.default_environment() if base is None
-                                                 else base), **values["env"]},
+                                                 else base), **traced, **values["env"]},
                 stdin=PIPE, stdout=PIPE, stderr=write_fd)
         finally:
             os.close(write_fd)  # the server has its own copy
@@ -536,6 +548,8 @@ class McpServer:
                    ) -> w.ToolResult:
         """Call `tool`. It has the server's ``timeout`` to answer, counted again from each
         progress notification; past it, the call is cancelled and the server restarted."""
+        _telemetry.tracing.note({"forged.mcp.server": self.spec.name,
+                                 "gen_ai.tool.type": "extension"})
         session = await self.connected()  # once connected, the SDK is imported
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED

@@ -53,13 +53,15 @@ class McpServers:
                  cache: ListingCache | None = None, listings: dict[str, Listing] | None = None,
                  keep: Callable[[str], bool] = lambda _: True,
                  startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-                 confine: Confine | None = None, dialogs: Dialogs | None = None) -> None:
+                 confine: Confine | None = None, dialogs: Dialogs | None = None,
+                 session_id: Callable[[], str | None] = lambda: None) -> None:
         cache = cache or ListingCache(None)
         listings = listings or {}
         self.servers = {spec.name: McpServer(spec, cwd, self._retool, cache,
                                              listings.get(spec.name),
                                              startup_timeout_s=startup_timeout_s,
-                                             confine=confine, dialogs=dialogs)
+                                             confine=confine, dialogs=dialogs,
+                                             session_id=session_id)
                         for spec in specs}
         self._keep = keep
         """Which tools reach the model (``--tools`` and ``--exclude-tools``)."""

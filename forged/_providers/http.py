@@ -26,6 +26,7 @@ import httpx
 import orjson
 import trio
 
+from .. import _telemetry
 from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
 from .._tls import tls_context
 from .base import AssistantBuilder, ProviderRequest
@@ -189,7 +190,8 @@ async def open_body(request: ProviderRequest, url: str, headers: dict[str, str],
         async with AsyncExitStack() as stack:
             with trio.move_on_after(request.idle_timeout_s) as waiting:
                 response = await stack.enter_async_context(client.stream(
-                    "POST", url, content=content, headers=headers))
+                    "POST", url, content=content,
+                    headers={**headers, **_telemetry.tracing.headers()}))
             if waiting.cancelled_caught:
                 raise silent(request.idle_timeout_s)
             if response.is_error:

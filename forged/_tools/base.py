@@ -81,6 +81,9 @@ class Permissions(Protocol):
     """What the session's permission mode lets a tool do (`forged._tools.guard.Guard`):
     each answers how, or raises `ToolError` saying why not."""
 
+    mode: str
+    """The permission mode's name."""
+
     async def command(self, argv: Sequence[str], command: str,
                       escalate: str | None = None) -> list[str]: ...
     async def search(self, argv: Sequence[str], cwd: Path) -> list[str]: ...

@@ -36,7 +36,7 @@ INHERIT = ("all", "core", "none")
 CORE = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_*", "TERM", "TZ", "TMPDIR",
         "PWD")
 SECRET_PATTERNS = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASS*", "*CREDENTIAL*", "*AUTH",
-                   "*AUTH_*", "*_PAT", "*DSN*", "*DATABASE_URL*")
+                   "*AUTH_*", "*_PAT", "*DSN*", "*DATABASE_URL*", "OTEL_EXPORTER_OTLP*HEADERS")
 """Names of secrets (``GIT_AUTHOR_NAME`` is none: ``*AUTH`` and ``*AUTH_*``, not ``*AUTH*``)."""
 NEVER_CONFINED = ("SSH_AUTH_SOCK", "DBUS_*", "XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY")
 """Names that point at the host's sockets: never given to a confined command (the sandbox

@@ -33,7 +33,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from .. import _gitfolders, _runtime, _sandbox
+from .. import _gitfolders, _runtime, _sandbox, _telemetry
 from .._errors import ConfigError, ToolError, UnknownArchitecture, Unprotectable
 from .._log import log
 from .._settings import DEFAULTS, Settings
@@ -323,12 +323,13 @@ class Guard:
         assert bwrap is not None
         policy = self.policy(network=network, cwd=cwd, caches=caches)
         try:  # it reads the workspace for git's folders: in a thread, unless it is small
-            if self._small:
-                return policy.wrap(bwrap, argv)
-            return await trio.to_thread.run_sync(policy.wrap, bwrap, argv)
+            confined = (policy.wrap(bwrap, argv) if self._small
+                        else await trio.to_thread.run_sync(policy.wrap, bwrap, argv))
         except (UnknownArchitecture, Unprotectable) as exc:
             raise ToolError(f"Not run: the {self.mode} permission mode runs {doing} in the "
                             f"sandbox, and {exc}. Nothing ran unconfined.") from None
+        _telemetry.tracing.note({"forged.confined": True})
+        return confined
 
     def _writable_roots(self) -> list[Path]:
         return [*([self.workspace] if self.mode == "auto" else []), *self.sandbox.writable_roots]
@@ -366,21 +367,20 @@ class Guard:
         An escalation is allowed once at a time, never for the session: what a command
         runs can change while its text does not (``sh run.sh`` after ``run.sh`` is
         rewritten, ``make`` after the Makefile is), and the model writes files unasked."""
-        if self.mode == "full-access":
-            return list(argv)
         if self.mode == "ask":
             await self._ask(("bash", command), f"Allow the model to run this command?\n\n"
                                                f"{shown(command)}")
-            return list(argv)
-        if escalate is not None and escalate.strip():
+        elif self.mode != "full-access":
+            if escalate is None or not escalate.strip():
+                return await self.confine(argv)
             await self._ask(("escalate", command),
                             f"Allow the model to run this command outside the sandbox "
                             f"({self.mode} mode)?\n\n{shown(command)}\n\n"
                             f"The model gives this reason (its words, not forged's): "
                             f"\"{shown(escalate.strip(), REASON_MAX_CHARS)}\"",
                             for_session=False)
-            return list(argv)
-        return await self.confine(argv)
+        _telemetry.tracing.note({"forged.confined": False})
+        return list(argv)
 
     async def search(self, argv: Sequence[str], cwd: Path) -> list[str]:
         """How ripgrep runs (in `cwd`) for ``grep`` and ``find``: in the sandbox in a
@@ -480,8 +480,12 @@ class Guard:
     async def _ask(self, key: tuple[str, str], title: str, *, for_session: bool = True
                    ) -> None:
         if key in self._allowed:
+            _telemetry.tracing.note({"forged.approval.asked": False,
+                                     "forged.approval.given": True})
             return
         allowed, why = await self._dialogs.permission(title, for_session=for_session)
+        _telemetry.tracing.note({"forged.approval.asked": True,
+                                 "forged.approval.given": allowed is not None})
         if allowed is None:
             raise ToolError(f"Not allowed ({self.mode} permission mode): {why}.")
         if allowed == ALLOW_SESSION:

@@ -41,6 +41,7 @@ from .._errors import ConfigError
 from .._hub import Hub
 from .._jsonl import MAX_LINE_BYTES
 from .._log import log
+from .._telemetry import Caller, default_caller
 from .http import MAX_HEAD_BYTES, Head, Replayed, bearer, origin_refused, read_head, serve_plain
 
 MAX_UNAUTHENTICATED = 64
@@ -129,8 +130,10 @@ def admit(head: Head, access: Access, allowed_origins: Sequence[str], *,
 class WebSocketTransport:
     """A JSON object per text message, both ways."""
 
-    def __init__(self, socket: WebSocketConnection) -> None:
+    def __init__(self, socket: WebSocketConnection, caller: Caller | None = None) -> None:
         self._socket = socket
+        self._caller = caller
+        """The upgrade's ``traceparent``: the parent of what a command without its own starts."""
         self.write_now: Callable[[bytes], int] | None = None
 
     async def write(self, batch: bytearray) -> None:
@@ -148,6 +151,7 @@ class WebSocketTransport:
                     incoming = parse_line(message.encode() if isinstance(message, str)
                                           else message, w.DAEMON_COMMAND_CLASSES)
                     if incoming is not None:
+                        default_caller(incoming.command, self._caller)
                         await commands.send(incoming)
 
     async def aclose(self) -> None:
@@ -156,9 +160,11 @@ class WebSocketTransport:
 
 
 async def serve_websocket_peer(hub: Hub, socket: WebSocketConnection, name: str,
-                               principal: Principal = OWNER) -> None:
-    """One WebSocket connection (`Hub.serve_connection`)."""
-    await hub.serve_connection(name, WebSocketTransport(socket), principal)
+                               principal: Principal = OWNER, caller: Caller | None = None
+                               ) -> None:
+    """One WebSocket connection (`Hub.serve_connection`); `caller`, its upgrade's trace
+    context."""
+    await hub.serve_connection(name, WebSocketTransport(socket, caller), principal)
 
 
 class GatedListener(trio.abc.Listener[trio.SocketStream]):
@@ -247,7 +253,10 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], ac
                         device = access.devices.devices.get(admitted.device)
                         if device is not None:
                             access.devices.seen(device, host)
-                    await serve_websocket_peer(hub, socket, name, admitted)
+                    parent = head.headers.get("traceparent")
+                    await serve_websocket_peer(
+                        hub, socket, name, admitted,
+                        (parent, head.headers.get("tracestate")) if parent else None)
                 connection_nursery.cancel_scope.cancel()
         finally:
             authenticated()

@@ -79,6 +79,9 @@ class Prompt:
     message: str
     images: list[ImageContent] | None = None
     streaming_behavior: Literal["steer", "followUp"] | None = None
+    traceparent: str | None = None
+    """The caller's W3C trace context, the parent of what it starts (docs/observability.md)."""
+    tracestate: str | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -86,6 +89,9 @@ class Steer:
     type: str = tag("steer")
     message: str
     images: list[ImageContent] | None = None
+    traceparent: str | None = None
+    """The caller's W3C trace context, the parent of what it starts (docs/observability.md)."""
+    tracestate: str | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -93,6 +99,9 @@ class FollowUp:
     type: str = tag("follow_up")
     message: str
     images: list[ImageContent] | None = None
+    traceparent: str | None = None
+    """The caller's W3C trace context, the parent of what it starts (docs/observability.md)."""
+    tracestate: str | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)
@@ -218,6 +227,9 @@ class Bash:
     type: str = tag("bash")
     command: str
     exclude_from_context: bool | None = None
+    traceparent: str | None = None
+    """The caller's W3C trace context, the parent of what it starts (docs/observability.md)."""
+    tracestate: str | None = None
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

@@ -112,7 +112,9 @@ class AcpFront:
                 raise AcpError(INVALID_REQUEST, "session/prompt is a request")
             prompt = params.get("prompt")
             session = self._session(params)
-            session.prompt(request_id, prompt if isinstance(prompt, list) else [])
+            meta = params.get("_meta")
+            session.prompt(request_id, prompt if isinstance(prompt, list) else [],
+                           meta if isinstance(meta, dict) else {})
             self.peer.on_withdrawn(request_id, session.cancel)
             return LATER
         if method == "session/cancel":

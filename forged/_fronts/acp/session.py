@@ -186,8 +186,13 @@ class AcpSession:
 
     # --- prompts -------------------------------------------------------------------------------
 
-    def prompt(self, request_id: RequestId, blocks: list[object]) -> None:
+    def prompt(self, request_id: RequestId, blocks: list[object],
+               meta: dict[str, object] | None = None) -> None:
+        """A ``session/prompt``; its ``_meta.traceparent`` (and ``tracestate``), the W3C
+        trace context its run's spans join."""
         text, images = prompt_content(blocks)
+        trace = {key: value for key in ("traceparent", "tracestate")
+                 if isinstance(value := (meta or {}).get(key), str)}
         command = commands.parse(text.strip()) if not images else None
         if command is not None:
             self._front.nursery.start_soon(self._command, request_id, *command)
@@ -203,7 +208,7 @@ class AcpSession:
 
         self.link.send(w.Prompt(message=text, images=images or None,
                                 streaming_behavior="steer" if self.busy_prompt == "steer"
-                                else "followUp"), answered)
+                                else "followUp", **trace), answered)
 
     def _answered(self, request_id: RequestId, stop: str | None, error: str | None) -> None:
         if stop is None:
