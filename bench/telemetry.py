@@ -1,7 +1,9 @@
 """What telemetry (docs/observability.md) costs a run: the time from a prompt to its
 ``agent_settled`` in ``forged --mode rpc`` (the scripted provider; each run a command and a
-reply), with telemetry off, on with a collector that answers, and on with a collector that
-takes every request and never answers; and the time to the first answer (start-up). Run by
+reply), with telemetry off (``off``), on with a collector that answers (``on``: spans sent
+every 5 s, the SDK's default; ``busy``: every 10 ms), and on with a collector that takes every
+request and never answers (``dead``, every 10 ms); and the time to the first answer
+(start-up). Run by
 hand:
 
     .venv/bin/python bench/telemetry.py [--rounds 5] [--prompts 20] [--modes off,on,dead]
@@ -68,7 +70,14 @@ def one_round(mode: str, endpoints: dict[str, str], prompts: int, folder: Path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
     env["AGENT_FORGE_DIR"] = str(folder / "agent")
     if mode != "off":
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoints[mode]
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoints["dead" if mode == "dead" else "on"]
+    if mode == "spans":  # made, not exported: what making them costs
+        env["OTEL_TRACES_EXPORTER"] = env["OTEL_METRICS_EXPORTER"] = "none"
+    if mode == "traces":
+        env["OTEL_METRICS_EXPORTER"] = "none"
+    if mode == "metrics":
+        env["OTEL_TRACES_EXPORTER"] = "none"
+    if mode in ("busy", "dead"):
         env["OTEL_BSP_SCHEDULE_DELAY"] = "10"  # export as often as it can: the worst case
     started = time.perf_counter()
     child = subprocess.Popen(
@@ -108,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=20)
-    parser.add_argument("--modes", default="off,on,dead")
+    parser.add_argument("--modes", default="off,on,busy,dead")
     args = parser.parse_args()
     modes = args.modes.split(",")
     endpoints = {"on": collector(False), "dead": collector(True)}

@@ -457,6 +457,26 @@ class _Textless(SpanProcessor):
         return self._inner.force_flush(timeout_millis)
 
 
+class _Tracers(TracerProvider):
+    """The SDK's tracer provider, but for what it does in a forked child. forged forks only
+    to exec at once (each command, each git of a checkpoint), where the SDK's own
+    after-fork work (detecting the resource again, in a thread pool) ran every time before
+    the exec: ~2 ms of each child's start."""
+
+    def _handle_fork(self) -> None:
+        pass
+
+
+class _Meters(MeterProvider):
+    def _handle_fork(self) -> None:
+        pass
+
+
+class _MetricReader(PeriodicExportingMetricReader):
+    def _at_fork_reinit(self) -> None:
+        pass
+
+
 def start(config: TelemetryConfig) -> Callable[[], None] | None:
     """Install the SDK's providers and forged's hooks for the process; what flushes and
     stops them, or None when they cannot be made (said on stderr)."""
@@ -468,7 +488,7 @@ def start(config: TelemetryConfig) -> Callable[[], None] | None:
         "OTEL_RESOURCE_ATTRIBUTES", "")  # the variables' name wins over the settings'
     resource = Resource.create({"service.version": __version__,
                                 **({} if named else {"service.name": config.service_name})})
-    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider = _Tracers(resource=resource, shutdown_on_exit=False)
     if config.traces:
         batches = BatchSpanProcessor(span_exporter)
         tracer_provider.add_span_processor(batches if config.log_content else _Textless(batches))
@@ -476,9 +496,8 @@ def start(config: TelemetryConfig) -> Callable[[], None] | None:
     meter_provider: MeterProvider | None = None
     instruments = None
     if config.metrics:
-        meter_provider = MeterProvider(
-            resource=resource, shutdown_on_exit=False,
-            metric_readers=[PeriodicExportingMetricReader(metric_exporter)])
+        meter_provider = _Meters(resource=resource, shutdown_on_exit=False,
+                                 metric_readers=[_MetricReader(metric_exporter)])
         metrics.set_meter_provider(meter_provider)
         instruments = _Instruments(meter_provider.get_meter(
             SCOPE, __version__, f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"))
