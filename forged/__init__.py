@@ -33,8 +33,8 @@ against the import graph). A package named here stands for all its modules::
                                          daemon's nudges (ntfy, webhooks, Web Push)
     _connection _codec _devices          lines in and out; wire classes to JSON; paired
                                          devices, their roles and codes
-    _telemetry _otel                     traces and metrics: forged's hooks, and the SDK behind
-                                         them when the user turns them on
+    _telemetry _otel _otel_export        traces and metrics: forged's hooks, what they do when
+                                         the user turns them on, the SDK's exporting
     _wire                                the protocol's classes
     _jsonl _paths _process _values _sandbox _checkpoints _log _time _tls _systemd _version _startup
     _vocabulary                          the ground floor; the protocol's closed word lists

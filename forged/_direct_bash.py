@@ -79,6 +79,7 @@ class DirectBash:
 
             checkpoints = self._checkpoints()
             try:
+                await _telemetry.ready()
                 with _telemetry.tracing.span("bash", {}, conversation=self._session_id(),
                                              caller=caller) as span:
                     await checkpoints.capture("before", f"!{command}")

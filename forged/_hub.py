@@ -200,6 +200,7 @@ class Hub:
     async def open_live(self, config: SessionConfig) -> LiveSession:
         """A live session of `config`: the one that holds its file already, else a new one,
         once there is room (`max_live_sessions`, counted with those being opened)."""
+        await _telemetry.ready()  # (counted once telemetry that is on has started)
         if config.session_path is not None:  # a file a live session holds: that session
             path = config.session_path.expanduser().resolve()
             for live in self.live:

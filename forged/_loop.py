@@ -130,7 +130,7 @@ async def run_agent(context: list[w.AgentMessage], prompt: list[w.AgentMessage],
         pending = queues.take_steering() if poll_steering else []
         while True:
             for message in pending:  # steering joins the run's trace from its own
-                _telemetry.tracing.link(_telemetry.tracing.caller_of([message]))
+                _telemetry.tracing.link(_telemetry.caller_of([message]))
             deliver(pending)
             assistant = await stream_assistant(context, model, requests, events, new, turn)
             if assistant.stop_reason in ("error", "aborted"):

@@ -1,11 +1,12 @@
-"""Telemetry on: forged's hooks (`forged._telemetry`) on the official OpenTelemetry SDK.
+"""Telemetry on: forged's hooks (`forged._telemetry`) on OpenTelemetry's API, the official
+SDK behind it.
 
-Loaded only when the user turned telemetry on: `observed` installs a tracer and a meter
-provider for the process, exporting over OTLP (HTTP/protobuf; gRPC with ``forged[grpc]``) in
-the SDK's own worker threads, so a slow or dead collector never holds up a run: spans wait in
+Loaded only when the user turned telemetry on: `observed` starts the SDK's tracer and meter
+providers for the process in a thread (`forged._otel_export`), exporting over OTLP in the
+SDK's own worker threads, so a slow or dead collector never holds up a run: spans wait in
 a bounded queue (past it they are dropped), metrics are read every
 ``OTEL_METRIC_EXPORT_INTERVAL``. When the process's main function returns, what waits is
-flushed for at most `EXIT_FLUSH_S`, and the rest dropped.
+sent for at most `EXIT_FLUSH_S`, and the rest dropped.
 
 Spans and attributes follow the GenAI semantic conventions of `SEMCONV_VERSION`; what the
 conventions have no name for is under ``forged.``. Text (prompts, replies, tool arguments
@@ -15,34 +16,28 @@ and results) is exported only with ``logContent``.
 from __future__ import annotations
 
 import contextvars
-import os
 import re
 import time
-import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import trio
 from opentelemetry import context as otel_context, metrics, propagate, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import _telemetry, _wire as w
 from ._log import log
 from ._process import is_cancellation
-from ._telemetry import SEMCONV_VERSION, Caller, TelemetryConfig, Value
-from ._version import __version__
+from ._telemetry import Caller, TelemetryConfig, Value
+
+if TYPE_CHECKING:
+    from ._otel_export import Exporting
 
 EXIT_FLUSH_S = 3.0
 """How long an ending process waits for its spans and metrics to reach the collector."""
-SCOPE = "forged"
 PROVIDER_NAMES = {
     # forged's provider ids to the conventions' gen_ai.provider.name (others as they are)
     "anthropic": "anthropic", "openai": "openai", "azure-openai-responses": "azure.ai.openai",
@@ -54,6 +49,17 @@ TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 TRACESTATE = re.compile(r"[a-z0-9_\-*/@]{1,256}=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,256}"
                         r"(?: *, *[a-z0-9_\-*/@]{1,256}=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,256})*")
 """W3C trace context's two fields, as the standard writes them (printable ASCII only)."""
+
+
+def parent_context(caller: Caller | None) -> otel_context.Context | None:
+    """`caller`'s context; None when it is not W3C trace context (ignored, as the standard
+    asks, and never logged: it is the client's text)."""
+    if caller is None or not TRACEPARENT.fullmatch(caller[0]):
+        return None
+    state = caller[1] if caller[1] and TRACESTATE.fullmatch(caller[1]) else None
+    carrier = {"traceparent": caller[0], **({"tracestate": state} if state else {})}
+    context = _PROPAGATOR.extract(carrier)
+    return context if trace.get_current_span(context).get_span_context().is_valid else None
 
 
 def _provider(name: str) -> str:
@@ -294,18 +300,9 @@ class OtelTracing(_telemetry.Tracing):
         self.config = config
         self.tracer = tracer
         self.instruments = instruments
-        self._callers: weakref.WeakKeyDictionary[object, Caller] = (
-            weakref.WeakKeyDictionary())
 
     def _parent(self, caller: Caller | None) -> otel_context.Context | None:
-        """`caller`'s context; None when it is not W3C trace context (ignored, as the
-        standard asks, and never logged: it is the client's text)."""
-        if caller is None or not TRACEPARENT.fullmatch(caller[0]):
-            return None
-        state = caller[1] if caller[1] and TRACESTATE.fullmatch(caller[1]) else None
-        carrier = {"traceparent": caller[0], **({"tracestate": state} if state else {})}
-        context = _PROPAGATOR.extract(carrier)
-        return context if trace.get_current_span(context).get_span_context().is_valid else None
+        return parent_context(caller)
 
     def _attributes(self, operation: str, conversation: str | None
                     ) -> dict[str, Value]:
@@ -376,17 +373,6 @@ class OtelTracing(_telemetry.Tracing):
     def headers(self) -> dict[str, str]:
         return self._carrier()
 
-    def tag(self, message: object, caller: Caller | None) -> None:
-        if caller is not None:
-            self._callers[message] = caller
-
-    def caller_of(self, messages: Sequence[object]) -> Caller | None:
-        for message in messages:
-            found = self._callers.get(message)
-            if found is not None:
-                return found
-        return None
-
     def count(self, what: str, delta: int) -> None:
         if self.instruments is not None:
             counter = self.instruments.sessions if what == "sessions" else (
@@ -394,126 +380,15 @@ class OtelTracing(_telemetry.Tracing):
             counter.add(delta)
 
 
-def _exporters(config: TelemetryConfig) -> tuple[Any, Any] | None:
-    """The span and metric exporters the protocol asks for; None (said on stderr) when
-    gRPC is asked for without its extra."""
-    environ = os.environ  # the variables win over the settings file: the SDK reads them
-    endpoint = (config.endpoint.rstrip("/") if config.endpoint and not any(
-        environ.get(f"OTEL_EXPORTER_OTLP{kind}_ENDPOINT") for kind in ("", "_TRACES"))
-        else None)
-    headers = None if environ.get("OTEL_EXPORTER_OTLP_HEADERS") else (
-        dict(config.headers) or None)
-    if config.protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found, unused-ignore]
-                OTLPMetricExporter as GrpcMetrics,
-            )
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found, unused-ignore]
-                OTLPSpanExporter as GrpcSpans,
-            )
-        except ImportError:
-            log("telemetry off: OTLP over gRPC needs the grpc extra (pip install "
-                "'forged[grpc]'); or export over http/protobuf")
-            return None
-        grpc_headers = tuple(headers.items()) if headers else None
-        return (GrpcSpans(endpoint=endpoint, headers=grpc_headers),
-                GrpcMetrics(endpoint=endpoint, headers=grpc_headers))
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _started(config: TelemetryConfig) -> Exporting | None:
+    """In a thread: the SDK's providers, or None (said on stderr)."""
+    from ._otel_export import start
 
-    metrics_endpoint = None if environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else (
-        f"{endpoint}/v1/metrics" if endpoint else None)
-    return (OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces" if endpoint else None,
-                             headers=headers),
-            OTLPMetricExporter(endpoint=metrics_endpoint, headers=headers))
-
-
-class _Textless(SpanProcessor):
-    """Without ``logContent``, what ends reaches the exporter without the text an error
-    carries: a status's description, an exception event's message and traceback (forged's
-    spans and the MCP SDK's alike; ``error.type`` and ``exception.type`` say what failed)."""
-
-    def __init__(self, inner: SpanProcessor) -> None:
-        self._inner = inner
-
-    def on_start(self, span: Any, parent_context: otel_context.Context | None = None) -> None:
-        self._inner.on_start(span, parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        events = [event if event.name != "exception" else Event(
-            "exception", {key: value for key, value in (event.attributes or {}).items()
-                          if key == "exception.type"}, event.timestamp)
-                  for event in span.events]
-        self._inner.on_end(ReadableSpan(
-            name=span.name, context=span.context, parent=span.parent, resource=span.resource,
-            attributes=span.attributes, events=events, links=span.links, kind=span.kind,
-            status=Status(span.status.status_code), start_time=span.start_time,
-            end_time=span.end_time, instrumentation_scope=span.instrumentation_scope))
-
-    def shutdown(self) -> None:
-        self._inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-
-class _Tracers(TracerProvider):
-    """The SDK's tracer provider, but for what it does in a forked child. forged forks only
-    to exec at once (each command, each git of a checkpoint), where the SDK's own
-    after-fork work (detecting the resource again, in a thread pool) ran every time before
-    the exec: ~2 ms of each child's start."""
-
-    def _handle_fork(self) -> None:
-        pass
-
-
-class _Meters(MeterProvider):
-    def _handle_fork(self) -> None:
-        pass
-
-
-class _MetricReader(PeriodicExportingMetricReader):
-    def _at_fork_reinit(self) -> None:
-        pass
-
-
-def start(config: TelemetryConfig) -> Callable[[], None] | None:
-    """Install the SDK's providers and forged's hooks for the process; what flushes and
-    stops them, or None when they cannot be made (said on stderr)."""
-    exporters = _exporters(config)
-    if exporters is None:
+    try:
+        return start(config, EXIT_FLUSH_S)
+    except Exception as exc:  # a bad OTEL_* value: the SDK's own error, in a line
+        log(f"telemetry off: {exc}")
         return None
-    span_exporter, metric_exporter = exporters
-    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
-        "OTEL_RESOURCE_ATTRIBUTES", "")  # the variables' name wins over the settings'
-    resource = Resource.create({"service.version": __version__,
-                                **({} if named else {"service.name": config.service_name})})
-    tracer_provider = _Tracers(resource=resource, shutdown_on_exit=False)
-    if config.traces:
-        batches = BatchSpanProcessor(span_exporter)
-        tracer_provider.add_span_processor(batches if config.log_content else _Textless(batches))
-    trace.set_tracer_provider(tracer_provider)
-    meter_provider: MeterProvider | None = None
-    instruments = None
-    if config.metrics:
-        meter_provider = _Meters(resource=resource, shutdown_on_exit=False,
-                                 metric_readers=[_MetricReader(metric_exporter)])
-        metrics.set_meter_provider(meter_provider)
-        instruments = _Instruments(meter_provider.get_meter(
-            SCOPE, __version__, f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"))
-    tracer = tracer_provider.get_tracer(
-        SCOPE, __version__, f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}")
-    _telemetry.install(OtelTracing(config, tracer, instruments))
-
-    def stop() -> None:
-        deadline = time.monotonic() + EXIT_FLUSH_S
-        tracer_provider.force_flush(int(EXIT_FLUSH_S * 1000))
-        if meter_provider is not None:
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            meter_provider.shutdown(timeout_millis=left_ms)
-        tracer_provider.shutdown()
-
-    return stop
 
 
 def _stopped(stop: Callable[[], None]) -> None:
@@ -525,25 +400,39 @@ def _stopped(stop: Callable[[], None]) -> None:
 
 def observed(main: Callable[..., Awaitable[int | None]], config: TelemetryConfig, *,
              caller: Caller | None) -> Callable[..., Awaitable[int | None]]:
-    """`main` with telemetry on around it: `caller` (``TRACEPARENT``) the parent of every span
-    the process makes without a parent of its own; what waits flushed when it returns."""
+    """`main` with telemetry on around it: the SDK started in a thread meanwhile (what
+    makes spans waits for it: `forged._telemetry.ready`), `caller` (``TRACEPARENT``) the
+    parent of every span the process makes without a parent of its own, and what waits sent
+    when it returns, for at most `EXIT_FLUSH_S`."""
 
     async def run(*args: Any) -> int | None:
-        try:
-            stop = start(config)
-        except Exception as exc:  # a bad OTEL_* value: the SDK's own error, in a line
-            log(f"telemetry off: {exc}")
-            stop = None
-        tracing = _telemetry.tracing
-        context = tracing._parent(caller) if isinstance(tracing, OtelTracing) else None
+        context = parent_context(caller)
         token = otel_context.attach(context) if context is not None else None
+        made: list[Exporting] = []
+        starting = _telemetry.starting = trio.Event()
+
+        async def start() -> None:
+            try:
+                exporting = await trio.to_thread.run_sync(_started, config,
+                                                          abandon_on_cancel=True)
+                if exporting is not None:
+                    made.append(exporting)
+                    _telemetry.install(OtelTracing(config, exporting.tracer, None if (
+                        exporting.meter is None) else _Instruments(exporting.meter)))
+            finally:
+                starting.set()
+                _telemetry.starting = None
+
         try:
-            return await main(*args)
+            async with trio.open_nursery() as telemetry_nursery:
+                telemetry_nursery.start_soon(start)
+                return await main(*args)
         finally:
             if token is not None:
                 otel_context.detach(token)
-            if stop is not None:  # past the deadline its thread is left to the exit
+            if made:  # past the deadline its thread is left to the exit
                 with trio.CancelScope(shield=True, deadline=trio.current_time() + EXIT_FLUSH_S):
-                    await trio.to_thread.run_sync(_stopped, stop, abandon_on_cancel=True)
+                    await trio.to_thread.run_sync(_stopped, made[0].stop,
+                                                  abandon_on_cancel=True)
 
     return run

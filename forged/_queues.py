@@ -50,7 +50,7 @@ class Queues:
         """Queue `text`; `caller`: the trace context it came with (its run's parent)."""
         queue = self.steering if kind == "steer" else self.follow_ups
         message = user_message(text, images)
-        _telemetry.tracing.tag(message, caller)
+        _telemetry.tag(message, caller)
         queue.append(Queued(text=text, message=message))
         self._changed()
 

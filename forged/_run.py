@@ -183,6 +183,7 @@ class Runner:
         span = NULL_SPAN  # this spell's prompt's (a spell waiting for `previous` has none)
         try:
             await previous.wait()
+            await _telemetry.ready()
             if compact_manually:
                 assert self.run_scope is not None
                 with self.run_scope as scope:
@@ -198,7 +199,7 @@ class Runner:
                 if prompt:  # a retry or an overflow's recovery stays in its prompt's span
                     span.end()
                     span = self._span = _telemetry.tracing.start_run(
-                        self._context.store.session_id, _telemetry.tracing.caller_of(prompt),
+                        self._context.store.session_id, _telemetry.caller_of(prompt),
                         self._asking.model, prompt)
                 with self.run_scope as scope, span.current():
                     if not ran and not compact_manually:

@@ -357,7 +357,7 @@ class Session:
                      caller: Caller | None = None) -> None:
         """Run `text` now; `caller`: the trace context it came with."""
         message = user_message(text, images)
-        _telemetry.tracing.tag(message, caller)
+        _telemetry.tag(message, caller)
         self.run.start([message], poll_steering=True)
 
     def send_user_message(self, text: str) -> None:

@@ -14,7 +14,8 @@ the official SDK, for the whole process. The hooks forged's code calls::
     note           attributes on the span current in the task (an approval asked, a
                    command confined)
     env, headers   the current span's context, for a command's environment and a request
-    tag, caller_of the caller's context a prompt or a queued message came with
+    tag, caller_of the caller's context a prompt or a queued message came with (kept
+                   here, whoever traces)
     count          the daemon's live sessions and attached clients
 
 A span is current in the task that made it (OpenTelemetry's context is a context variable,
@@ -25,12 +26,14 @@ provider's request, the MCP SDK's call, the command's ``TRACEPARENT``.
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import orjson
+import trio
 
 from ._log import log
 from ._paths import agent_dir
@@ -202,22 +205,45 @@ class Tracing:
         """``traceparent`` (and ``tracestate``) of the current span, for a request."""
         return {}
 
-    def tag(self, message: object, caller: Caller | None) -> None:
-        """`message` (a prompt, a queued message) came with `caller`'s context."""
-
-    def caller_of(self, messages: Sequence[object]) -> Caller | None:
-        return None
-
     def count(self, what: str, delta: int) -> None:
         """``sessions`` or ``clients``: one more (1) or one fewer (-1) in the daemon."""
 
 
 tracing: Tracing = Tracing()
+starting: trio.Event | None = None
+"""While telemetry that is on starts (the SDK loads in a thread as forged starts): set, and
+gone, once it has."""
 
 
 def install(active: Tracing) -> None:
     global tracing
     tracing = active
+
+
+_callers: weakref.WeakKeyDictionary[object, Caller] = weakref.WeakKeyDictionary()
+
+
+def tag(message: object, caller: Caller | None) -> None:
+    """`message` (a prompt, a queued message) came with `caller`'s context: kept while
+    telemetry is on, or starting (the run it starts waits for it to have started)."""
+    if caller is not None and (tracing.enabled or starting is not None):
+        _callers[message] = caller
+
+
+def caller_of(messages: Sequence[object]) -> Caller | None:
+    """The context the first of `messages` that came with one came with."""
+    for message in messages:
+        found = _callers.get(message)
+        if found is not None:
+            return found
+    return None
+
+
+async def ready() -> None:
+    """Until telemetry that is on has started, so that what follows is traced: at once when
+    it is off, or has started. What starts a run, a command or a server waits here."""
+    if starting is not None:
+        await starting.wait()
 
 
 def caller_of_command(command: Any) -> Caller | None:

@@ -220,7 +220,7 @@ class McpServer:
         up = False
         try:
             async with contextlib.AsyncExitStack() as stack:
-                # Not current: the SDK's tasks the connection starts would keep it so.
+                await _telemetry.ready()  # not current: the SDK's tasks would keep it so
                 connecting = _telemetry.tracing.span(
                     f"mcp connect {self.spec.name}", {"forged.mcp.server": self.spec.name},
                     conversation=self._session_id())
