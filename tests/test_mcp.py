@@ -71,6 +71,19 @@ class Forged(Child):
 
 
 @asynccontextmanager
+async def provider_for(agent_dir: Path, replies: list[Reply]) -> AsyncIterator[ScriptedServer]:
+    """The scripted model API in this trio run, as ``local/m`` in `agent_dir`'s models.json."""
+    provider = ScriptedServer(replies)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(provider.serve)
+        (agent_dir / "models.json").write_text(json.dumps({"providers": {"local": {
+            "baseUrl": provider.base_url, "api": "anthropic-messages", "apiKey": "k",
+            "models": [{"id": "m"}]}}}))
+        yield provider
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Reply],
                       *args: str, read_stderr: bool = True, env: dict[str, str] | None = None
                       ) -> AsyncIterator[tuple[Forged, ScriptedServer]]:
@@ -80,12 +93,7 @@ async def forged_with(tmp_path: Path, servers: dict[str, Any], replies: list[Rep
     agent_dir.mkdir(exist_ok=True)
     project.mkdir(exist_ok=True)
     (agent_dir / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
-    provider = ScriptedServer(replies)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(provider.serve)
-        (agent_dir / "models.json").write_text(json.dumps({"providers": {"local": {
-            "baseUrl": provider.base_url, "api": "anthropic-messages", "apiKey": "k",
-            "models": [{"id": "m"}]}}}))
+    async with provider_for(agent_dir, replies) as provider, trio.open_nursery() as nursery:
         process = await trio.lowlevel.open_process(
             [*RPC, "--model", "local/m", "--cwd", str(project), *args],
             env={**child_env(agent_dir), **(env or {})}, stdin=subprocess.PIPE,

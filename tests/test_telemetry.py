@@ -21,7 +21,7 @@ from forged._providers.scripted import Reply, ScriptedServer, ScriptText, Script
 from forged._telemetry import TelemetryConfig, configured
 
 from .otlp import Collector, Span
-from .test_mcp import forged_with, stdio_entry
+from .test_mcp import forged_with, provider_for, stdio_entry
 from .test_process import BIN, child_env
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -229,19 +229,6 @@ def test_off_imports_nothing_of_opentelemetrys_sdk(tmp_path: Path, mcp: bool) ->
     on = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=True, env={
         **env, "OTEL_TRACES_EXPORTER": "none", "OTEL_METRICS_EXPORTER": "none"})
     assert "opentelemetry.sdk.trace" in on.stderr.rsplit("loaded: ", 1)[1].split()
-
-
-@asynccontextmanager
-async def provider_for(agent_dir: Path, replies: list[Reply]) -> AsyncIterator[ScriptedServer]:
-    """The scripted model API in this trio run, as ``local/m`` in `agent_dir`'s models.json."""
-    provider = ScriptedServer(replies)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(provider.serve)
-        (agent_dir / "models.json").write_text(json.dumps({"providers": {"local": {
-            "baseUrl": provider.base_url, "api": "anthropic-messages", "apiKey": "k",
-            "models": [{"id": "m"}]}}}))
-        yield provider
-        nursery.cancel_scope.cancel()
 
 
 def one_command() -> list[Reply]:
