@@ -301,6 +301,7 @@ class Checkpoints:
         (`plan_to`, then `apply`), one restore at a time; with `dry_run`, only what it
         would do, and the drift."""
         target = str(self._entry_data(entry_id)["commit"])
+        await _telemetry.ready()
         async with self.restoring:
             with _telemetry.tracing.span(
                     "checkpoint restore", {"forged.checkpoint.entry_id": entry_id,

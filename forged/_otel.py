@@ -416,9 +416,11 @@ def observed(main: Callable[..., Awaitable[int | None]], config: TelemetryConfig
                 exporting = await trio.to_thread.run_sync(_started, config,
                                                           abandon_on_cancel=True)
                 if exporting is not None:
-                    made.append(exporting)
                     _telemetry.install(OtelTracing(config, exporting.tracer, None if (
                         exporting.meter is None) else _Instruments(exporting.meter)))
+                    made.append(exporting)
+            except Exception as exc:
+                log(f"telemetry off: {exc}")
             finally:
                 starting.set()
                 _telemetry.starting = None
@@ -426,7 +428,14 @@ def observed(main: Callable[..., Awaitable[int | None]], config: TelemetryConfig
         try:
             async with trio.open_nursery() as telemetry_nursery:
                 telemetry_nursery.start_soon(start)
-                return await main(*args)
+                try:
+                    return await main(*args)
+                finally:  # an SDK still loading is left to the exit
+                    telemetry_nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:  # what main raised, as it raised it
+            if len(group.exceptions) != 1:
+                raise
+            raise group.exceptions[0] from None
         finally:
             if token is not None:
                 otel_context.detach(token)

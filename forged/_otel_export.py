@@ -70,6 +70,35 @@ def _exporters(config: TelemetryConfig) -> tuple[Any, Any] | None:
             OTLPMetricExporter(endpoint=metrics_endpoint, headers=headers))
 
 
+class _Stripped(ReadableSpan):
+    """`span` without its status's description and its exceptions' messages, counting what
+    the SDK's limits dropped from it as it does."""
+
+    def __init__(self, span: ReadableSpan) -> None:
+        events = [event if event.name != "exception" else Event(
+            "exception", {key: value for key, value in (event.attributes or {}).items()
+                          if key == "exception.type"}, event.timestamp)
+                  for event in span.events]
+        super().__init__(
+            name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+            attributes=span.attributes, events=events, links=span.links, kind=span.kind,
+            status=Status(span.status.status_code), start_time=span.start_time,
+            end_time=span.end_time, instrumentation_scope=span.instrumentation_scope)
+        self._dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self._dropped[0]
+
+    @property
+    def dropped_events(self) -> int:
+        return self._dropped[1]
+
+    @property
+    def dropped_links(self) -> int:
+        return self._dropped[2]
+
+
 class _Textless(SpanProcessor):
     """Without ``logContent``, what ends reaches the exporter without the text an error
     carries: a status's description, an exception event's message and traceback (forged's
@@ -81,16 +110,16 @@ class _Textless(SpanProcessor):
     def on_start(self, span: Any, parent_context: otel_context.Context | None = None) -> None:
         self._inner.on_start(span, parent_context)
 
+    def _on_ending(self, span: Any) -> None:
+        self._inner._on_ending(span)
+
     def on_end(self, span: ReadableSpan) -> None:
-        events = [event if event.name != "exception" else Event(
-            "exception", {key: value for key, value in (event.attributes or {}).items()
-                          if key == "exception.type"}, event.timestamp)
-                  for event in span.events]
-        self._inner.on_end(ReadableSpan(
-            name=span.name, context=span.context, parent=span.parent, resource=span.resource,
-            attributes=span.attributes, events=events, links=span.links, kind=span.kind,
-            status=Status(span.status.status_code), start_time=span.start_time,
-            end_time=span.end_time, instrumentation_scope=span.instrumentation_scope))
+        try:
+            stripped = _Stripped(span)
+        except Exception as exc:  # dropped, never sent as it was
+            log(f"telemetry: a span ({span.name}) was dropped: {exc!r}")
+            return
+        self._inner.on_end(stripped)
 
     def shutdown(self) -> None:
         self._inner.shutdown()

@@ -452,3 +452,24 @@ async def test_rpc_bash_and_queued_messages_bring_their_own_context(tmp_path: Pa
     assert f"TP=00-{TRACE_ID}-{by_parent[CALLER_SPAN].span_id}-01" in theirs["output"]
     [run] = collector.named("invoke_agent")
     assert run.parent_id == CALLER_SPAN and run.links == [("3" * 32, "4" * 16)]
+
+
+def test_what_a_mode_raises_leaves_as_it_was_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Telemetry around a mode's main changes nothing of how it ends: its own exception (not
+    a group around it), at once, whatever the SDK is doing (here: refusing its settings)."""
+    from forged import _telemetry
+    from forged._otel import observed
+
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "-1")  # the SDK refuses it: telemetry off
+
+    async def fails() -> int:
+        raise KeyError("the mode's own")
+
+    async def answers() -> int:
+        await _telemetry.ready()
+        return 7
+
+    with pytest.raises(KeyError, match="the mode's own"):
+        trio.run(observed(fails, TelemetryConfig(), caller=None))
+    assert trio.run(observed(answers, TelemetryConfig(), caller=None)) == 7
+    assert _telemetry.starting is None and not _telemetry.tracing.enabled

@@ -195,6 +195,7 @@ class McpServer:
         try:
             while True:
                 self._wanted = trio.Event()
+                await _telemetry.ready()
                 self.started_at = trio.current_time()
                 if self.state is not State.STARTING:
                     self._enter(State.STARTING)
@@ -220,8 +221,7 @@ class McpServer:
         up = False
         try:
             async with contextlib.AsyncExitStack() as stack:
-                await _telemetry.ready()  # not current: the SDK's tasks would keep it so
-                connecting = _telemetry.tracing.span(
+                connecting = _telemetry.tracing.span(  # not current: the SDK's tasks keep it
                     f"mcp connect {self.spec.name}", {"forged.mcp.server": self.spec.name},
                     conversation=self._session_id())
                 try:
