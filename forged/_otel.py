@@ -385,7 +385,7 @@ def _started(config: TelemetryConfig) -> Exporting | None:
     from ._otel_export import start
 
     try:
-        return start(config, EXIT_FLUSH_S)
+        return start(config, EXIT_FLUSH_S, _CONVERSATION.get)
     except Exception as exc:  # a bad OTEL_* value: the SDK's own error, in a line
         log(f"telemetry off: {exc}")
         return None

@@ -148,10 +148,24 @@ class _MetricReader(PeriodicExportingMetricReader):
         pass
 
 
-def start(config: TelemetryConfig, flush_s: float) -> Exporting | None:
+class _Conversation(SpanProcessor):
+    """Every span made where a session's span is current (the MCP SDK's too) carries its
+    ``gen_ai.conversation.id``."""
+
+    def __init__(self, conversation: Callable[[], str | None]) -> None:
+        self._conversation = conversation
+
+    def on_start(self, span: Any, parent_context: otel_context.Context | None = None) -> None:
+        conversation = self._conversation()
+        if conversation is not None and "gen_ai.conversation.id" not in (span.attributes or {}):
+            span.set_attribute("gen_ai.conversation.id", conversation)
+
+
+def start(config: TelemetryConfig, flush_s: float,
+          conversation: Callable[[], str | None]) -> Exporting | None:
     """The SDK's providers for the process, exporting as `config` and the ``OTEL_*``
-    variables say (`Exporting.stop` sends what waits, for at most `flush_s`); None when
-    they cannot be made (said on stderr)."""
+    variables say (`Exporting.stop` sends what waits, for at most `flush_s`; `conversation`
+    names the session a span starts in); None when they cannot be made (said on stderr)."""
     exporters = _exporters(config)
     if exporters is None:
         return None
@@ -161,6 +175,7 @@ def start(config: TelemetryConfig, flush_s: float) -> Exporting | None:
     resource = Resource.create({"service.version": __version__,
                                 **({} if named else {"service.name": config.service_name})})
     tracer_provider = _Tracers(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(_Conversation(conversation))
     if config.traces:
         batches = BatchSpanProcessor(span_exporter)
         tracer_provider.add_span_processor(batches if config.log_content else _Textless(batches))
