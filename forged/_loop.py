@@ -129,7 +129,7 @@ async def run_agent(context: list[w.AgentMessage], prompt: list[w.AgentMessage],
         deliver(prompt)
         pending = queues.take_steering() if poll_steering else []
         while True:
-            for message in pending:  # steering joins the run's trace from its own
+            for message in pending:  # a queued message's own trace context, linked
                 _telemetry.tracing.link(_telemetry.caller_of([message]))
             deliver(pending)
             assistant = await stream_assistant(context, model, requests, events, new, turn)

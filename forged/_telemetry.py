@@ -1,10 +1,11 @@
 """Telemetry: what forged tells an OpenTelemetry collector of its runs (docs/observability.md).
 
 Off by default, and free when off: `tracing` is then a `Tracing`, whose every hook returns
-at once (a span is `NULL_SPAN`), and nothing of OpenTelemetry is imported. `configured`
-reads whether the user turned it on (the standard ``OTEL_*`` variables, or the ``telemetry``
-block of their own settings file); `forged._otel.observed` then installs its `Tracing`, on
-the official SDK, for the whole process. The hooks forged's code calls::
+at once (a span is `NULL_SPAN`), and nothing of OpenTelemetry is imported. `wanted` reads
+whether the user turned it on (the standard ``OTEL_*`` variables, or the ``telemetry`` block
+of their own settings file); `forged._otel.observed` then installs its `Tracing`, on the
+official SDK, for the whole process, once the SDK has loaded in a thread: what makes spans
+first awaits `ready`. The hooks forged's code calls::
 
     start_run      invoke_agent: a prompt, with its retries and overflow recovery
     chat           chat {model}: one model request
