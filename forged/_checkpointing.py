@@ -159,8 +159,7 @@ class Checkpoints:
         if not self.enabled or self._captured_for is prompt:
             return
         self._captured_for = prompt
-        await self.capture("before", "" if prompt is None else "".join(
-            block.text for block in prompt.content if isinstance(block, w.TextContent)))
+        await self.capture("before", "" if prompt is None else w.text_of(prompt.content, ""))
 
     async def settle(self) -> None:
         """As a spell ends: capture what its runs left, if they captured before."""

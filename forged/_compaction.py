@@ -283,7 +283,7 @@ def serialize(messages: list[w.AgentMessage]) -> str:
                 if calls:
                     parts.append("[Assistant tool calls]: " + "; ".join(calls))
             case w.ToolResultMessage():
-                text = _text(message.content)
+                text = w.text_of(message.content)
                 if len(text) > TOOL_RESULT_CHARS:
                     text = (text[:TOOL_RESULT_CHARS] + f"\n\n[... {len(text) - TOOL_RESULT_CHARS}"
                             " more characters truncated]")
@@ -292,14 +292,10 @@ def serialize(messages: list[w.AgentMessage]) -> str:
             case w.BashExecutionMessage() if message.exclude_from_context:
                 continue  # the user kept it from the model: from its summary too
             case _:
-                text = _text(as_user_message(message).content)
+                text = w.text_of(as_user_message(message).content)
                 if text:
                     parts.append(f"[User]: {text}")
     return "\n\n".join(parts)
-
-
-def _text(content: list[Any]) -> str:
-    return "\n".join(block.text for block in content if isinstance(block, w.TextContent))
 
 
 def summary_request_text(prep: Preparation, custom_instructions: str | None) -> str:
@@ -377,7 +373,7 @@ class _Summarizer:
                                                                reason=self.reason))
                     continue
                 self._add(builder.message.usage)
-                return _text(builder.message.content)
+                return w.text_of(builder.message.content)
         finally:
             if retried:
                 self.emit(w.SummarizationRetryFinished())

@@ -302,8 +302,7 @@ def run_outcome(end: w.AgentEnd) -> tuple[str, str, str | None]:
                 None)
     if last is not None and last.stop_reason == "error":
         return "run_error", "the run failed", last.error_message
-    words = None if last is None else "".join(
-        block.text for block in last.content if isinstance(block, w.TextContent)) or None
+    words = None if last is None else w.text_of(last.content, "") or None
     if last is not None and last.stop_reason == "aborted":
         return "run_end", "the run was stopped", words
     return "run_end", "the run finished", words

@@ -86,10 +86,6 @@ def _parts(content: Sequence[object]) -> list[dict[str, Any]]:
     return parts
 
 
-def _text(content: Sequence[object]) -> str:
-    return "\n".join(block.text for block in content if isinstance(block, w.TextContent))
-
-
 class _Run:
     """The totals a run's span ends with, which its requests' spans add to."""
 
@@ -277,7 +273,7 @@ class ToolSpan(OtelSpan):
 
     def result(self, result: w.ToolResult, is_error: bool) -> None:
         if self._tracing.config.log_content:
-            self._span.set_attribute("gen_ai.tool.call.result", _text(result.content))
+            self._span.set_attribute("gen_ai.tool.call.result", w.text_of(result.content))
         if is_error:
             self.fail("tool_error", "the tool's result is an error")
 

@@ -109,8 +109,7 @@ class Trace:
         arguments = self._arguments.pop(event.tool_call_id, {})
         shown = next((str(arguments[key]) for key in ("path", "command", "pattern")
                       if isinstance(arguments.get(key), str)), "")
-        text = "".join(block.text for block in event.result.content
-                       if isinstance(block, w.TextContent))
+        text = w.text_of(event.result.content, "")
         lines = [f"[{event.tool_name}] {shown.splitlines()[0] if shown else ''}".rstrip()]
         if event.is_error:
             lines.append(f"    failed: {next(iter(text.strip().splitlines()), '')}")

@@ -49,10 +49,6 @@ def _data_url(image: w.ImageContent) -> str:
     return f"data:{image.mime_type};base64,{image.data}"
 
 
-def _text_of(content: list[w.UserContent]) -> str:
-    return "\n".join(block.text for block in content if isinstance(block, w.TextContent))
-
-
 def _compat(model: w.Model, key: str, default: object) -> object:
     """A models.json ``compat`` field of `model`, else `default`."""
     return (model.compat or {}).get(key, default)
@@ -124,7 +120,7 @@ def chat_messages(request: ProviderRequest, messages: list[LlmMessage]
             pending_images = []
         if isinstance(message, w.UserMessage):
             if all(isinstance(block, w.TextContent) for block in message.content):
-                out.append({"role": "user", "content": _text_of(message.content)})
+                out.append({"role": "user", "content": w.text_of(message.content)})
             else:
                 out.append({"role": "user", "content": [
                     {"type": "text", "text": block.text} if isinstance(block, w.TextContent)
@@ -145,7 +141,7 @@ def chat_messages(request: ProviderRequest, messages: list[LlmMessage]
                 out.append(entry)
         else:
             out.append({"role": "tool", "tool_call_id": message.tool_call_id,
-                        "content": _text_of(message.content) or "(no text output)"})
+                        "content": w.text_of(message.content) or "(no text output)"})
             pending_images.extend(
                 {"type": "image_url", "image_url": {"url": _data_url(block)}}
                 for block in message.content if isinstance(block, w.ImageContent))
@@ -385,7 +381,7 @@ def responses_input(request: ProviderRequest, messages: list[LlmMessage]
         else:
             items.append({"type": "function_call_output",
                           "call_id": message.tool_call_id.partition("|")[0],
-                          "output": _text_of(message.content) or "(no text output)"})
+                          "output": w.text_of(message.content) or "(no text output)"})
             images: list[InputImageParam] = [
                 {"type": "input_image", "detail": "auto", "image_url": _data_url(block)}
                 for block in message.content if isinstance(block, w.ImageContent)]

@@ -160,6 +160,7 @@ if TYPE_CHECKING:
         ToolResultMessage as ToolResultMessage,
         UserContent as UserContent,
         UserMessage as UserMessage,
+        text_of as text_of,
     )
     from .responses import (
         AssistantText as AssistantText,

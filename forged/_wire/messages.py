@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 
 from .base import JSONObject, JSONValue, StopReason, Usage, keep_null, share_repr, tag
@@ -22,6 +24,7 @@ __all__ = [
     "ToolResultMessage",
     "UserContent",
     "UserMessage",
+    "text_of",
 ]
 
 # --- content blocks ----------------------------------------------------------------------------
@@ -154,6 +157,11 @@ class ToolResult:
     details: JSONObject | None = None
     structured_content: JSONObject | None = None
     """The result as data, for programs (``bash``: output, exit code, ...)."""
+
+
+def text_of(blocks: Sequence[object], separator: str = "\n") -> str:
+    """The text blocks of `blocks` (a message's content), joined by `separator`."""
+    return separator.join(block.text for block in blocks if isinstance(block, TextContent))
 
 
 share_repr(globals())

@@ -30,10 +30,6 @@ Update = dict[str, object]
 Arguments = dict[str, object]
 
 
-def text_of(blocks: list[w.UserContent] | list[w.AssistantContent]) -> str:
-    return "".join(block.text for block in blocks if isinstance(block, w.TextContent))
-
-
 def title(tool: str, arguments: Arguments) -> str:
     detail = arguments.get("path") or arguments.get("command") or arguments.get("pattern")
     return f"{tool} {detail}" if isinstance(detail, str) else tool
@@ -65,10 +61,10 @@ class Translator:
         elif isinstance(event, w.ToolExecutionStart):
             self.tool_started(event.tool_call_id, event.tool_name, dict(event.args))
         elif isinstance(event, w.ToolExecutionUpdate) and event.tool_call_id in self._shown:
-            self._terminal(event.tool_call_id, text_of(event.partial_result.content))
+            self._terminal(event.tool_call_id, w.text_of(event.partial_result.content, ""))
         elif isinstance(event, w.ToolExecutionEnd):
             self.tool_ended(event.tool_call_id, event.tool_name, event.is_error,
-                            text_of(event.result.content), event.result.structured_content)
+                            w.text_of(event.result.content, ""), event.result.structured_content)
         elif isinstance(event, w.MessageEnd) and isinstance(event.message, w.AssistantMessage):
             self._usage(event.message.usage)
 
@@ -165,7 +161,7 @@ class Translator:
         updates, tool calls with their locations and diffs; and the cost spent so far."""
         for message in messages:
             if isinstance(message, w.UserMessage):
-                said = text_of(message.content)
+                said = w.text_of(message.content, "")
                 if said:
                     self._update({"sessionUpdate": "user_message_chunk",
                                   "content": {"type": "text", "text": said}})
@@ -181,4 +177,4 @@ class Translator:
                                           live=False)
             elif isinstance(message, w.ToolResultMessage):
                 self.tool_ended(message.tool_call_id, message.tool_name, message.is_error,
-                                text_of(message.content))
+                                w.text_of(message.content, ""))
