@@ -228,10 +228,11 @@ class ChatSpan(OtelSpan):
 
     def reply(self, message: w.AssistantMessage) -> None:
         usage = message.usage
+        input_tokens = usage.input + usage.cache_read + usage.cache_write  # the cache's too
         self._span.set_attributes({
             "gen_ai.response.model": message.model,
             "gen_ai.response.finish_reasons": [message.stop_reason],
-            "gen_ai.usage.input_tokens": usage.input + usage.cache_read + usage.cache_write,
+            "gen_ai.usage.input_tokens": input_tokens,
             "gen_ai.usage.output_tokens": usage.output,
             "gen_ai.usage.cache_read.input_tokens": usage.cache_read,
             "gen_ai.usage.cache_creation.input_tokens": usage.cache_write,
@@ -244,13 +245,12 @@ class ChatSpan(OtelSpan):
             self.fail("error", message.error_message or "")
         run = _RUN.get()
         if run is not None:
-            run.input_tokens += usage.input + usage.cache_read + usage.cache_write
+            run.input_tokens += input_tokens
             run.output_tokens += usage.output
             run.cost += usage.cost.total
         instruments, labels = self._tracing.instruments, self._metric
         if instruments is not None:
-            for kind, count in (("input", usage.input + usage.cache_read + usage.cache_write),
-                                ("output", usage.output)):
+            for kind, count in (("input", input_tokens), ("output", usage.output)):
                 if count:
                     instruments.tokens.record(count, {**labels, "gen_ai.token.type": kind})
             if usage.cost.total:
@@ -297,12 +297,10 @@ class OtelTracing(_telemetry.Tracing):
         self.tracer = tracer
         self.instruments = instruments
 
-    def _parent(self, caller: Caller | None) -> otel_context.Context | None:
-        return parent_context(caller)
-
-    def _attributes(self, operation: str, conversation: str | None
+    def _attributes(self, operation: str, conversation: str | None = None
                     ) -> dict[str, Value]:
-        conversation = conversation or _CONVERSATION.get()
+        """A span's own attributes; the session's id, when not given, is the current span's
+        (`forged._otel_export`'s processor gives it to every span)."""
         return {"gen_ai.operation.name": operation,
                 **({"gen_ai.conversation.id": conversation} if conversation else {})}
 
@@ -317,20 +315,20 @@ class OtelTracing(_telemetry.Tracing):
             attributes["gen_ai.input.messages"] = _json([
                 {"role": message.role, "parts": _parts(message.content)}
                 for message in prompt if isinstance(message, w.UserMessage)])
-        span = self.tracer.start_span("invoke_agent forged", self._parent(caller),
+        span = self.tracer.start_span("invoke_agent forged", parent_context(caller),
                                       kind=SpanKind.INTERNAL, attributes=attributes)
         return RunSpan(self, span, conversation)
 
     def chat(self, model: w.Model) -> _telemetry.Span:
-        attributes = {**self._attributes("chat", None),
+        attributes = {**self._attributes("chat"),
                       "gen_ai.provider.name": _provider(model.provider),
                       "gen_ai.request.model": model.id}
         span = self.tracer.start_span(f"chat {model.id}", kind=SpanKind.CLIENT,
                                       attributes=attributes)
         return ChatSpan(self, span, model)
 
-    def tool(self, call: w.ToolCall, conversation: str | None = None) -> _telemetry.Span:
-        attributes = {**self._attributes("execute_tool", conversation),
+    def tool(self, call: w.ToolCall) -> _telemetry.Span:
+        attributes = {**self._attributes("execute_tool"),
                       "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id,
                       "gen_ai.tool.type": "function"}
         if self.config.log_content:
@@ -342,9 +340,8 @@ class OtelTracing(_telemetry.Tracing):
     def span(self, name: str, attributes: Mapping[str, Value], *,
              conversation: str | None = None, caller: Caller | None = None
              ) -> _telemetry.Span:
-        conversation = conversation or _CONVERSATION.get()
         return OtelSpan(self, self.tracer.start_span(
-            name, self._parent(caller), kind=SpanKind.INTERNAL, attributes={
+            name, parent_context(caller), kind=SpanKind.INTERNAL, attributes={
                 **({"gen_ai.conversation.id": conversation} if conversation else {}),
                 **attributes}), conversation)
 
@@ -352,7 +349,7 @@ class OtelTracing(_telemetry.Tracing):
         trace.get_current_span().set_attributes(attributes)
 
     def link(self, caller: Caller | None) -> None:
-        parent = self._parent(caller)
+        parent = parent_context(caller)
         if parent is not None:
             trace.get_current_span().add_link(
                 trace.get_current_span(parent).get_span_context(),

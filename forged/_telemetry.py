@@ -185,7 +185,7 @@ class Tracing:
     def chat(self, model: w.Model) -> Span:
         return NULL_SPAN
 
-    def tool(self, call: w.ToolCall, conversation: str | None = None) -> Span:
+    def tool(self, call: w.ToolCall) -> Span:
         return NULL_SPAN
 
     def span(self, name: str, attributes: Mapping[str, Value], *,
