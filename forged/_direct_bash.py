@@ -8,7 +8,6 @@ cancellation goes on (`forged._tools.bash.run_direct`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
@@ -88,7 +87,7 @@ class DirectBash:
                         lambda delta: self._emit(w.BashExecutionUpdate(id=command_id,
                                                                        delta=delta)),
                         scope, self._shell, self._wait_for_room, self._scratch,
-                        env=self._traced(self._environment()))
+                        env=self._environment(), changes=_telemetry.tracing.env())
                     span.set({"forged.exit_code": -1 if message.exit_code is None
                               else message.exit_code, "forged.aborted": message.cancelled})
                     await checkpoints.capture("after")
@@ -103,9 +102,3 @@ class DirectBash:
                                 full_output_path=message.full_output_path)
 
         return run
-
-    @staticmethod
-    def _traced(env: dict[str, str] | None) -> dict[str, str] | None:
-        """`env` (None: forged's own) with the current span's ``TRACEPARENT``, if any."""
-        context = _telemetry.tracing.env()
-        return {**(os.environ if env is None else env), **context} if context else env

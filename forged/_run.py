@@ -71,6 +71,11 @@ class Decision:
     (``auto_retry_end``), an overflow could not be recovered (``compaction_end``)."""
 
 
+def _error_type(outcome: RunOutcome) -> str:
+    """What failed a run, as telemetry's ``error.type``: the provider error's class."""
+    return type(outcome.error).__name__ if outcome.error else "error"
+
+
 class Asking(Summaries, Protocol):
     """How the run driver asks the session's model (`forged._asking.ModelAsker`)."""
 
@@ -261,7 +266,7 @@ class Runner:
             return Decision(next="end")
         decision = self.decide(outcome)
         if outcome.failed and decision.next == "end":
-            self._span.fail(type(outcome.error).__name__ if outcome.error else "error",
+            self._span.fail(_error_type(outcome),
                             outcome.reply.error_message or "" if outcome.reply else "")
         self._events.emit(w.AgentEnd(messages=new, will_retry=decision.next != "end"))
         for ended in decision.ended:
@@ -325,7 +330,7 @@ class Runner:
             delay_ms=decision.delay_ms, error_message=failed.error_message or ""))
         self._span.event("forged.retry", {
             "forged.retry.attempt": decision.attempt, "forged.retry.delay_ms": decision.delay_ms,
-            "error.type": type(outcome.error).__name__ if outcome.error else "error"})
+            "error.type": _error_type(outcome)})
         self._context.drop_last_failed()  # it stays in the file, out of the next run
         waited = False
         self.retry_scope = trio.CancelScope()

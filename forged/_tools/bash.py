@@ -388,9 +388,12 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
                      scope: trio.CancelScope, shell: Shell | None = None,
                      wait_for_room: Callable[[], Awaitable[None]] | None = None,
                      scratch: ScratchDir | None = None,
-                     env: Mapping[str, str] | None = None) -> w.BashExecutionMessage:
+                     env: Mapping[str, str] | None = None,
+                     changes: Mapping[str, str | None] | None = None
+                     ) -> w.BashExecutionMessage:
     """A direct ``bash`` command (docs/protocol.md, Direct bash): no timeout, every chunk
-    streamed, the kept output the tail; `env` is its environment (None: forged's).
+    streamed, the kept output the tail; `env` is its environment (None: forged's), with
+    `changes` (as a tool call's `ToolContext.env`).
     Cancelling `scope` kills the process group and gives a cancelled result instead of
     raising."""
     spool = OutputSpool(scratch)
@@ -407,7 +410,7 @@ async def run_direct(command: str, cwd: Path, on_output: Callable[[str], None],
         with scope:
             execution = await run_command(
                 command, cwd, spool, timeout_s=None,
-                on_output=stream, shell=shell,
+                on_output=stream, shell=shell, env=changes,
                 wait_for_room=wait_for_room, base_env=env)
             exit_code = execution.exit_code
         cancelled = scope.cancelled_caught
