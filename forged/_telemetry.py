@@ -121,10 +121,16 @@ def wanted(environ: Mapping[str, str] = os.environ) -> TelemetryConfig | None:
     return found
 
 
+def caller_in(fields: Mapping[str, str], traceparent: str = "traceparent",
+              tracestate: str = "tracestate") -> Caller | None:
+    """The caller's context in `fields` (a request's headers), under those names."""
+    parent = fields.get(traceparent)
+    return (parent, fields.get(tracestate)) if parent else None
+
+
 def caller_from_env(environ: Mapping[str, str] = os.environ) -> Caller | None:
     """``TRACEPARENT`` and ``TRACESTATE``: how a program that starts forged names its span."""
-    parent = environ.get("TRACEPARENT")
-    return (parent, environ.get("TRACESTATE")) if parent else None
+    return caller_in(environ, "TRACEPARENT", "TRACESTATE")
 
 
 class Span:

@@ -32,6 +32,7 @@ PROMPT = "SECRET-PROMPT: run the two tools"
 REPLY = "SECRET-REPLY: both ran"
 OUTPUT = "SECRET-OUTPUT"
 ERROR = "SECRET-ERROR: Overloaded"
+EXAMPLE = Path(__file__).parent.parent / "forged" / "examples" / "fix-greeting.json"
 
 
 def otel_env(collector: Collector, **more: str) -> dict[str, str]:
@@ -217,9 +218,8 @@ def test_off_imports_nothing_of_opentelemetrys_sdk(tmp_path: Path, mcp: bool) ->
             "    or m.startswith('opentelemetry.exporter') or m == 'opentelemetry')) + '\\n'))\n"
             "from forged._entry import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
-    example = Path(__file__).parent.parent / "forged" / "examples" / "fix-greeting.json"
     argv = [sys.executable, "-c", code, "-p", "--provider", "scripted", "--script",
-            str(example), "go"]
+            str(EXAMPLE), "go"]
     env = {**without_otel(), "AGENT_FORGE_DIR": str(agent)}
     off = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
                          check=True)
@@ -237,6 +237,17 @@ def one_command() -> list[Reply]:
             text=REPLY)])]
 
 
+async def json_run(agent: Path, project: Path, mode: str, env: dict[str, str]
+                   ) -> subprocess.CompletedProcess[bytes]:
+    """``forged --mode json PROMPT`` on ``local/m`` in `mode`, ended well."""
+    done = await trio.run_process(
+        [str(BIN / "forged"), "--mode", "json", "--model", "local/m", "--permission-mode",
+         mode, "--cwd", str(project), PROMPT], env={**child_env(agent), **env},
+        capture_stdout=True, capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return done
+
+
 async def test_print_mode_runs_under_traceparent_from_its_environment(tmp_path: Path) -> None:
     """``TRACEPARENT``/``TRACESTATE`` in -p's environment: its run under them; a command the
     model runs confined (``auto``) sees its own tool call's context instead."""
@@ -244,12 +255,8 @@ async def test_print_mode_runs_under_traceparent_from_its_environment(tmp_path: 
     settings(agent)
     project.mkdir()
     async with collecting() as collector, provider_for(agent, one_command()) as provider:
-        done = await trio.run_process(
-            [str(BIN / "forged"), "--mode", "json", "--model", "local/m",
-             "--permission-mode", "auto", "--cwd", str(project), PROMPT],
-            env={**child_env(agent), **otel_env(collector), "TRACEPARENT": CALLER,
-                 "TRACESTATE": STATE}, capture_stdout=True, capture_stderr=True, check=False)
-        assert done.returncode == 0, done.stderr.decode()
+        done = await json_run(agent, project, "auto", otel_env(
+            collector, TRACEPARENT=CALLER, TRACESTATE=STATE))
         await collector.wait_for(lambda: collector.named("invoke_agent"))
     events = [json.loads(line) for line in done.stdout.splitlines()]
     [run] = collector.named("invoke_agent")
@@ -389,9 +396,8 @@ async def test_a_collector_that_never_answers_does_not_hold_up_a_run(tmp_path: P
 def test_grpc_without_its_extra_is_one_line_and_no_telemetry(tmp_path: Path) -> None:
     agent = tmp_path / "agent"
     agent.mkdir()
-    example = Path(__file__).parent.parent / "forged" / "examples" / "fix-greeting.json"
     done = subprocess.run(
-        [str(BIN / "forged"), "-p", "--provider", "scripted", "--script", str(example), "go"],
+        [str(BIN / "forged"), "-p", "--provider", "scripted", "--script", str(EXAMPLE), "go"],
         cwd=tmp_path, capture_output=True, text=True, env={
             **without_otel(), "AGENT_FORGE_DIR": str(agent),
             "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
@@ -409,12 +415,7 @@ async def test_a_call_the_user_was_asked_about_says_so(tmp_path: Path) -> None:
     settings(agent)
     project.mkdir()
     async with collecting() as collector, provider_for(agent, one_command()):
-        done = await trio.run_process(
-            [str(BIN / "forged"), "--mode", "json", "--model", "local/m",
-             "--permission-mode", "ask", "--cwd", str(project), PROMPT],
-            env={**child_env(agent), **otel_env(collector)}, capture_stdout=True,
-            capture_stderr=True, check=False)
-        assert done.returncode == 0, done.stderr.decode()
+        await json_run(agent, project, "ask", otel_env(collector))
         await collector.wait_for(lambda: collector.named("execute_tool bash"))
     [bash] = collector.named("execute_tool bash")
     assert (bash.attributes["forged.approval.asked"], bash.attributes["forged.approval.given"],

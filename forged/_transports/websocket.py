@@ -41,7 +41,7 @@ from .._errors import ConfigError
 from .._hub import Hub
 from .._jsonl import MAX_LINE_BYTES
 from .._log import log
-from .._telemetry import Caller, default_caller
+from .._telemetry import Caller, caller_in, default_caller
 from .http import MAX_HEAD_BYTES, Head, Replayed, bearer, origin_refused, read_head, serve_plain
 
 MAX_UNAUTHENTICATED = 64
@@ -253,10 +253,8 @@ async def serve_websocket(hub: Hub, listeners: Sequence[trio.SocketListener], ac
                         device = access.devices.devices.get(admitted.device)
                         if device is not None:
                             access.devices.seen(device, host)
-                    parent = head.headers.get("traceparent")
-                    await serve_websocket_peer(
-                        hub, socket, name, admitted,
-                        (parent, head.headers.get("tracestate")) if parent else None)
+                    await serve_websocket_peer(hub, socket, name, admitted,
+                                               caller_in(head.headers))
                 connection_nursery.cancel_scope.cancel()
         finally:
             authenticated()
