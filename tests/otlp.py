@@ -96,6 +96,7 @@ class Collector:
             if request is None:
                 return
             self.requests += 1
+            self._changed_now()
             if self.silent:
                 await trio.sleep_forever()
             answer = self._take(request.target.decode(), bytes(body))
@@ -137,9 +138,12 @@ class Collector:
                              else getattr(point, point.WhichOneof("value"))}
                             for point in points)
             answer = ExportMetricsServiceResponse().SerializeToString()
+        self._changed_now()
+        return answer
+
+    def _changed_now(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
-        return answer
 
     def named(self, prefix: str) -> list[Span]:
         return [span for span in self.spans if span.name.startswith(prefix)]

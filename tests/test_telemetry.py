@@ -367,13 +367,16 @@ async def test_a_websocket_upgrades_traceparent_parents_its_commands_unless_they
 
 
 async def test_a_collector_that_never_answers_does_not_hold_up_a_run(tmp_path: Path) -> None:
-    """Its first export hangs while the run goes on to its end; the process still exits."""
+    """Its first export (the first request's span, as the run's command waits) hangs; the run
+    goes on to its end meanwhile, and the process still exits."""
     agent, project = tmp_path / "agent", tmp_path / "project"
     settings(agent)
     project.mkdir()
-    slow = [Reply(content=[ScriptToolCall(name="bash", arguments={"command": "true"})]),
-            Reply(content=[ScriptText(text=REPLY)], delay_ms=500)]
-    async with collecting(silent=True) as collector, provider_for(agent, slow):
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    replies = [Reply(content=[ScriptToolCall(name="bash", arguments={"command": f"cat {gate}"})]),
+               Reply(content=[ScriptText(text=REPLY)])]
+    async with collecting(silent=True) as collector, provider_for(agent, replies):
         process = await trio.lowlevel.open_process(
             [str(BIN / "forged"), "--mode", "json", "--model", "local/m", "--cwd",
              str(project), PROMPT],
@@ -381,14 +384,20 @@ async def test_a_collector_that_never_answers_does_not_hold_up_a_run(tmp_path: P
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert process.stdout is not None
         output = b""
-        with trio.fail_after(30):  # a hang guard, not a timing
-            while b'"agent_settled"' not in output:
-                chunk = await process.stdout.receive_some(1 << 16)
+
+        async def read_until(kind: bytes) -> None:
+            nonlocal output
+            while kind not in output:
+                chunk = await process.stdout.receive_some(1 << 16)  # type: ignore[union-attr]
                 assert chunk, output
                 output += chunk
-                if b'"tool_execution_end"' in output:  # its span is out by now: waiting
-                    await collector.wait_for(lambda: collector.requests > 0)
-            assert collector.requests > 0 and not collector.spans
+
+        with trio.fail_after(30):  # a hang guard, not a timing
+            await read_until(b'"tool_execution_start"')
+            await collector.wait_for(lambda: collector.requests > 0)  # an export hangs
+            await trio.to_thread.run_sync(gate.write_text, "open\n")
+            await read_until(b'"agent_settled"')
+            assert not collector.spans  # it still hangs: nothing was ever answered
             await process.wait()
     assert process.returncode == 0
 
@@ -430,8 +439,10 @@ async def test_rpc_bash_and_queued_messages_bring_their_own_context(tmp_path: Pa
     settings(tmp_path / "agent")
     own = f"00-{TRACE_ID}-{'2' * 16}-01"
     queued = f"00-{'3' * 32}-{'4' * 16}-01"
-    replies = [Reply(content=[ScriptText(text="first")], delay_ms=2000),  # the follow_up
-               # comes meanwhile
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)  # the run's command waits on it until the follow_up is queued
+    replies = [Reply(content=[ScriptToolCall(name="bash", arguments={"command": f"cat {gate}"})]),
+               Reply(content=[ScriptText(text="first")]),
                Reply(content=[ScriptText(text="second")])]
     async with collecting() as collector:
         async with forged_with(tmp_path, {}, replies, env=otel_env(
@@ -443,8 +454,9 @@ async def test_rpc_bash_and_queued_messages_bring_their_own_context(tmp_path: Pa
                 answers.append((await forged.read_until("response", id="b"))["data"])
             mine, theirs = answers
             await forged.send({"type": "prompt", "message": PROMPT})
-            await forged.read_until("message_start")
+            await forged.read_until("tool_execution_start")
             await forged.call("follow_up", message="and then", traceparent=queued)
+            await trio.to_thread.run_sync(gate.write_text, "open\n")  # (once cat reads it)
             await forged.read_until("agent_settled")
         await collector.wait_for(lambda: len(collector.named("bash")) == 2 and (
             collector.named("invoke_agent")))
