@@ -237,6 +237,21 @@ def one_command() -> list[Reply]:
             text=REPLY)])]
 
 
+@asynccontextmanager
+async def spawned(argv: list[str], env: dict[str, str], **pipes: Any
+                  ) -> AsyncIterator[trio.Process]:
+    """`argv` started; killed at the end if it still runs (a test that failed leaves nothing
+    behind)."""
+    process = await trio.lowlevel.open_process(argv, env=env, **pipes)
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
 async def json_run(agent: Path, project: Path, mode: str, env: dict[str, str]
                    ) -> subprocess.CompletedProcess[bytes]:
     """``forged --mode json PROMPT`` on ``local/m`` in `mode`, ended well."""
@@ -275,41 +290,40 @@ async def test_an_acp_prompts_meta_traceparent_parents_its_run(tmp_path: Path) -
     settings(agent)
     project.mkdir()
     async with collecting() as collector, provider_for(agent, one_command()):
-        process = await trio.lowlevel.open_process(
-            [str(BIN / "forged"), "--mode", "acp", "--model", "local/m"],
-            env={**child_env(agent), **otel_env(collector)}, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        assert process.stdin is not None and process.stdout is not None
-        answers: dict[object, Any] = {}
-        buffer = b""
-
-        async def ask(request_id: int, method: str, params: dict[str, Any]) -> Any:
-            nonlocal buffer
+        async with spawned([str(BIN / "forged"), "--mode", "acp", "--model", "local/m"],
+                           {**child_env(agent), **otel_env(collector)}, stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as process:
             assert process.stdin is not None and process.stdout is not None
-            await process.stdin.send_all(json.dumps({
-                "jsonrpc": "2.0", "id": request_id, "method": method,
-                "params": params}).encode() + b"\n")
-            with trio.fail_after(30):  # a hang guard, not a timing
-                while request_id not in answers:
-                    if b"\n" not in buffer:
-                        buffer += await process.stdout.receive_some(1 << 16)
-                        continue
-                    line, buffer = buffer.split(b"\n", 1)
-                    message = json.loads(line)
-                    if "id" in message and "method" not in message:
-                        answers[message["id"]] = message
-            return answers[request_id]
+            answers: dict[object, Any] = {}
+            buffer = b""
 
-        await ask(1, "initialize", {"protocolVersion": 1})
-        session = (await ask(2, "session/new", {"cwd": str(project), "mcpServers": []}))[
-            "result"]["sessionId"]
-        prompted = await ask(3, "session/prompt", {
-            "sessionId": session, "prompt": [{"type": "text", "text": PROMPT}],
-            "_meta": {"traceparent": CALLER, "tracestate": STATE}})
-        assert prompted["result"]["stopReason"] == "end_turn", prompted
-        await process.stdin.aclose()
-        with trio.fail_after(30):
-            await process.wait()
+            async def ask(request_id: int, method: str, params: dict[str, Any]) -> Any:
+                nonlocal buffer
+                assert process.stdin is not None and process.stdout is not None
+                await process.stdin.send_all(json.dumps({
+                    "jsonrpc": "2.0", "id": request_id, "method": method,
+                    "params": params}).encode() + b"\n")
+                with trio.fail_after(30):  # a hang guard, not a timing
+                    while request_id not in answers:
+                        if b"\n" not in buffer:
+                            buffer += await process.stdout.receive_some(1 << 16)
+                            continue
+                        line, buffer = buffer.split(b"\n", 1)
+                        message = json.loads(line)
+                        if "id" in message and "method" not in message:
+                            answers[message["id"]] = message
+                return answers[request_id]
+
+            await ask(1, "initialize", {"protocolVersion": 1})
+            session = (await ask(2, "session/new", {"cwd": str(project), "mcpServers": []}))[
+                "result"]["sessionId"]
+            prompted = await ask(3, "session/prompt", {
+                "sessionId": session, "prompt": [{"type": "text", "text": PROMPT}],
+                "_meta": {"traceparent": CALLER, "tracestate": STATE}})
+            assert prompted["result"]["stopReason"] == "end_turn", prompted
+            await process.stdin.aclose()
+            with trio.fail_after(30):
+                await process.wait()
         await collector.wait_for(lambda: collector.named("invoke_agent"))
     [run] = collector.named("invoke_agent")
     assert (run.trace_id, run.parent_id) == (TRACE_ID, CALLER_SPAN)
@@ -376,12 +390,11 @@ async def test_a_collector_that_never_answers_does_not_hold_up_a_run(tmp_path: P
     os.mkfifo(gate)
     replies = [Reply(content=[ScriptToolCall(name="bash", arguments={"command": f"cat {gate}"})]),
                Reply(content=[ScriptText(text=REPLY)])]
-    async with collecting(silent=True) as collector, provider_for(agent, replies):
-        process = await trio.lowlevel.open_process(
+    async with collecting(silent=True) as collector, provider_for(agent, replies), spawned(
             [str(BIN / "forged"), "--mode", "json", "--model", "local/m", "--cwd",
              str(project), PROMPT],
-            env={**child_env(agent), **otel_env(collector, OTEL_BSP_SCHEDULE_DELAY="1")},
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            {**child_env(agent), **otel_env(collector, OTEL_BSP_SCHEDULE_DELAY="1")},
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as process:
         assert process.stdout is not None
         output = b""
 
