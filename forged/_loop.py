@@ -61,6 +61,10 @@ class Toolbox(Protocol):
         """What must be done before `call` runs (a checkpoint of the files); it fails no
         call."""
 
+    async def end_stopped(self) -> None:
+        """Before an aborted run's ``agent_end``: the commands the abort stopped have ended
+        (`forged._process.Stopping`)."""
+
     async def settle(self) -> None:
         """What must be done as a busy spell ends, before ``agent_settled``."""
 

@@ -182,6 +182,32 @@ class Child:
             self._pidfd = None
         return status
 
+    def exited(self) -> bool:
+        """Whether the process has exited, without reaping it: until `wait` or `reap`, its
+        pid (and its group's id) name no other process."""
+        if self._popen.returncode is not None:
+            return True
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # reaped by another waiter
+            return True
+
+    async def until_exited(self) -> None:
+        """Until the process has exited, without reaping it (`exited`)."""
+        if self._pidfd is None:  # an old kernel: reaped as it is waited for
+            await self.wait()
+            return
+        while not self.exited():
+            await trio.lowlevel.wait_readable(self._pidfd)
+
+    def reap(self) -> int:
+        """The exit status of a process that has `exited`, which is reaped now."""
+        status = self._popen.wait()
+        if self._pidfd is not None and not self._wait_lock.locked():
+            os.close(self._pidfd)
+            self._pidfd = None
+        return status
+
     async def aclose(self) -> None:
         self.close()
         await trio.lowlevel.checkpoint()
@@ -346,6 +372,53 @@ async def kill_process_group(process: Child, *, force: bool = False) -> None:
         if not gone:  # the grace ran out
             signal_group(pgid, signal.SIGKILL)
             await process.wait()
+
+
+class Stopping:
+    """The commands an abort stopped, as the run they belong to ends: `stop` signals a
+    command's process group at once and leaves the wait to the run, whose closing events
+    are made while the command dies. `ended` (before the run's ``agent_end``) waits for each
+    command's leader (SIGKILL to the group if it outlasts `KILL_GRACE_S`), then SIGKILLs
+    what is left of its group: nothing of it runs another instruction. `gone` (before the
+    session settles: its closing checkpoint, the next prompt) waits until no process of
+    those groups is left.
+
+    Resource handling: what `stop` was given is waited for by `ended`, then `gone`; both
+    are shielded. A command the run never hands over is killed where it ran
+    (`kill_process_group`)."""
+
+    def __init__(self) -> None:
+        self._stopped: list[Child] = []
+        self._killed: list[int] = []
+
+    def stop(self, process: Child) -> None:
+        signal_group(process.pid, signal.SIGTERM)
+        self._stopped.append(process)
+
+    async def ended(self) -> None:
+        """Each stopped command's leader has ended and the rest of its group is killed.
+        No round of the scheduler where the leader has already exited: this is on the way
+        to an abort's ``agent_end``."""
+        with trio.CancelScope(shield=True):
+            while self._stopped:
+                process = self._stopped.pop(0)
+                if not process.exited():
+                    with trio.move_on_after(KILL_GRACE_S):
+                        await process.until_exited()
+                    if not process.exited():
+                        signal_group(process.pid, signal.SIGKILL)
+                        await process.until_exited()
+                signal_group(process.pid, signal.SIGKILL)  # (its leader unreaped: still ours)
+                process.reap()
+                self._killed.append(process.pid)
+
+    async def gone(self) -> None:
+        """No process of a group `ended` killed is left (each is waited for, for at most
+        `KILL_GRACE_S`: one that cannot die, say in a hung disk's wait, is left to it)."""
+        with trio.CancelScope(shield=True):
+            while self._killed:
+                with trio.move_on_after(KILL_GRACE_S):
+                    await wait_group_gone(self._killed.pop(0))
 
 
 # --- a configuration's !command ----------------------------------------------------------------

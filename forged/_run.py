@@ -258,6 +258,7 @@ class Runner:
                                       self._tools, self._events, self._queues, new,
                                       poll_steering=poll_steering)
         except BaseException as exc:
+            await self._tools.end_stopped()  # (shielded)
             self._events.emit(w.AgentEnd(messages=new, will_retry=False))
             if not isinstance(exc, Exception):
                 raise  # aborted, or the session closes

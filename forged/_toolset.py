@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from . import _wire as w
 from ._context import Context
 from ._mcp import McpServers
+from ._process import Stopping
 from ._settings import Settings
 from ._store import SessionFile
 from ._tools import READING_TOOLS, Tool, builtin_tools
@@ -123,6 +124,7 @@ class Toolbox:
         self._scratch = scratch
         self._files = files
         self._command_env = command_env
+        self._stopping = Stopping()
 
     async def find(self, name: str) -> Tool | None:
         return await self._tools.find(name)
@@ -134,7 +136,11 @@ class Toolbox:
         if call.name not in READING_TOOLS:
             await self._checkpoints().before_change(self._context.last_prompt())
 
+    async def end_stopped(self) -> None:
+        await self._stopping.ended()
+
     async def settle(self) -> None:
+        await self._stopping.gone()  # before the closing checkpoint, and the next prompt
         checkpoints = self._made_checkpoints()
         if checkpoints is not None:
             await checkpoints.settle()
@@ -142,4 +148,5 @@ class Toolbox:
     def context(self, update: Callable[[w.ToolResult], None]) -> ToolContext:
         return ToolContext(cwd=self._cwd, update=update, shell=self._shell,
                            scratch=self._scratch, env=self._command_env(),
-                           files=self._files(), guard=self._tools.guard)
+                           files=self._files(), guard=self._tools.guard,
+                           stopping=self._stopping)

@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from forged import _codec, _wire as w
+from forged._process import KILL_GRACE_S
 from forged._providers.scripted import Reply
 
 from .harness import Client, Event, open_client, open_daemon
@@ -293,6 +294,33 @@ async def test_abort_mid_command_leaves_no_process(tmp_path: Path, mode: str) ->
         assert survivors == ([b"62"] if mode == "full-access" else [])
     finally:
         for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def test_an_abort_kills_at_once_what_a_command_left_ignoring_sigterm(
+        tmp_path: Path) -> None:
+    """A command whose shell has ended, leaving a child that ignores SIGTERM (its output is
+    still being read): an abort ends the run at once, not after the grace SIGTERM is given,
+    and nothing of the command runs when the session settles."""
+    name = f"fpt{os.getpid() % 10000}"
+    sleeper = tmp_path / name
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", sleeper)
+    # `$$` is the shell forged started: the child speaks once forged has reaped it.
+    command = (f"(trap '' TERM; while kill -0 $$ 2>/dev/null; do sleep 0.01; done; "
+               f"echo started; exec {sleeper} 63) &")
+    async with open_client(tmp_path, scripted(call("bash", command=command))) as client:
+        await client.send({"type": "prompt", "message": "Go"})
+        await client.wait_for(lambda e: e.get("type") == "tool_execution_update"
+                              and "started" in result_text({"result": e["partialResult"]}))
+        (pid,) = await started(name, 1)
+        try:
+            await client.send({"type": "abort"})
+            with trio.fail_after(KILL_GRACE_S * 0.75):  # the grace is not waited out
+                await client.wait_for(lambda e: e.get("type") == "agent_end")
+            await client.settled()
+            assert not running(pid)  # at agent_settled, without waiting for it
+        finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -18,6 +18,7 @@ import cattrs
 
 from .. import _codec, _wire as w
 from .._errors import InvalidArguments as InvalidArguments, ToolError as ToolError
+from .._process import Stopping
 
 MAX_LINES = 2000
 MAX_BYTES = 50 * 1024
@@ -84,6 +85,10 @@ class Permissions(Protocol):
     mode: str
     """The permission mode's name."""
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether the mode confines what runs (`after_command` then looks at what it left)."""
+
     async def command(self, argv: Sequence[str], command: str,
                       escalate: str | None = None) -> list[str]: ...
     async def search(self, argv: Sequence[str], cwd: Path) -> list[str]: ...
@@ -110,6 +115,9 @@ class ToolContext:
     guard: Permissions | None = None
     """The session's permission mode, which every tool the model calls obeys (None: full
     access, as a tool run alone has)."""
+    stopping: Stopping | None = None
+    """Where an aborted call's command goes to end, waited for before the run's
+    ``agent_end`` instead of before the call's result (None: the tool waits itself)."""
 
 
 @attrs.define(kw_only=True, eq=False, repr=False)

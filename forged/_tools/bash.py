@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from .. import _wire as w
-from .._process import group_alive, is_cancellation, kill_process_group, open_process
+from .._process import Stopping, group_alive, is_cancellation, kill_process_group, open_process
 from .._time import now_ms
 from .base import (
     MAX_BYTES,
@@ -176,7 +176,8 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
                       wait_for_room: Callable[[], Awaitable[None]] | None = None,
                       env: Mapping[str, str | None] | None = None,
                       base_env: Mapping[str, str] | None = None,
-                      argv: Sequence[str] | None = None) -> Execution:
+                      argv: Sequence[str] | None = None,
+                      stopping: Stopping | None = None) -> Execution:
     """Run `command` in its own process group, feeding output to `spool` and `on_output`
     (and, after each chunk, waiting for `wait_for_room`: a slow reader slows the command
     instead of filling memory). `env` changes `base_env` (forged's environment when None:
@@ -185,7 +186,9 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
 
     Cancellation: the process group is killed (SIGTERM, then SIGKILL after a grace)
     before `Cancelled` propagates; nothing of it survives. The shell `GUARD` runs the command
-    under answers SIGTERM by killing its whole group at once, so this is quick.
+    under answers SIGTERM by killing its whole group at once, so this is quick. With
+    `stopping`, the group gets its SIGTERM and `Cancelled` propagates at once: the wait is
+    `stopping`'s (before the run's ``agent_end``).
     """
     if not os.path.isdir(cwd):  # noqa: ASYNC240 (a stat; cheaper than a thread hop)
         raise ToolError(f"Working directory does not exist: {cwd}\nCannot execute bash commands.")
@@ -205,7 +208,7 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
             pass
         output_closed.set()
 
-    timed_out = False
+    timed_out = handed = False
     try:
         with trio.move_on_after(timeout_s if timeout_s else float("inf")) as timeout_scope:
             async with trio.open_nursery() as nursery:
@@ -217,8 +220,13 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
         if timeout_scope.cancelled_caught:
             timed_out = True
             await kill_process_group(process, force=True)
+    except BaseException as exc:
+        if stopping is not None and is_cancellation(exc):
+            stopping.stop(process)
+            handed = True
+        raise
     finally:
-        if process.returncode is None or group_alive(process.pid):
+        if not handed and (process.returncode is None or group_alive(process.pid)):
             await kill_process_group(process)
         process.close()  # no checkpoint: an abort passing through needs none
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
@@ -283,6 +291,9 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
             "truncation": truncation.details() if truncation.truncated else None,
             "fullOutputPath": spool.path}))
 
+    # What a confined command left is looked at once it has ended (`after_command`): only an
+    # unconfined one's end, on an abort, is left to the run.
+    stopping = None if ctx.guard is not None and ctx.guard.sandboxed else ctx.stopping
     started = time.perf_counter()
     started_ns = time.time_ns()
     aside = ""
@@ -290,7 +301,8 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         execution = await run_command(params.command, ctx.cwd, spool, timeout_s=params.timeout,
                                       on_output=on_output, shell=ctx.shell, env=ctx.env,
                                       base_env=None if ctx.guard is None
-                                      else ctx.guard.environment(), argv=argv)
+                                      else ctx.guard.environment(), argv=argv,
+                                      stopping=stopping)
         text, details = format_output(spool)
         whole, cut = (await trio.to_thread.run_sync(spool.whole_text, STRUCTURED_OUTPUT_BYTES)
                       if spool.path is not None  # on disk: read in a thread
