@@ -389,7 +389,7 @@ class Stopping:
 
     def __init__(self) -> None:
         self._stopped: list[Child] = []
-        self._killed: list[int] = []
+        self._killed: list[Child] = []
 
     def stop(self, process: Child) -> None:
         signal_group(process.pid, signal.SIGTERM)
@@ -397,28 +397,30 @@ class Stopping:
 
     async def ended(self) -> None:
         """Each stopped command's leader has ended and the rest of its group is killed.
-        No round of the scheduler where the leader has already exited: this is on the way
-        to an abort's ``agent_end``."""
-        with trio.CancelScope(shield=True):
-            while self._stopped:
-                process = self._stopped.pop(0)
-                if not process.exited():
+        Where the leaders have already exited, nothing waits (not even a round of the
+        scheduler): this is on the way to an abort's ``agent_end``."""
+        if not all(process.exited() for process in self._stopped):
+            with trio.CancelScope(shield=True):
+                for process in self._stopped:
                     with trio.move_on_after(KILL_GRACE_S):
                         await process.until_exited()
                     if not process.exited():
                         signal_group(process.pid, signal.SIGKILL)
                         await process.until_exited()
-                signal_group(process.pid, signal.SIGKILL)  # (its leader unreaped: still ours)
-                process.reap()
-                self._killed.append(process.pid)
+        for process in self._stopped:  # (its leader is not reaped yet: the id is still its)
+            signal_group(process.pid, signal.SIGKILL)
+        self._killed += self._stopped
+        self._stopped = []
 
     async def gone(self) -> None:
         """No process of a group `ended` killed is left (each is waited for, for at most
         `KILL_GRACE_S`: one that cannot die, say in a hung disk's wait, is left to it)."""
         with trio.CancelScope(shield=True):
             while self._killed:
+                process = self._killed.pop(0)
+                process.reap()
                 with trio.move_on_after(KILL_GRACE_S):
-                    await wait_group_gone(self._killed.pop(0))
+                    await wait_group_gone(process.pid)
 
 
 # --- a configuration's !command ----------------------------------------------------------------

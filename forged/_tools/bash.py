@@ -314,8 +314,8 @@ async def run_bash(params: BashParams, ctx: ToolContext) -> w.ToolResult:
         raise
     finally:
         spool.close()
-        if ctx.guard is not None:  # even when aborted: what it left must not run later
-            with trio.CancelScope(shield=True):
+        if stopping is None and ctx.guard is not None:  # even when aborted: what it left
+            with trio.CancelScope(shield=True):  # must not run later
                 aside = await ctx.guard.after_command(started_ns)
     if aside:
         text = f"{text}\n\n{aside}"
