@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import weakref
 from collections.abc import Callable
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -194,8 +195,13 @@ def unstructure(value: Any) -> Any:
 def encode(item: Any) -> bytes:
     """A wire object as the line a peer reads: JSON, then LF. Every front encodes what it
     writes here, once, at its edge."""
-    if getattr(item, "type", None) == "message_update":  # (naming the class would load it)
+    kind = getattr(item, "type", None)
+    if kind == "message_update":  # (naming the class would load it)
         return _encode_update(item)
+    if kind in _CARRYING:
+        line = _encode_carrying(item, kind)
+        if line is not None:
+            return line
     if type(getattr(item, "data", None)).__name__ == "EntryTree":  # (by name: as above)
         return _encode_tree(item)
     return encode_line(unstructure(item))
@@ -237,6 +243,50 @@ def _nodes_json(nodes: list[w.TreeNode]) -> bytes:
         stack.append(b"]" + tail)
         push(item.children)
     return b"".join(parts)
+
+
+_ended: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
+"""The JSON of each message whose ``message_end`` was encoded: a message does not change once
+it has ended, and ``turn_end`` and ``agent_end`` carry it again (an aborted run's closing
+events are made while its command dies: what they take counts)."""
+_CARRYING = frozenset({"message_start", "message_end", "turn_end", "agent_end"})
+
+
+def _message_json(message: Any, *, ending: bool) -> bytes | None:
+    """`message` as `encode_line` writes it within a line, made again and kept as it ends
+    (None where only the general way writes it as `encode` does: what orjson refuses makes
+    the whole line ASCII)."""
+    body = None if ending else _ended.get(message)
+    if body is None:
+        try:
+            body = orjson.dumps(unstructure(message))
+        except TypeError:
+            return None
+        if not body.isascii() and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):
+            body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
+        if ending:
+            _ended[message] = body
+    return body
+
+
+def _encode_carrying(item: Any, kind: str) -> bytes | None:
+    """`encode` for the events carrying whole messages, each message's JSON made once it
+    has ended (a reply's ``message_start`` is written as it streams: made the general way);
+    None for the general way."""
+    if kind == "message_start" and item.message.role == "assistant":
+        return None
+    if kind in ("message_start", "message_end"):  # (a message not a reply: already whole)
+        body = _message_json(item.message, ending=True)
+        return None if body is None else b'{"type":"%s","message":%s}\n' % (kind.encode(), body)
+    messages = [item.message, *item.tool_results] if kind == "turn_end" else item.messages
+    bodies = [_message_json(message, ending=False) for message in messages]
+    if None in bodies:
+        return None
+    if kind == "turn_end":
+        return b'{"type":"turn_end","message":%s,"toolResults":[%s]}\n' % (
+            bodies[0], b",".join(bodies[1:]))  # type: ignore[arg-type]
+    return b'{"type":"agent_end","messages":[%s],"willRetry":%s}\n' % (
+        b",".join(bodies), b"true" if item.will_retry else b"false")  # type: ignore[arg-type]
 
 
 _update_head: list[Any] = [None, b""]

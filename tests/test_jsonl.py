@@ -217,6 +217,36 @@ def test_a_message_update_is_encoded_as_every_other_event(
         usage.output, usage.cost.total = tokens, cost
 
 
+@given(texts=st.lists(st.text(), min_size=1, max_size=4), number=st.integers(0, 2**70),
+       will_retry=st.booleans())
+def test_events_carrying_ended_messages_are_encoded_as_every_other_event(
+        texts: list[str], number: int, will_retry: bool) -> None:
+    """``message_start``, ``message_end``, ``turn_end`` and ``agent_end`` are written from
+    each message's JSON, made as it ends: the same bytes as the general way, whatever the
+    text and numbers (and a reply's ``message_start``, written while it streams, is made
+    anew)."""
+    from forged import _codec
+
+    def same(event: Any) -> None:
+        assert _codec.encode(event) == encode_line(_codec.unstructure(event))
+
+    user = w.UserMessage(content=[w.TextContent(text=text) for text in texts], timestamp=1)
+    call = w.ToolCall(id=texts[0], name="bash", arguments={"command": texts[-1], "n": number})
+    reply = w.AssistantMessage(content=[w.ThinkingContent(thinking=texts[0]), call], api="a",
+                               provider="p", model="m", timestamp=number)
+    result = w.ToolResultMessage(tool_call_id=texts[0], tool_name="bash", timestamp=3,
+                                 content=[w.TextContent(text=texts[-1])], is_error=will_retry,
+                                 details={"output": texts[0]})
+    same(w.MessageStart(message=reply))
+    reply.content.append(w.TextContent(text=texts[-1]))  # as a reply streams
+    for message in (user, reply, result):
+        same(w.MessageStart(message=message))
+        same(w.MessageEnd(message=message))
+    same(w.TurnEnd(message=reply, tool_results=[result, result]))
+    same(w.AgentEnd(messages=[user, reply, result], will_retry=will_retry))
+    same(w.AgentEnd(messages=[w.UserMessage(content=[], timestamp=0), reply]))
+
+
 _SSE_LINE = st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b)
 
 
