@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Protocol, cast
 
 import attrs
@@ -66,17 +66,35 @@ class Outbox:
     def put(self, line: bytes) -> None:
         if self._closed or self._broken:
             return  # closed, or the peer is gone: nobody will read it
-        if self._write_now is not None and not self._pending and not self._writing:
-            try:
-                written = self._write_now(line)
-            except OSError:  # the peer is gone; the writer reports it
-                self._broken = True
-                self._wakeup.set()
+        if self._write_now is not None and not self._writing:
+            if _coalescing is not None and (not self._pending or self in _coalescing):
+                if not self._pending:  # written as the burst ends (`coalesced`)
+                    _coalescing.append(self)
+                self._pending += line
                 return
-            if written == len(line):
+            if not self._pending:
+                self._write_pending_now(line)
                 return
-            line = line[written:]
         self._pending += line
+        self._wakeup.set()
+        if len(self._pending) > self._high_water and self._room.is_set():
+            self._room = trio.Event()
+
+    def _write_pending_now(self, line: bytes) -> None:
+        """`line` (all that is pending) to the peer now, as much as it takes; the writer
+        wakes for the rest."""
+        assert self._write_now is not None
+        try:
+            written = self._write_now(line)
+        except OSError:  # the peer is gone; the writer reports it
+            self._broken = True
+            self._wakeup.set()
+            return
+        if written == len(line):
+            if self._pending:
+                self._pending = bytearray()
+            return
+        self._pending = bytearray(line[written:])
         self._wakeup.set()
         if len(self._pending) > self._high_water and self._room.is_set():
             self._room = trio.Event()
@@ -134,6 +152,31 @@ class Outbox:
             # Once the writer is gone the descriptor may be closed, and its number reused.
             self._write_now = None
             self.flushed.set()
+
+
+_coalescing: list[Outbox] | None = None
+"""The outboxes lines were put in during `coalesced` (else None)."""
+
+
+@contextlib.contextmanager
+def coalesced() -> Iterator[None]:
+    """Lines put meanwhile reach each peer in one write as the block ends, not one write a
+    line: a burst of events (an aborted run's closing) wakes a client once. For a stretch
+    that does not wait: nothing else runs while the lines are held."""
+    global _coalescing
+    if _coalescing is not None:  # an outer block writes them
+        yield
+        return
+    _coalescing = []
+    try:
+        yield
+    finally:
+        held, _coalescing = _coalescing, None
+        for outbox in held:
+            if outbox._write_now is not None and not outbox._writing and outbox._pending:
+                outbox._write_pending_now(bytes(outbox._pending))
+            elif outbox._pending:
+                outbox._wakeup.set()
 
 
 def write_now_to(stream: object) -> Callable[[bytes], int] | None:

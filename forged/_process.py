@@ -395,22 +395,30 @@ class Stopping:
         signal_group(process.pid, signal.SIGTERM)
         self._stopped.append(process)
 
-    async def ended(self) -> None:
-        """Each stopped command's leader has ended and the rest of its group is killed.
-        Where the leaders have already exited, nothing waits (not even a round of the
-        scheduler): this is on the way to an abort's ``agent_end``."""
+    def _ended_now(self) -> bool:
+        """`ended`, where no leader is left to wait for: True then. (On the way to an
+        abort's ``agent_end``: not even a round of the scheduler.)"""
         if not all(process.exited() for process in self._stopped):
-            with trio.CancelScope(shield=True):
-                for process in self._stopped:
-                    with trio.move_on_after(KILL_GRACE_S):
-                        await process.until_exited()
-                    if not process.exited():
-                        signal_group(process.pid, signal.SIGKILL)
-                        await process.until_exited()
+            return False
         for process in self._stopped:  # (its leader is not reaped yet: the id is still its)
             signal_group(process.pid, signal.SIGKILL)
         self._killed += self._stopped
         self._stopped = []
+        return True
+
+    async def ended(self) -> None:
+        """Each stopped command's leader has ended and the rest of its group is killed."""
+        if self._ended_now():
+            return
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(KILL_GRACE_S):
+                for process in self._stopped:
+                    await process.until_exited()
+            for process in self._stopped:
+                if not process.exited():
+                    signal_group(process.pid, signal.SIGKILL)
+                    await process.until_exited()
+        self._ended_now()
 
     async def gone(self) -> None:
         """No process of a group `ended` killed is left (each is waited for, for at most

@@ -22,6 +22,8 @@ too (`forged._dispatch`): nothing is parked here to be called back.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Literal, Protocol
 
 import attrs
@@ -86,12 +88,19 @@ class Asking(Summaries, Protocol):
                             ) -> tuple[Provider, ProviderRequest]: ...
 
 
+class RunEvents(Events, Protocol):
+    """Where a run's events go (`forged._session.Session`)."""
+
+    def flush(self) -> None:
+        """What an abort's closing held (`Runner.closing`), to the client now."""
+
+
 class Runner:
     """Runs a session's prompts, one busy spell at a time, in `nursery`. What the runs are
     given comes from the session as values: how to ask its model (`asking`), its tools,
     queues, context and settings; their events go to `events`."""
 
-    def __init__(self, nursery: trio.Nursery, *, events: Events, asking: Asking,
+    def __init__(self, nursery: trio.Nursery, *, events: RunEvents, asking: Asking,
                  tools: Toolbox, queues: Deliveries, context: Context,
                  settings: RunSettings) -> None:
         self._nursery = nursery
@@ -117,6 +126,11 @@ class Runner:
         what ends the spell (its closing checkpoint) still runs: not busy to a client, whose
         next prompt starts a spell that waits for this one's ``agent_settled``."""
         self._deferred: list[w.AgentMessage] = []
+        self.closing = False
+        """An abort is closing the run: what `task` emits waits until the run scope ends, to
+        reach the client in one write (`forged._session.Session.flush`)."""
+        self.task: trio.lowlevel.Task | None = None
+        """The task driving the current spell."""
         self._span = NULL_SPAN
         """The running prompt's ``invoke_agent`` span (`forged._telemetry`), for its retries'
         events and its failure."""
@@ -147,9 +161,11 @@ class Runner:
             self._context.append(message)
 
     def cancel(self) -> bool:
-        """Abort what runs: True if something did (its end follows as events)."""
+        """Abort what runs: True if something did (its end follows as events, held until
+        the run scope ends: `closing`)."""
         if self.run_scope is None:
             return False
+        self.closing = True
         self.run_scope.cancel()
         return True
 
@@ -186,12 +202,13 @@ class Runner:
         decision = Decision(next="end")
         ran = aborted = False
         span = NULL_SPAN  # this spell's prompt's (a spell waiting for `previous` has none)
+        self.task = trio.lowlevel.current_task()
         try:
             await previous.wait()
             await _telemetry.ready()
             if compact_manually:
                 assert self.run_scope is not None
-                with self.run_scope as scope:
+                with self._closing_sent(), self.run_scope as scope:
                     try:
                         await self._compact("manual", instructions=instructions)
                     except CommandError:
@@ -206,7 +223,7 @@ class Runner:
                     span = self._span = _telemetry.tracing.start_run(
                         self._context.store.session_id, _telemetry.caller_of(prompt),
                         self._asking.model, prompt)
-                with self.run_scope as scope, span.current():
+                with self._closing_sent(), self.run_scope as scope, span.current():
                     if not ran and not compact_manually:
                         await self._compact_before_prompt()
                     ran = True
@@ -221,6 +238,7 @@ class Runner:
             aborted = aborted or is_cancellation(exc)  # the session is closing
             raise
         finally:
+            self._end_closing()  # (an abort that came after the last run scope)
             self.run_scope = None
             self.busy = False  # to a client, from its last agent_end (`settling`)
             if ran:  # the spell still ends with its agent_settled
@@ -245,6 +263,18 @@ class Runner:
                 self._events.emit(w.AgentSettled(aborted=aborted))
             settled.set()
 
+    @contextlib.contextmanager
+    def _closing_sent(self) -> Iterator[None]:
+        """As the run scope in it ends, what an abort's closing held goes out."""
+        try:
+            yield
+        finally:
+            self._end_closing()
+
+    def _end_closing(self) -> None:
+        self.closing = False
+        self._events.flush()
+
     async def _run(self, prompt: list[w.AgentMessage], poll_steering: bool) -> Decision:
         """One run and its ``agent_end``, then what its outcome says follows it (run inside
         `run_scope`: an abort ends it with its closing events)."""
@@ -258,7 +288,7 @@ class Runner:
                                       self._tools, self._events, self._queues, new,
                                       poll_steering=poll_steering)
         except BaseException as exc:
-            await self._tools.end_stopped()  # (shielded)
+            await self._tools.end_stopped()  # (shielded; at once where they have ended)
             self._events.emit(w.AgentEnd(messages=new, will_retry=False))
             if not isinstance(exc, Exception):
                 raise  # aborted, or the session closes

@@ -31,6 +31,7 @@ import trio
 
 from . import _telemetry, _wire as w
 from ._asking import ModelAsker
+from ._connection import coalesced
 from ._context import Context, stored_name
 from ._direct_bash import DirectBash
 from ._errors import CommandError
@@ -156,6 +157,8 @@ class Session:
         self.run_settings = RunSettings.from_settings(settings)
         self._held: w.MessageStart | None = None
         """A ``message_start`` that waits for its ``message_end`` (`emit`)."""
+        self._closing: list[w.Event] = []
+        """What an aborted run has emitted of its closing, not sent yet (`_pass`)."""
         self._runner: Runner | None = None
         self.store = files.store
         self.context = Context(files.store)
@@ -259,8 +262,28 @@ class Session:
             held, self._held = self._held, None
             self.context.append(event.message)
             if held is not None:
-                self._send(held)
+                self._pass(held)
+        self._pass(event)
+
+    def _pass(self, event: w.Event) -> None:
+        """`_send`, unless an abort is closing the run and `event` is the run's own: then
+        held until `flush`, so that its closing events reach the client together. Another
+        task's event goes after those held before it."""
+        runner = self._runner
+        if runner is not None and runner.closing:
+            if trio.lowlevel.current_task() is runner.task:
+                self._closing.append(event)
+                return
+            self.flush()
         self._send(event)
+
+    def flush(self) -> None:
+        """What the closing run holds (`_pass`), sent now, in one write to each client."""
+        if self._closing:
+            events, self._closing = self._closing, []
+            with coalesced():
+                for event in events:
+                    self._send(event)
 
     def _send(self, event: w.Event) -> None:
         self._sink(event)

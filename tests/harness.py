@@ -50,10 +50,13 @@ class Client:
         self._arrived = trio.Condition()
         self._eof = False
         self._counter = 0
+        self.reads: list[bytes] = []
+        """What each read took of forged's output (over packet pipes: each of its writes)."""
 
     async def pump(self) -> None:
         splitter = LineSplitter(max_line_bytes=sys.maxsize)  # the framing forged.client reads
         while data := await self.stream.receive_some(1 << 20):
+            self.reads.append(bytes(data))
             async with self._arrived:
                 for line in splitter.feed(bytes(data)):
                     assert isinstance(line, bytes)
@@ -151,8 +154,10 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
                       session_path: Path | None = None,
                       plugins: list[PluginSource] | None = None,
                       allow_exhausted: bool = False,
-                      tools: ToolChoice | None = None) -> AsyncIterator[Client]:
-    """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams."""
+                      tools: ToolChoice | None = None,
+                      packets: bool = False) -> AsyncIterator[Client]:
+    """A session in `tmp_path/project` on the scripted `api`, talked to over memory streams
+    (with `packets`, over pipes as stdio's, in packet mode: each read takes one write)."""
     cwd = tmp_path / "project"
     cwd.mkdir(exist_ok=True)
     agent_dir = tmp_path / "agent"
@@ -168,11 +173,20 @@ async def open_client(tmp_path: Path, replies: list[Reply] | None = None, *,
                                thinking_level="medium", persist=persist,
                                session_path=session_path, plugins=plugins or [],
                                tools=tools or ToolChoice())
-        client_stream, forged_stream = trio.testing.memory_stream_pair()
+        if packets:
+            commands_in, commands_out = os.pipe2(os.O_DIRECT)
+            lines_in, lines_out = os.pipe2(os.O_DIRECT)
+            client_stream: trio.abc.Stream = trio.StapledStream(
+                trio.lowlevel.FdStream(commands_out), trio.lowlevel.FdStream(lines_in))
+            transport = StreamTransport(trio.lowlevel.FdStream(commands_in),
+                                        trio.lowlevel.FdStream(lines_out))
+        else:
+            client_stream, forged_stream = trio.testing.memory_stream_pair()
+            transport = StreamTransport(forged_stream, forged_stream)
         client = Client(client_stream, server, cwd, config)
         nursery.start_soon(client.pump)
 
-        nursery.start_soon(serve_stdio, config, StreamTransport(forged_stream, forged_stream))
+        nursery.start_soon(serve_stdio, config, transport)
         yield client
         nursery.cancel_scope.cancel()
     check_requests(server.requests)

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
@@ -323,6 +324,31 @@ async def test_an_abort_kills_at_once_what_a_command_left_ignoring_sigterm(
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def test_an_aborted_runs_closing_events_reach_the_client_in_one_write(
+        tmp_path: Path) -> None:
+    """Over stdio's pipes (in packet mode here: a read takes one write), an abort during a
+    command ends its call, its turn and its run in one write: a client wakes once for them,
+    not once a line while forged is still busy closing."""
+    name = f"fpw{os.getpid() % 10000}"
+    sleeper = tmp_path / name
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", sleeper)
+    async with open_client(tmp_path, scripted(call("bash", command=f"echo on; {sleeper} 64")),
+                           packets=True) as client:
+        await client.send({"type": "prompt", "message": "Go"})
+        await client.wait_for(lambda e: e.get("type") == "tool_execution_update")
+        (pid,) = await started(name, 1)
+        try:
+            await client.request({"type": "abort"})
+            await client.settled()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    (closing,) = [read for read in client.reads if b'"tool_execution_end"' in read]
+    kinds = [orjson.loads(line)["type"] for line in closing.splitlines()]
+    assert kinds[kinds.index("tool_execution_end"):kinds.index("agent_end") + 1] == [
+        "tool_execution_end", "message_start", "message_end", "turn_end", "agent_end"]
 
 
 async def test_the_daemon_sends_a_waiting_request_to_a_client_that_attaches(

@@ -62,6 +62,9 @@ async def runner(host: Host) -> Runner:
         async def wait_for_room(self) -> None:
             pass
 
+        def flush(self) -> None:
+            pass
+
     async with trio.open_nursery() as nursery:
         made = Runner(nursery, events=Events(), asking=host, tools=None,  # type: ignore[arg-type]
                       queues=None, context=Context(SessionFile.create(None, Path("/w"))),  # type: ignore[arg-type]
