@@ -246,9 +246,10 @@ def _nodes_json(nodes: list[w.TreeNode]) -> bytes:
 
 
 _ended: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
-"""The JSON of each message whose ``message_end`` was encoded: a message does not change once
-it has ended, and ``turn_end`` and ``agent_end`` carry it again (an aborted run's closing
-events are made while its command dies: what they take counts)."""
+"""The JSON of each message of the run whose ``message_end`` was encoded, until its
+``agent_end`` is: a message does not change once it has ended, and ``turn_end`` and
+``agent_end`` carry it again (an aborted run's closing events are made while its command
+dies: what they take counts)."""
 _CARRYING = frozenset({"message_start", "message_end", "turn_end", "agent_end"})
 
 
@@ -280,6 +281,9 @@ def _encode_carrying(item: Any, kind: str) -> bytes | None:
         return None if body is None else b'{"type":"%s","message":%s}\n' % (kind.encode(), body)
     messages = [item.message, *item.tool_results] if kind == "turn_end" else item.messages
     bodies = [_message_json(message, ending=False) for message in messages]
+    if kind == "agent_end":  # the run is over: what it kept goes
+        for message in messages:
+            _ended.pop(message, None)
     if None in bodies:
         return None
     if kind == "turn_end":

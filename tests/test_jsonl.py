@@ -245,6 +245,7 @@ def test_events_carrying_ended_messages_are_encoded_as_every_other_event(
     same(w.TurnEnd(message=reply, tool_results=[result, result]))
     same(w.AgentEnd(messages=[user, reply, result], will_retry=will_retry))
     same(w.AgentEnd(messages=[w.UserMessage(content=[], timestamp=0), reply]))
+    assert not any(message in _codec._ended for message in (user, reply, result))  # nor kept
 
 
 _SSE_LINE = st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b)
