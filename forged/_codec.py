@@ -253,19 +253,33 @@ dies: what they take counts)."""
 _CARRYING = frozenset({"message_start", "message_end", "turn_end", "agent_end"})
 
 
+def stored(message: Any, data: Any) -> None:
+    """`message` has ended and was stored as `data` (its `unstructure`): the events that
+    carry it are written from `data`'s JSON, not from the message again."""
+    body = _json_of(data)
+    if body is not None:
+        _ended[message] = body
+
+
+def _json_of(data: Any) -> bytes | None:
+    """`data` as `encode_line` writes it within a line (None where only the general way
+    writes it as `encode` does: what orjson refuses makes the whole line ASCII)."""
+    try:
+        body = orjson.dumps(data)
+    except TypeError:
+        return None
+    if not body.isascii() and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):
+        body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
+    return body
+
+
 def _message_json(message: Any, *, ending: bool) -> bytes | None:
-    """`message` as `encode_line` writes it within a line, made again and kept as it ends
-    (None where only the general way writes it as `encode` does: what orjson refuses makes
-    the whole line ASCII)."""
-    body = None if ending else _ended.get(message)
+    """`message`'s JSON within a line (`_json_of`): as it ended, or made now (and kept
+    when it is ending)."""
+    body = _ended.get(message)
     if body is None:
-        try:
-            body = orjson.dumps(unstructure(message))
-        except TypeError:
-            return None
-        if not body.isascii() and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):
-            body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
-        if ending:
+        body = _json_of(unstructure(message))
+        if body is not None and ending:
             _ended[message] = body
     return body
 

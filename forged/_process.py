@@ -383,8 +383,8 @@ class Stopping:
     session settles: its closing checkpoint, the next prompt) waits until no process of
     those groups is left.
 
-    Resource handling: what `stop` was given is waited for by `ended`, then `gone`; both
-    are shielded. A command the run never hands over is killed where it ran
+    Resource handling: what `stop` was given is waited for by `ended`, then `gone`, which
+    closes its pipes; both are shielded. A command the run never hands over is killed where it ran
     (`kill_process_group`)."""
 
     def __init__(self) -> None:
@@ -427,6 +427,7 @@ class Stopping:
             while self._killed:
                 process = self._killed.pop(0)
                 process.reap()
+                process.close()
                 with trio.move_on_after(KILL_GRACE_S):
                     await wait_group_gone(process.pid)
 

@@ -290,6 +290,7 @@ class Runner:
         except BaseException as exc:
             await self._tools.end_stopped()  # (shielded; at once where they have ended)
             self._events.emit(w.AgentEnd(messages=new, will_retry=False))
+            self._events.flush()  # before the unwound frames are let go
             if not isinstance(exc, Exception):
                 raise  # aborted, or the session closes
             # A bug, not a provider or tool failure (those end the turn): the session lives on.

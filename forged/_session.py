@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
-from . import _telemetry, _wire as w
+from . import _codec, _telemetry, _wire as w
 from ._asking import ModelAsker
 from ._connection import coalesced
 from ._context import Context, stored_name
@@ -260,7 +260,7 @@ class Session:
             return
         if isinstance(event, w.MessageEnd):
             held, self._held = self._held, None
-            self.context.append(event.message)
+            _codec.stored(event.message, self.context.append(event.message))
             if held is not None:
                 self._pass(held)
         self._pass(event)

@@ -226,9 +226,10 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
             handed = True
         raise
     finally:
-        if not handed and (process.returncode is None or group_alive(process.pid)):
-            await kill_process_group(process)
-        process.close()  # no checkpoint: an abort passing through needs none
+        if not handed:  # (else `stopping` closes its pipes once it has ended)
+            if process.returncode is None or group_alive(process.pid):
+                await kill_process_group(process)
+            process.close()  # no checkpoint: an abort passing through needs none
     return Execution(exit_code=None if timed_out else process.returncode, timed_out=timed_out)
 
 
