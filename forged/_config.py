@@ -141,7 +141,8 @@ async def warm_up(apis: list[str]) -> None:
     for input: the providers of `apis` (those of the models it has keys for) load in a
     worker thread; then the protocol's classes `forged._wire` leaves to first use, the
     built-in tools and the run driver's modules are made, and the converter builds the hooks
-    of every class forged writes, one class per step of the event loop. Last, the ~40,000
+    of every class forged writes and of the commands that stop a run, one class per step of
+    the event loop. Last, the ~40,000
     objects start-up made leave the collector's view: a full collection over them stalled
     the loop ~8 ms.
 
@@ -160,6 +161,9 @@ async def warm_up(apis: list[str]) -> None:
         await trio.lowlevel.checkpoint()
     for event in _codec.rehearsals():  # and the hooks nested in them: see `rehearsals`
         _codec.encode(event)
+        await trio.lowlevel.checkpoint()
+    for name in _codec.URGENT_COMMANDS:
+        _codec.prepare_command(name)
         await trio.lowlevel.checkpoint()
     _codecache.save()
     gc.freeze()
