@@ -249,23 +249,17 @@ _ended: weakref.WeakKeyDictionary[Any, bytes] = weakref.WeakKeyDictionary()
 """The JSON of each message of the run whose ``message_end`` was encoded, until its
 ``agent_end`` is: a message does not change once it has ended, and ``turn_end`` and
 ``agent_end`` carry it again (an aborted run's closing events are made while its command
-dies: what they take counts)."""
+dies: what they take counts). Only `encode` fills it: a front that writes otherwise (the
+daemon's, ACP) keeps nothing here."""
 _CARRYING = frozenset({"message_start", "message_end", "turn_end", "agent_end"})
 
 
-def stored(message: Any, data: Any) -> None:
-    """`message` has ended and was stored as `data` (its `unstructure`): the events that
-    carry it are written from `data`'s JSON, not from the message again."""
-    body = _json_of(data)
-    if body is not None:
-        _ended[message] = body
-
-
 def _json_of(data: Any) -> bytes | None:
-    """`data` as `encode_line` writes it within a line (None where only the general way
-    writes it as `encode` does: what orjson refuses makes the whole line ASCII)."""
+    """`data` as `encode_line` writes it within a line, two levels deep (None where only the
+    general way writes it as `encode` does: what orjson refuses, a value too deep among
+    them, makes the whole line ASCII)."""
     try:
-        body = orjson.dumps(data)
+        body = orjson.dumps([[data]])[2:-2]  # (as deep as agent_end holds it)
     except TypeError:
         return None
     if not body.isascii() and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):

@@ -159,14 +159,12 @@ class Context:
         """How many messages, without reading them back if they were not yet."""
         return len(self._messages) if self._messages is not None else context_size(self.store)
 
-    def append(self, message: w.AgentMessage) -> w.JSONValue:
+    def append(self, message: w.AgentMessage) -> None:
         """`message` into the session file, then the context; `PersistenceError` (and in
-        neither) when the file cannot be written. What the file holds of it."""
-        data: w.JSONValue = _codec.unstructure(message)
-        self.store.append("message", message=data)
+        neither) when the file cannot be written."""
+        self.store.append("message", message=_codec.unstructure(message))
         if self._messages is not None:  # else read back with it, once, when first needed
             self._messages.append(message)
-        return data
 
     def drop_last_failed(self) -> bool:
         """Take the last message out of the context when it is a failed reply (a retry or

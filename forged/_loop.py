@@ -61,9 +61,9 @@ class Toolbox(Protocol):
         """What must be done before `call` runs (a checkpoint of the files); it fails no
         call."""
 
-    async def end_stopped(self) -> None:
+    async def end_stopped(self, before_waiting: Callable[[], None]) -> None:
         """Before an aborted run's ``agent_end``: the commands the abort stopped have ended
-        (`forged._process.Stopping`)."""
+        (`forged._process.Stopping`); `before_waiting` is called first if one has not."""
 
     async def settle(self) -> None:
         """What must be done as a busy spell ends, before ``agent_settled``."""

@@ -182,10 +182,14 @@ class Child:
             self._pidfd = None
         return status
 
+    @property
+    def reaped(self) -> bool:
+        return self._popen.returncode is not None
+
     def exited(self) -> bool:
         """Whether the process has exited, without reaping it: until `wait` or `reap`, its
         pid (and its group's id) name no other process."""
-        if self._popen.returncode is not None:
+        if self.reaped:
             return True
         try:
             return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -380,8 +384,8 @@ class Stopping:
     are made while the command dies. `ended` (before the run's ``agent_end``) waits for each
     command's leader (SIGKILL to the group if it outlasts `KILL_GRACE_S`), then SIGKILLs
     what is left of its group: nothing of it runs another instruction. `gone` (before the
-    session settles: its closing checkpoint, the next prompt) waits until no process of
-    those groups is left.
+    session settles: before its closing checkpoint) waits until no process of those groups
+    is left.
 
     Resource handling: what `stop` was given is waited for by `ended`, then `gone`, which
     closes its pipes; both are shielded. A command the run never hands over is killed where it ran
@@ -400,16 +404,18 @@ class Stopping:
         abort's ``agent_end``: not even a round of the scheduler.)"""
         if not all(process.exited() for process in self._stopped):
             return False
-        for process in self._stopped:  # (its leader is not reaped yet: the id is still its)
-            signal_group(process.pid, signal.SIGKILL)
+        for process in self._stopped:  # (an unreaped leader, or what is left of the group,
+            signal_group(process.pid, signal.SIGKILL)  # keeps the id the group's)
         self._killed += self._stopped
         self._stopped = []
         return True
 
-    async def ended(self) -> None:
-        """Each stopped command's leader has ended and the rest of its group is killed."""
+    async def ended(self, before_waiting: Callable[[], None] = lambda: None) -> None:
+        """Each stopped command's leader has ended and the rest of its group is killed;
+        `before_waiting` is called first where one has not ended yet."""
         if self._ended_now():
             return
+        before_waiting()
         with trio.CancelScope(shield=True):
             with trio.move_on_after(KILL_GRACE_S):
                 for process in self._stopped:

@@ -146,6 +146,7 @@ class Runner:
         self.busy = True
         previous, self._settled = self._settled, trio.Event()
         self.run_scope = trio.CancelScope()
+        self.task = None  # (the spell's own from its start: not the settling one's)
         self._nursery.start_soon(self._drive, previous, prompt, poll_steering, compact_manually,
                                  manual)
 
@@ -288,7 +289,9 @@ class Runner:
                                       self._tools, self._events, self._queues, new,
                                       poll_steering=poll_steering)
         except BaseException as exc:
-            await self._tools.end_stopped()  # (shielded; at once where they have ended)
+            # At once where they have ended; else what the abort closed goes out first: while
+            # it waits, other commands are answered, and none may tell of events not sent.
+            await self._tools.end_stopped(before_waiting=self._events.flush)
             self._events.emit(w.AgentEnd(messages=new, will_retry=False))
             self._events.flush()  # before the unwound frames are let go
             if not isinstance(exc, Exception):

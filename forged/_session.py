@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Literal
 import attrs
 import trio
 
-from . import _codec, _telemetry, _wire as w
+from . import _telemetry, _wire as w
 from ._asking import ModelAsker
 from ._connection import coalesced
 from ._context import Context, stored_name
@@ -159,6 +159,7 @@ class Session:
         """A ``message_start`` that waits for its ``message_end`` (`emit`)."""
         self._closing: list[w.Event] = []
         """What an aborted run has emitted of its closing, not sent yet (`_pass`)."""
+        self._flushing = False
         self._runner: Runner | None = None
         self.store = files.store
         self.context = Context(files.store)
@@ -260,7 +261,7 @@ class Session:
             return
         if isinstance(event, w.MessageEnd):
             held, self._held = self._held, None
-            _codec.stored(event.message, self.context.append(event.message))
+            self.context.append(event.message)
             if held is not None:
                 self._pass(held)
         self._pass(event)
@@ -270,7 +271,7 @@ class Session:
         held until `flush`, so that its closing events reach the client together. Another
         task's event goes after those held before it."""
         runner = self._runner
-        if runner is not None and runner.closing:
+        if runner is not None and runner.closing and not self._flushing:
             if trio.lowlevel.current_task() is runner.task:
                 self._closing.append(event)
                 return
@@ -278,12 +279,18 @@ class Session:
         self._send(event)
 
     def flush(self) -> None:
-        """What the closing run holds (`_pass`), sent now, in one write to each client."""
+        """What the closing run holds (`_pass`), sent now, in one write to each client; an
+        event one of them brings about (the run driver's ``auto_retry_end`` after a reply's
+        ``message_end``) goes right after it, as it would have."""
         if self._closing:
             events, self._closing = self._closing, []
-            with coalesced():
-                for event in events:
-                    self._send(event)
+            self._flushing = True
+            try:
+                with coalesced():
+                    for event in events:
+                        self._send(event)
+            finally:
+                self._flushing = False
 
     def _send(self, event: w.Event) -> None:
         self._sink(event)

@@ -136,11 +136,12 @@ class Toolbox:
         if call.name not in READING_TOOLS:
             await self._checkpoints().before_change(self._context.last_prompt())
 
-    async def end_stopped(self) -> None:
-        await self._stopping.ended()
+    async def end_stopped(self, before_waiting: Callable[[], None]) -> None:
+        await self._stopping.ended(before_waiting)
 
     async def settle(self) -> None:
-        await self._stopping.gone()  # before the closing checkpoint, and the next prompt
+        await self._stopping.ended()  # (those a run that did not end by the abort stopped)
+        await self._stopping.gone()  # before the closing checkpoint
         checkpoints = self._made_checkpoints()
         if checkpoints is not None:
             await checkpoints.settle()

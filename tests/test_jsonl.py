@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import trio
 import trio.testing
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -246,6 +247,24 @@ def test_events_carrying_ended_messages_are_encoded_as_every_other_event(
     same(w.AgentEnd(messages=[user, reply, result], will_retry=will_retry))
     same(w.AgentEnd(messages=[w.UserMessage(content=[], timestamp=0), reply]))
     assert not any(message in _codec._ended for message in (user, reply, result))  # nor kept
+
+
+@pytest.mark.parametrize("depth", range(248, 256))
+def test_a_message_as_deep_as_orjson_goes_is_encoded_as_every_other_event(depth: int) -> None:
+    """Near orjson's nesting limit a message alone may be written where the event holding it
+    is not (then the whole line is ASCII, the general way): the same bytes either way."""
+    from forged import _codec
+
+    nested: w.JSONValue = "é"
+    for _ in range(depth):
+        nested = [nested]
+    result = w.ToolResultMessage(tool_call_id="c", tool_name="t", timestamp=1, is_error=False,
+                                 content=[w.TextContent(text="ü")], details={"deep": nested})
+    reply = w.AssistantMessage(content=[], api="a", provider="p", model="m", timestamp=2)
+    for event in (w.MessageStart(message=result), w.MessageEnd(message=result),
+                  w.TurnEnd(message=reply, tool_results=[result]),
+                  w.AgentEnd(messages=[result])):
+        assert _codec.encode(event) == encode_line(_codec.unstructure(event))
 
 
 _SSE_LINE = st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b)

@@ -330,11 +330,13 @@ async def test_an_aborted_runs_closing_events_reach_the_client_in_one_write(
         tmp_path: Path) -> None:
     """Over stdio's pipes (in packet mode here: a read takes one write), an abort during a
     command ends its call, its turn and its run in one write: a client wakes once for them,
-    not once a line while forged is still busy closing."""
+    not once a line while forged is still busy closing. (The command's shell has ended, its
+    child holds the output: nothing is waited for, whatever this machine's speed; where
+    forged must wait for a shell, what it closed goes out first, then ``agent_end``.)"""
     name = f"fpw{os.getpid() % 10000}"
     sleeper = tmp_path / name
     shutil.copy(shutil.which("sleep") or "/bin/sleep", sleeper)
-    async with open_client(tmp_path, scripted(call("bash", command=f"echo on; {sleeper} 64")),
+    async with open_client(tmp_path, scripted(call("bash", command=f"{sleeper} 64 & echo on")),
                            packets=True) as client:
         await client.send({"type": "prompt", "message": "Go"})
         await client.wait_for(lambda e: e.get("type") == "tool_execution_update")

@@ -187,3 +187,21 @@ async def test_each_apis_error_status_is_retried_with_the_services_message(
     assert (usage["input"], usage["output"], usage["totalTokens"]) == (10, 5, 15)
     assert usage["cost"]["total"] == pytest.approx((10 * 3 + 5 * 15) / 1e6)
     assert len(client.server.requests) == 2
+
+
+async def test_an_abort_during_a_retried_reply_closes_in_order(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    """An abort while the retry's reply streams: the reply's end, then the retries' end (the
+    reply came), then the turn's and the run's, as when nothing holds the closing back."""
+    slow = Reply(content=[ScriptText(text="ab", chunks=2, delay_ms=1000)])
+    async with open_client(tmp_path, [OVERLOADED, slow]) as client:
+        await client.request({"type": "prompt", "message": "hello"})
+        await jump_when_waiting(client, mock_clock, 2.0)
+        await trio.testing.wait_all_tasks_blocked()  # the reply's first frames are in
+        await client.request({"type": "abort"})
+        await client.settled()
+    kinds = [e["type"] for e in client.output if e["type"] not in ("message_update", "response")]
+    assert kinds[kinds.index("auto_retry_start"):] == [
+        "auto_retry_start", "agent_start", "turn_start", "message_start", "message_end",
+        "auto_retry_end", "turn_end", "agent_end", "agent_settled"]
+    assert client.events("message_end")[-1]["message"]["stopReason"] == "aborted"

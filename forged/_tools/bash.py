@@ -221,7 +221,10 @@ async def run_command(command: str, cwd: Path, spool: OutputSpool, *, timeout_s:
             timed_out = True
             await kill_process_group(process, force=True)
     except BaseException as exc:
-        if stopping is not None and is_cancellation(exc):
+        # Handed over only while the group's id cannot name another group: its leader not
+        # reaped, or something of the group left (in the drain after the leader's exit).
+        if stopping is not None and is_cancellation(exc) and (
+                not process.reaped or group_alive(process.pid)):
             stopping.stop(process)
             handed = True
         raise
