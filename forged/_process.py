@@ -388,8 +388,8 @@ class Stopping:
     is left.
 
     Resource handling: what `stop` was given is waited for by `ended`, then `gone`, which
-    closes its pipes; both are shielded. A command the run never hands over is killed where it ran
-    (`kill_process_group`)."""
+    reaps its leader and closes its pipes; both are shielded. A command the run never hands
+    over is killed where it ran (`kill_process_group`)."""
 
     def __init__(self) -> None:
         self._stopped: list[Child] = []
@@ -432,10 +432,10 @@ class Stopping:
         with trio.CancelScope(shield=True):
             while self._killed:
                 process = self._killed.pop(0)
+                with trio.move_on_after(KILL_GRACE_S):  # (the leader unreaped meanwhile: the
+                    await wait_group_gone(process.pid)  # group's id names no other group)
                 process.reap()
                 process.close()
-                with trio.move_on_after(KILL_GRACE_S):
-                    await wait_group_gone(process.pid)
 
 
 # --- a configuration's !command ----------------------------------------------------------------
