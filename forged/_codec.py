@@ -21,7 +21,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from . import _wire as w
 from ._errors import WireError
-from ._jsonl import camel as camel, encode_line
+from ._jsonl import camel as camel, encode_line, separators_escaped
 
 T = TypeVar("T")
 
@@ -259,12 +259,9 @@ def _json_of(data: Any) -> bytes | None:
     general way writes it as `encode` does: what orjson refuses, a value too deep among
     them, makes the whole line ASCII)."""
     try:
-        body = orjson.dumps([[data]])[2:-2]  # (as deep as agent_end holds it)
+        return separators_escaped(orjson.dumps([[data]])[2:-2])  # (as deep as agent_end)
     except TypeError:
         return None
-    if not body.isascii() and (b"\xe2\x80\xa8" in body or b"\xe2\x80\xa9" in body):
-        body = body.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
-    return body
 
 
 def _message_json(message: Any, *, ending: bool) -> bytes | None:

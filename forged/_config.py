@@ -142,9 +142,8 @@ async def warm_up(apis: list[str]) -> None:
     worker thread; then the protocol's classes `forged._wire` leaves to first use, the
     built-in tools and the run driver's modules are made, and the converter builds the hooks
     of every class forged writes and of the commands that stop a run, one class per step of
-    the event loop. Last, the ~40,000
-    objects start-up made leave the collector's view: a full collection over them stalled
-    the loop ~8 ms.
+    the event loop. Last, the ~40,000 objects start-up made leave the collector's view: a
+    full collection over them stalled the loop ~8 ms.
 
     It starts once the loop is idle, so commands already waiting (a client's first
     ``get_state``) are answered before it takes the interpreter."""

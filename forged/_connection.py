@@ -73,16 +73,20 @@ class Outbox:
                 self._pending += line
                 return
             if not self._pending:
-                self._write_pending_now(line)
+                self._write_now_or_queue(line)
                 return
-        self._pending += line
+        self._queue(line)
+
+    def _queue(self, data: bytes) -> None:
+        """`data` after what is pending, for the writer."""
+        self._pending += data
         self._wakeup.set()
         if len(self._pending) > self._high_water and self._room.is_set():
             self._room = trio.Event()
 
-    def _write_pending_now(self, line: bytes) -> None:
-        """`line` (all that is pending) to the peer now, as much as it takes; the writer
-        wakes for the rest."""
+    def _write_now_or_queue(self, line: bytes) -> None:
+        """`line`, nothing pending before it, to the peer now, as much as it takes; the
+        rest is queued for the writer."""
         assert self._write_now is not None
         try:
             written = self._write_now(line)
@@ -90,14 +94,18 @@ class Outbox:
             self._broken = True
             self._wakeup.set()
             return
-        if written == len(line):
-            if self._pending:
-                self._pending = bytearray()
+        if written < len(line):
+            self._queue(line[written:])
+
+    def _release(self) -> None:
+        """What `coalesced` held, written now as one (or left to the writer)."""
+        if not self._pending:
             return
-        self._pending = bytearray(line[written:])
-        self._wakeup.set()
-        if len(self._pending) > self._high_water and self._room.is_set():
-            self._room = trio.Event()
+        if self._write_now is None or self._writing:
+            self._wakeup.set()
+            return
+        held, self._pending = bytes(self._pending), bytearray()
+        self._write_now_or_queue(held)
 
     async def wait_for_room(self) -> None:
         while len(self._pending) > self._high_water and not self._broken:
@@ -173,10 +181,7 @@ def coalesced() -> Iterator[None]:
     finally:
         held, _coalescing = _coalescing, None
         for outbox in held:
-            if outbox._write_now is not None and not outbox._writing and outbox._pending:
-                outbox._write_pending_now(bytes(outbox._pending))
-            elif outbox._pending:
-                outbox._wakeup.set()
+            outbox._release()
 
 
 def write_now_to(stream: object) -> Callable[[bytes], int] | None:

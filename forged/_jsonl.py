@@ -114,6 +114,12 @@ def encode_line(value: Any) -> bytes:
         # orjson refuses lone surrogates (legal as JSON escapes) and integers beyond 64 bits:
         # the standard library writes both, escaped.
         return _ASCII_ENCODER.encode(value).encode("ascii") + b"\n"
+    return separators_escaped(data)
+
+
+def separators_escaped(data: bytes) -> bytes:
+    """orjson's output with U+2028 and U+2029 escaped, as a line of the protocol has them
+    (JavaScript's line separators: a reader splitting on them would cut the line)."""
     if not data.isascii() and (b"\xe2\x80\xa8" in data or b"\xe2\x80\xa9" in data):
         data = data.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
     return data
