@@ -37,7 +37,7 @@ from pathlib import Path
 import attrs
 
 from ._errors import CheckpointError
-from ._process import die_with_forged
+from ._process import tied
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_FILES = 100_000
@@ -110,11 +110,11 @@ class Shadow:
              env: dict[str, str] | None = None, work_tree: Path | None = None) -> bytes:
         if work_tree is not None:
             env = self._env(index) | {"GIT_WORK_TREE": str(work_tree)}
+        env = env or self._env(index)
         try:
-            done = subprocess.run(["git", *args], input=stdin, capture_output=True,
-                                  env=env or self._env(index), cwd=self.workspace,
-                                  check=False,
-                                  preexec_fn=partial(die_with_forged, os.getpid()))
+            argv, preexec = tied(["git", *args], cwd=self.workspace, env=env)
+            done = subprocess.run(argv, input=stdin, capture_output=True, env=env,
+                                  cwd=self.workspace, check=False, preexec_fn=preexec)
         except FileNotFoundError:
             raise CheckpointError("checkpoints need git, which is not installed: install "
                                   "the git package") from None

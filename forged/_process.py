@@ -3,10 +3,11 @@ and stopped as a whole group (SIGTERM, then SIGKILL after `KILL_GRACE_S`), so no
 forks outlives it.
 
 `open_process` is the one way a command or a server is started. Linux sends the signal a
-child asked for with ``PR_SET_PDEATHSIG`` when the *thread* that forked it exits, not the
-process; trio forks in a worker thread that exits after ten idle seconds, which killed any
-command that ran longer. So children are forked by one thread that lives as long as forged
-(`_Spawner`), and the loop waits for it without blocking.
+child asked for with ``PR_SET_PDEATHSIG`` when the *thread* that started it exits, not the
+process; trio starts processes in a worker thread that exits after ten idle seconds, which
+killed any command that ran longer. So children are started by one thread that lives as long
+as forged (`_Spawner`), and the loop waits for it without blocking. How a child asks for the
+signal without forged forking is `tied`.
 
 `run_value_command` runs a configuration's ``!command`` (an API key, a header, an MCP
 server's value): in a group of its own, output capped, taken when the command exits even if a
@@ -17,9 +18,12 @@ worker thread, never on the loop.
 from __future__ import annotations
 
 import ctypes
+import errno
+import functools
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -50,8 +54,68 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def die_with_forged(forged_pid: int) -> None:
-    """In the child, before exec: SIGTERM when forged ends (already ended: at once)."""
+TIED_CHECK = '[ "$PPID" = "$0" ] || exit 126; exec "$@"'
+"""What ``/bin/sh`` runs between ``setpriv`` and the program (`tied`): the program only if
+forged is still the parent. Had forged ended before ``setpriv`` asked for the signal, no
+signal would ever come."""
+
+
+def tied(argv: Sequence[str], *, cwd: Path | str | None = None,
+         env: Mapping[str, str] | None = None) -> tuple[list[str], Callable[[], None] | None]:
+    """How `subprocess.Popen` starts `argv` so that it gets SIGTERM when forged (the thread
+    starting it) ends: the command line and the ``preexec_fn``.
+
+    With util-linux's ``setpriv``, the child asks for the signal after an exec, so Python
+    starts it with vfork. A fork copies forged's page tables (~5 ms at 70 MB, the event loop
+    held meanwhile) and leaves every page of forged copy-on-write: each page it next writes
+    faults once (~140 of them, 0.3 ms, between an abort's SIGTERM and its ``agent_end``).
+    Without ``setpriv`` the child is forked and asks before its exec (`_die_with_forged`).
+
+    `FileNotFoundError` or `PermissionError`, as `subprocess.Popen` raises them, where the
+    program cannot be run (`cwd` and `env` as given to it)."""
+    setpriv = _setpriv()
+    if setpriv is None:
+        return list(argv), partial(_die_with_forged, os.getpid())
+    _check_runnable(argv[0], cwd, env)
+    return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", TIED_CHECK,
+            str(os.getpid()), *argv], None
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux's ``setpriv``, if it is here and sets the parent-death signal (2.33 on)."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        done = subprocess.run([path, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", ":"],
+                              stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL, timeout=10,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return path if done.returncode == 0 else None
+
+
+def _check_runnable(program: str, cwd: Path | str | None,
+                    env: Mapping[str, str] | None) -> None:
+    """Raise what `subprocess.Popen` would when `program` cannot be run: looked up as it
+    looks (in `env`'s PATH, or relative to `cwd` when it names a directory)."""
+    if os.path.dirname(program):
+        candidates = [os.path.join(cwd or "", program)]
+    else:
+        candidates = [os.path.join(directory, program) for directory in os.get_exec_path(env)]
+    denied = False
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            if os.access(candidate, os.X_OK):
+                return
+            denied = True
+    code = errno.EACCES if denied else errno.ENOENT
+    raise (PermissionError if denied else FileNotFoundError)(code, os.strerror(code), program)
+
+
+def _die_with_forged(forged_pid: int) -> None:
+    """In a forked child, before exec: SIGTERM when forged ends (already ended: at once)."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != forged_pid:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -249,14 +313,14 @@ async def open_process(argv: Sequence[str], *, cwd: Path | str | None = None,
         if stderr == STDOUT and stdout == DEVNULL:
             stderr = DEVNULL
         stderr = pipe("stderr", stderr, to_child=False)
-        forged_pid = os.getpid()
 
         def spawn() -> subprocess.Popen[bytes]:
             args, fed = open_feeds(argv)
             try:
+                args, preexec = tied(args, cwd=cwd, env=env)
                 return subprocess.Popen(args, cwd=cwd, env=env, stdin=stdin, stdout=stdout,
                                         stderr=stderr, start_new_session=True, pass_fds=fed,
-                                        preexec_fn=partial(die_with_forged, forged_pid))
+                                        preexec_fn=preexec)
             finally:
                 for fd in fed:
                     os.close(fd)
@@ -451,10 +515,10 @@ def run_value_command(command: str, *, timeout_s: float = VALUE_TIMEOUT_S,
     command exits, even if such a child still holds the pipe. Blocks the calling thread."""
     # This thread waits until the command and its group have ended, so the parent-death
     # signal, tied to it, cannot come early.
+    argv, preexec = tied(["/bin/sh", "-c", command])
     process = subprocess.Popen(
-        ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-        preexec_fn=partial(die_with_forged, os.getpid()))
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        start_new_session=True, preexec_fn=preexec)
     assert process.stdout is not None
     output = bytearray()
     deadline = time.monotonic() + timeout_s

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pty
+import resource
+import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +21,7 @@ import pytest
 import trio
 
 import forged
-from forged._process import live_group_members
+from forged._process import live_group_members, open_process, tied
 from forged._providers.scripted import Reply, ScriptedServer, ScriptText, ScriptToolCall
 
 from .oracles import check_requests
@@ -307,6 +310,100 @@ async def test_no_child_of_a_command_outlives_a_killed_forged(tmp_path: Path) ->
     with trio.fail_after(5):  # the shell hears of it and kills its group
         while live_group_members(pgid):  # noqa: ASYNC110 (processes outside this run)
             await trio.sleep(0.01)
+
+
+STARTER = """
+import trio
+from forged._process import open_process
+
+async def main() -> None:
+    child = await open_process(["sleep", "60"])
+    print(child.pid, flush=True)
+    await trio.sleep_forever()
+
+trio.run(main)
+"""
+
+
+def ends_within(pid: int, seconds: float) -> bool:
+    """Whether process `pid` (not ours) exits within `seconds`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(seconds * 1000))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "no-setpriv"])
+def test_a_started_program_dies_with_the_forged_that_started_it(tmp_path: Path,
+                                                                setpriv: bool) -> None:
+    """Killed as no handler can see it: the program still gets its signal, whether util-linux's
+    setpriv ties it (vfork) or, where there is none, the forked child ties itself."""
+    env = dict(os.environ)
+    if not setpriv:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "sleep").symlink_to(shutil.which("sleep") or "/bin/sleep")
+        env["PATH"] = str(tmp_path / "bin")
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE,
+                               env=env)
+    assert starter.stdout is not None
+    pid = int(starter.stdout.readline())
+    starter.stdout.close()
+    assert running(pid)
+    starter.kill()
+    starter.wait()
+    assert ends_within(pid, 5), "the program outlived the process that started it"
+
+
+def test_a_program_tied_after_its_forged_ended_never_runs(tmp_path: Path) -> None:
+    """Had forged ended before setpriv asked for the parent-death signal, nothing would send
+    it: the program must not start then. Here what starts it is not the process that tied it,
+    as an orphan's parent is not."""
+    ran = tmp_path / "ran"
+    argv, preexec = tied(["touch", str(ran)])
+    assert preexec is None, "setpriv is missing here: .ci/run installs util-linux"
+    orphaned = subprocess.run(["/bin/sh", "-c", '"$@"; exit $?', "sh", *argv], check=False)
+    assert orphaned.returncode == 126 and not ran.exists()
+    assert subprocess.run(argv, check=False).returncode == 0 and ran.exists()
+
+
+async def test_starting_a_program_leaves_forgeds_memory_unshared() -> None:
+    """A fork would leave each page of forged copy-on-write: the next write to every one of
+    them faults (an abort's closing paid ~140 such faults between the command's SIGTERM and
+    agent_end)."""
+    ballast = bytearray(32 << 20)
+    for offset in range(0, len(ballast), 4096):
+        ballast[offset] = 1
+    child = await open_process(["true"])
+    await child.wait()
+    child.close()
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    for offset in range(0, len(ballast), 4096):
+        ballast[offset] = 2
+    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+    assert faults < 256, f"{faults} of {len(ballast) // 4096} pages were copied on write"
+
+
+async def test_a_program_that_cannot_be_run_is_refused_as_popen_refuses_it(
+        tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        await open_process(["no-such-program-here"])
+    with pytest.raises(FileNotFoundError):
+        await open_process(["./missing"], cwd=tmp_path)
+    (tmp_path / "plain").write_text("echo hi\n")
+    with pytest.raises(PermissionError):
+        await open_process(["./plain"], cwd=tmp_path)
+    (tmp_path / "plain").chmod(0o755)
+    child = await open_process(["./plain"], cwd=tmp_path)
+    assert child.stdout is not None
+    assert await child.stdout.receive_some() == b"hi\n"
+    await child.wait()
+    await child.aclose()
 
 
 def peak_kb(pid: int) -> int:
