@@ -663,7 +663,7 @@ async def main(repeat: int, only: list[str]) -> None:
     def figure(bench: str, key: str, unit: str) -> str:
         values = [run[key] for run in runs[bench]]
         value = max(values) if key == "survivors" else statistics.median(values)
-        digits = {"ms": 1, "MB": 1, "s": 2}.get(unit, 0)
+        digits = {"ms": 2 if abs(value) < 1 else 1, "MB": 1, "s": 2}.get(unit, 0)
         return f"{value:,.{digits}f} {unit}".strip()
 
     rows = [(label, figure(bench, key, unit), target, ancestor)
