@@ -25,6 +25,7 @@ import queue
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -54,10 +55,12 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-TIED_CHECK = '[ "$PPID" = "$0" ] || exit 126; exec "$@"'
+TIED_CHECK = ('case $PPID in "$0") ;; *) exit 126;; esac; '
+              'case $1 in =*) PWD=${1#=}; export PWD;; *) unset PWD;; esac; shift; exec "$@"')
 """What ``/bin/sh`` runs between ``setpriv`` and the program (`tied`): the program only if
-forged is still the parent. Had forged ended before ``setpriv`` asked for the signal, no
-signal would ever come."""
+forged is still the parent (had forged ended before ``setpriv`` asked for the signal, none
+would ever come); ``case``, which no function from the environment can stand in for. The
+shell sets ``PWD``: the program gets the one it was given (``=value`` in ``$1``), or none."""
 
 
 def tied(argv: Sequence[str], *, cwd: Path | str | None = None,
@@ -71,47 +74,56 @@ def tied(argv: Sequence[str], *, cwd: Path | str | None = None,
     faults once (~140 of them, 0.3 ms, between an abort's SIGTERM and its ``agent_end``).
     Without ``setpriv`` the child is forked and asks before its exec (`_die_with_forged`).
 
-    `FileNotFoundError` or `PermissionError`, as `subprocess.Popen` raises them, where the
-    program cannot be run (`cwd` and `env` as given to it)."""
+    The program is looked up here, as `subprocess.Popen` looks it up (in `env`'s PATH, from
+    `cwd`), and `FileNotFoundError` or `PermissionError` raised as it raises them; what runs
+    is the file found. One the kernel cannot run (no ``#!`` line) is run by ``sh``, as
+    ``execvp`` does, where `subprocess.Popen` would raise. Where ``/bin/sh`` is bash, the
+    program's environment gains bash's ``SHLVL``."""
     setpriv = _setpriv()
     if setpriv is None:
         return list(argv), partial(_die_with_forged, os.getpid())
-    _check_runnable(argv[0], cwd, env)
+    environ = os.environ if env is None else env
+    given_pwd = f"={environ['PWD']}" if "PWD" in environ else ""
     return [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", TIED_CHECK,
-            str(os.getpid()), *argv], None
+            str(os.getpid()), given_pwd, _found(argv[0], cwd, env), *argv[1:]], None
 
 
 @functools.cache
 def _setpriv() -> str | None:
-    """util-linux's ``setpriv``, if it is here and sets the parent-death signal (2.33 on)."""
+    """util-linux's ``setpriv`` (found on PATH, as ``bwrap`` is), if it is here and sets the
+    parent-death signal (2.33 on)."""
     path = shutil.which("setpriv")
-    if path is None:
+    if path is None or not os.path.isabs(path):  # (not one a relative PATH entry found)
         return None
     try:
         done = subprocess.run([path, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", ":"],
                               stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL, timeout=10,
                               check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log(f"{path} does not start: every child is forked ({exc})")
         return None
-    return path if done.returncode == 0 else None
+    if done.returncode != 0:
+        log(f"{path} cannot set the parent-death signal: every child is forked")
+        return None
+    return path
 
 
-def _check_runnable(program: str, cwd: Path | str | None,
-                    env: Mapping[str, str] | None) -> None:
-    """Raise what `subprocess.Popen` would when `program` cannot be run: looked up as it
-    looks (in `env`'s PATH, or relative to `cwd` when it names a directory)."""
-    if os.path.dirname(program):
-        candidates = [os.path.join(cwd or "", program)]
-    else:
-        candidates = [os.path.join(directory, program) for directory in os.get_exec_path(env)]
-    denied = False
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            if os.access(candidate, os.X_OK):
-                return
-            denied = True
-    code = errno.EACCES if denied else errno.ENOENT
-    raise (PermissionError if denied else FileNotFoundError)(code, os.strerror(code), program)
+def _found(program: str, cwd: Path | str | None, env: Mapping[str, str] | None) -> str:
+    """The file `program` names, as the child (in `cwd`) finds it; what `subprocess.Popen`
+    raises where there is none it may run."""
+    names = ([program] if os.path.dirname(program)
+             else [os.path.join(directory, program) for directory in os.get_exec_path(env)])
+    code = errno.ENOENT
+    for name in names:
+        try:
+            mode = os.stat(os.path.join(cwd or "", name)).st_mode
+        except OSError:
+            continue
+        if stat.S_ISREG(mode) and os.access(os.path.join(cwd or "", name), os.X_OK):
+            return name if os.path.dirname(name) else os.path.join(".", name)  # (not looked up)
+        code = errno.EACCES
+    raise (PermissionError if code == errno.EACCES else FileNotFoundError)(
+        code, os.strerror(code), program)
 
 
 def _die_with_forged(forged_pid: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import pty
 import resource
@@ -314,11 +315,11 @@ async def test_no_child_of_a_command_outlives_a_killed_forged(tmp_path: Path) ->
 
 STARTER = """
 import trio
-from forged._process import open_process
+from forged._process import open_process, tied
 
 async def main() -> None:
     child = await open_process(["sleep", "60"])
-    print(child.pid, flush=True)
+    print(child.pid, tied(["true"])[1] is None, flush=True)
     await trio.sleep_forever()
 
 trio.run(main)
@@ -352,12 +353,17 @@ def test_a_started_program_dies_with_the_forged_that_started_it(tmp_path: Path,
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE,
                                env=env)
     assert starter.stdout is not None
-    pid = int(starter.stdout.readline())
+    pid, by_setpriv = starter.stdout.readline().split()
     starter.stdout.close()
-    assert running(pid)
+    assert by_setpriv == str(setpriv).encode()
+    comm = Path(f"/proc/{int(pid)}/comm")
+    deadline = time.monotonic() + 10  # (past setpriv and the check: the program itself runs)
+    while running(int(pid)) and comm.read_text() != "sleep\n" and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert running(int(pid))
     starter.kill()
     starter.wait()
-    assert ends_within(pid, 5), "the program outlived the process that started it"
+    assert ends_within(int(pid), 5), "the program outlived the process that started it"
 
 
 def test_a_program_tied_after_its_forged_ended_never_runs(tmp_path: Path) -> None:
@@ -372,20 +378,38 @@ def test_a_program_tied_after_its_forged_ended_never_runs(tmp_path: Path) -> Non
     assert subprocess.run(argv, check=False).returncode == 0 and ran.exists()
 
 
-async def test_starting_a_program_leaves_forgeds_memory_unshared() -> None:
-    """A fork would leave each page of forged copy-on-write: the next write to every one of
-    them faults (an abort's closing paid ~140 such faults between the command's SIGTERM and
-    agent_end)."""
-    ballast = bytearray(32 << 20)
-    for offset in range(0, len(ballast), 4096):
-        ballast[offset] = 1
-    child = await open_process(["true"])
-    await child.wait()
-    child.close()
+def test_a_tied_program_gets_the_environment_it_was_given(tmp_path: Path) -> None:
+    """Not the shell's between setpriv and it: no PWD where there was none, and the given
+    one where there was (the shell would set it to the folder it runs in)."""
+    for given in ({"PATH": os.defpath}, {"PATH": os.defpath, "PWD": "/elsewhere"}):
+        argv, _ = tied(["env"], cwd=tmp_path, env=given)
+        done = subprocess.run(argv, cwd=tmp_path, env=given, capture_output=True, text=True,
+                              check=True)
+        assert dict(line.split("=", 1) for line in done.stdout.splitlines()) == given
+
+
+def touched_pages(ballast: mmap.mmap) -> int:
+    """Minor faults this thread takes writing a byte to each of `ballast`'s pages."""
     before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
     for offset in range(0, len(ballast), 4096):
         ballast[offset] = 2
-    faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+
+
+async def test_starting_a_program_leaves_forgeds_memory_unshared() -> None:
+    """A fork would leave each page of forged copy-on-write: the next write to every one of
+    them faults (an abort's closing paid ~140 such faults between the command's SIGTERM and
+    agent_end). The control, a fork, shows the count sees them here (small pages: a huge
+    page would fault once for 512)."""
+    ballast = mmap.mmap(-1, 32 << 20, flags=mmap.MAP_PRIVATE)  # (a shared one is not copied)
+    ballast.madvise(mmap.MADV_NOHUGEPAGE)
+    touched_pages(ballast)
+    await trio.run_process(["true"], preexec_fn=lambda: None)  # a fork, as before
+    assert touched_pages(ballast) > 4096
+    child = await open_process(["true"])
+    await child.wait()
+    child.close()
+    faults = touched_pages(ballast)
     assert faults < 256, f"{faults} of {len(ballast) // 4096} pages were copied on write"
 
 
@@ -395,15 +419,20 @@ async def test_a_program_that_cannot_be_run_is_refused_as_popen_refuses_it(
         await open_process(["no-such-program-here"])
     with pytest.raises(FileNotFoundError):
         await open_process(["./missing"], cwd=tmp_path)
-    (tmp_path / "plain").write_text("echo hi\n")
     with pytest.raises(PermissionError):
-        await open_process(["./plain"], cwd=tmp_path)
-    (tmp_path / "plain").chmod(0o755)
-    child = await open_process(["./plain"], cwd=tmp_path)
-    assert child.stdout is not None
-    assert await child.stdout.receive_some() == b"hi\n"
-    await child.wait()
-    await child.aclose()
+        await open_process(["./"], cwd=tmp_path)  # a folder
+    (tmp_path / "script").write_text("#!/bin/sh\necho hi\n")
+    with pytest.raises(PermissionError):
+        await open_process(["./script"], cwd=tmp_path)
+    (tmp_path / "script").chmod(0o755)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "named").symlink_to(tmp_path / "script")
+    for argv, env in ((["./script"], None), (["named"], {"PATH": "bin"})):  # (from `cwd`)
+        child = await open_process(argv, cwd=tmp_path, env=env)
+        assert child.stdout is not None
+        assert await child.stdout.receive_some() == b"hi\n"
+        await child.wait()
+        await child.aclose()
 
 
 def peak_kb(pid: int) -> int:
