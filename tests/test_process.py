@@ -350,19 +350,20 @@ def test_a_started_program_dies_with_the_forged_that_started_it(tmp_path: Path,
         (tmp_path / "bin").mkdir()
         (tmp_path / "bin" / "sleep").symlink_to(shutil.which("sleep") or "/bin/sleep")
         env["PATH"] = str(tmp_path / "bin")
-    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE,
-                               env=env)
-    assert starter.stdout is not None
-    pid, by_setpriv = starter.stdout.readline().split()
-    starter.stdout.close()
-    assert by_setpriv == str(setpriv).encode()
-    comm = Path(f"/proc/{int(pid)}/comm")
-    deadline = time.monotonic() + 10  # (past setpriv and the check: the program itself runs)
-    while running(int(pid)) and comm.read_text() != "sleep\n" and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert running(int(pid))
-    starter.kill()
-    starter.wait()
+    with subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE,
+                          env=env) as starter:
+        try:
+            assert starter.stdout is not None
+            pid, by_setpriv = starter.stdout.readline().split()
+            assert by_setpriv == str(setpriv).encode()
+            comm = Path(f"/proc/{int(pid)}/comm")
+            deadline = time.monotonic() + 10  # (past setpriv and the check: the program runs)
+            while (running(int(pid)) and comm.read_text() != "sleep\n"
+                   and time.monotonic() < deadline):
+                time.sleep(0.001)
+            assert running(int(pid))
+        finally:
+            starter.kill()
     assert ends_within(int(pid), 5), "the program outlived the process that started it"
 
 
