@@ -24,7 +24,7 @@ from forged._process import KILL_GRACE_S
 from forged._providers.scripted import Reply
 
 from .harness import Client, Event, open_client, open_daemon
-from .test_process import BIN, child_env, running, spawn
+from .test_process import BIN, child_env, running, spawn, wait_gone
 
 MODES = ("full-access", "ask", "auto", "read-only")
 SECRET = "SECRET KEY MATERIAL"
@@ -242,18 +242,6 @@ async def test_a_mode_the_session_does_not_know_is_refused(tmp_path: Path) -> No
         state = await client.request({"type": "get_state"})
     assert not refused["success"] and "yolo" in refused["error"]
     assert state["data"]["permissionMode"] == "full-access"
-
-
-async def wait_gone(pid: int) -> None:
-    """Until process `pid` has ended (its pidfd turns readable): no polling."""
-    try:
-        descriptor = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        await trio.lowlevel.wait_readable(descriptor)
-    finally:
-        os.close(descriptor)
 
 
 async def started(name: str, count: int) -> dict[int, bytes]:

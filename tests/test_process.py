@@ -7,7 +7,6 @@ import mmap
 import os
 import pty
 import resource
-import select
 import shutil
 import signal
 import subprocess
@@ -45,6 +44,18 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat.rsplit(b")", 1)[1].split()[0] != b"Z"
+
+
+async def wait_gone(pid: int) -> None:
+    """Until process `pid` has ended (its pidfd turns readable): no polling."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 class Child:
@@ -318,7 +329,9 @@ import trio
 from forged._process import open_process, tied
 
 async def main() -> None:
-    child = await open_process(["sleep", "60"])
+    child = await open_process(["/bin/sh", "-c", "echo running; exec sleep 60"])
+    assert child.stdout is not None
+    await child.stdout.receive_some()  # past setpriv and the check: the program runs
     print(child.pid, tied(["true"])[1] is None, flush=True)
     await trio.sleep_forever()
 
@@ -326,23 +339,9 @@ trio.run(main)
 """
 
 
-def ends_within(pid: int, seconds: float) -> bool:
-    """Whether process `pid` (not ours) exits within `seconds`."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        return bool(poller.poll(seconds * 1000))
-    finally:
-        os.close(fd)
-
-
 @pytest.mark.parametrize("setpriv", [True, False], ids=["setpriv", "no-setpriv"])
-def test_a_started_program_dies_with_the_forged_that_started_it(tmp_path: Path,
-                                                                setpriv: bool) -> None:
+async def test_a_started_program_dies_with_the_forged_that_started_it(tmp_path: Path,
+                                                                      setpriv: bool) -> None:
     """Killed as no handler can see it: the program still gets its signal, whether util-linux's
     setpriv ties it (vfork) or, where there is none, the forked child ties itself."""
     env = dict(os.environ)
@@ -350,21 +349,24 @@ def test_a_started_program_dies_with_the_forged_that_started_it(tmp_path: Path,
         (tmp_path / "bin").mkdir()
         (tmp_path / "bin" / "sleep").symlink_to(shutil.which("sleep") or "/bin/sleep")
         env["PATH"] = str(tmp_path / "bin")
-    with subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE,
-                          env=env) as starter:
-        try:
-            assert starter.stdout is not None
-            pid, by_setpriv = starter.stdout.readline().split()
-            assert by_setpriv == str(setpriv).encode()
-            comm = Path(f"/proc/{int(pid)}/comm")
-            deadline = time.monotonic() + 10  # (past setpriv and the check: the program runs)
-            while (running(int(pid)) and comm.read_text() != "sleep\n"
-                   and time.monotonic() < deadline):
-                time.sleep(0.001)
-            assert running(int(pid))
-        finally:
-            starter.kill()
-    assert ends_within(int(pid), 5), "the program outlived the process that started it"
+    starter = await trio.lowlevel.open_process([sys.executable, "-c", STARTER],
+                                               stdout=subprocess.PIPE, env=env)
+    try:
+        assert starter.stdout is not None
+        line = b""
+        with trio.fail_after(30):
+            while not line.endswith(b"\n"):
+                line += await starter.stdout.receive_some()
+        pid, by_setpriv = line.split()
+        assert by_setpriv == str(setpriv).encode()
+        assert running(int(pid))
+    finally:
+        starter.kill()
+        await starter.wait()
+        if starter.stdout is not None:
+            await starter.stdout.aclose()
+    with trio.fail_after(5):  # the program outlived the process that started it
+        await wait_gone(int(pid))
 
 
 def test_a_program_tied_after_its_forged_ended_never_runs(tmp_path: Path) -> None:
