@@ -115,11 +115,12 @@ def _found(program: str, cwd: Path | str | None, env: Mapping[str, str] | None) 
              else [os.path.join(directory, program) for directory in os.get_exec_path(env)])
     code = errno.ENOENT
     for name in names:
+        path = os.path.join(cwd or "", name)
         try:
-            mode = os.stat(os.path.join(cwd or "", name)).st_mode
+            mode = os.stat(path).st_mode
         except OSError:
             continue
-        if stat.S_ISREG(mode) and os.access(os.path.join(cwd or "", name), os.X_OK):
+        if stat.S_ISREG(mode) and os.access(path, os.X_OK):
             return name if os.path.dirname(name) else os.path.join(".", name)  # (not looked up)
         code = errno.EACCES
     raise (PermissionError if code == errno.EACCES else FileNotFoundError)(
