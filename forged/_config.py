@@ -9,6 +9,7 @@ import gc
 import glob
 import importlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,13 @@ class Models:
     pattern: str | None = None
 
 
+WARM_UP_IDLE_S = 0.005
+"""How long the process has done nothing before the warm-up takes a step, once something
+else ran (`_quiet`)."""
+WARM_UP_GAP_S = 0.0003
+"""More time than this between two steps of the warm-up: something else ran (`_quiet`)."""
+
+
 async def open_models(options: Options, nursery: trio.Nursery) -> Models:
     """Load models.json, and start the scripted provider's server in `nursery` if asked, and
     the `warm_up` of what the first prompt needs."""
@@ -137,35 +145,49 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
 
 
 async def warm_up(apis: list[str]) -> None:
-    """What a first prompt or abort would otherwise pay for, done while the process waits
-    for input: the providers of `apis` (those of the models it has keys for) load in a
-    worker thread; then the protocol's classes `forged._wire` leaves to first use, the
-    built-in tools and the run driver's modules are made, and the converter builds the hooks
-    of every class forged writes and of the commands that stop a run, one class per step of
-    the event loop. Last, the ~40,000 objects start-up made leave the collector's view: a
+    """What a first prompt or abort would otherwise pay for, done while the process waits:
+    the providers of `apis` (those of the models it has keys for) load in a worker thread;
+    then the converter builds the hooks of the events an abort's closing writes and of the
+    commands that stop a run; then the protocol's classes `forged._wire` leaves to first use,
+    the built-in tools and the run driver's modules are made, and the hooks of every class
+    forged writes. Last, the ~40,000 objects start-up made leave the collector's view: a
     full collection over them stalled the loop ~8 ms.
 
-    It starts once the loop is idle, so commands already waiting (a client's first
-    ``get_state``) are answered before it takes the interpreter."""
+    The load starts once the loop is idle, so commands already waiting (a client's first
+    ``get_state``) are answered before it takes the interpreter. Each later step is taken
+    when the loop is idle (`_quiet`)."""
     await wait_all_tasks_blocked()
     if apis:
         await load_providers(apis)
-    # One module per step of the event loop: a prompt that arrived meanwhile is not held up.
+    for event in _codec.rehearsals():  # and the hooks nested in them: see `rehearsals`
+        await _quiet()
+        _codec.encode(event)
+    for name in _codec.URGENT_COMMANDS:
+        await _quiet()
+        _codec.prepare_command(name)
     for module in [*(f"{w.__name__}.{name}" for name in w.LAZY_MODULES), f"{__package__}._run"]:
+        await _quiet()
         importlib.import_module(module)
-        await trio.lowlevel.checkpoint()
+    await _quiet()
     builtin_tools()
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
+        await _quiet()
         _codec.prepare(cls)
-        await trio.lowlevel.checkpoint()
-    for event in _codec.rehearsals():  # and the hooks nested in them: see `rehearsals`
-        _codec.encode(event)
-        await trio.lowlevel.checkpoint()
-    for name in _codec.URGENT_COMMANDS:
-        _codec.prepare_command(name)
-        await trio.lowlevel.checkpoint()
     _codecache.save()
     gc.freeze()
+
+
+async def _quiet() -> None:
+    """Return once every other task waits, if none did more than `WARM_UP_GAP_S` of work
+    since the last step; else once nothing has run for `WARM_UP_IDLE_S`. A step (an import
+    of a module of classes takes ~10 ms) taken while a run waited a moment for the network
+    would hold up the bytes that come next, and one taken between a run's steps would slow a
+    reply forged is reading as fast as it can: so the steps go where the process has nothing
+    to do (between prompts, while a command runs)."""
+    started = time.perf_counter()
+    await wait_all_tasks_blocked()
+    if time.perf_counter() - started > WARM_UP_GAP_S:
+        await wait_all_tasks_blocked(WARM_UP_IDLE_S)
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:

@@ -242,6 +242,32 @@ def test_the_first_get_state_is_answered_before_what_a_prompt_needs_loads(
     assert b"first answer: forged._wire.base\n" in done.stderr
 
 
+def test_the_warm_up_keeps_out_of_a_run_that_reads_as_fast_as_it_can() -> None:
+    """The warm-up (loading its provider first) takes no step while a run keeps the event
+    loop busy, as one reading a fast stream does (each step, ~10 ms for a module of classes,
+    would be the run's to wait out), and does them all once the loop is idle: a real
+    process, its run a task that checkpoints without waiting."""
+    code = ("import sys, trio\n"
+            "from forged import _config, _providers\n"
+            "from trio.testing import wait_all_tasks_blocked\n"
+            "LATER = ('forged._wire.responses', 'forged._run')\n"
+            "async def main():\n"
+            "    async with trio.open_nursery() as nursery:\n"
+            "        nursery.start_soon(_config.warm_up, ['anthropic-messages'])\n"
+            "        await wait_all_tasks_blocked()  # the provider loads in its thread\n"
+            "        while not _providers._loaded:\n"
+            "            await trio.lowlevel.checkpoint()\n"
+            "        for _ in range(500):\n"
+            "            await trio.lowlevel.checkpoint()\n"
+            "        print('during the run:', *[m for m in LATER if m in sys.modules])\n"
+            "    print('after it:', *[m for m in LATER if m in sys.modules])\n"
+            "trio.run(main)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.splitlines() == [
+        "during the run:", "after it: forged._wire.responses forged._run"]
+
+
 def test_public_api() -> None:
     public = sorted(name for name in dir(forged)
                     if not name.startswith("_")
