@@ -28,7 +28,7 @@ from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scr
 from ._opening import SessionConfig
 from ._paths import agent_dir, session_dir_for
 from ._plugins import discover_plugins
-from ._providers import load_providers
+from ._providers import load_providers, replies_ended, streaming
 from ._resources import ExtraPaths
 from ._settings import Settings
 from ._tools import ToolChoice, builtin_tools
@@ -118,9 +118,9 @@ class Models:
 
 WARM_UP_IDLE_S = 0.005
 """How long the process has done nothing before the warm-up takes a step, once something
-else ran (`_quiet`)."""
+else ran (`_idle`)."""
 WARM_UP_GAP_S = 0.0003
-"""More time than this between two steps of the warm-up: something else ran (`_quiet`)."""
+"""More time than this between two steps of the warm-up: something else ran (`_idle`)."""
 
 
 async def open_models(options: Options, nursery: trio.Nursery) -> Models:
@@ -147,47 +147,51 @@ async def open_models(options: Options, nursery: trio.Nursery) -> Models:
 async def warm_up(apis: list[str]) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits:
     the providers of `apis` (those of the models it has keys for) load in a worker thread;
-    then the converter builds the hooks of the events an abort's closing writes and of the
-    commands that stop a run; then the protocol's classes `forged._wire` leaves to first use,
-    the built-in tools and the run driver's modules are made, and the hooks of every class
+    the converter builds the hooks of the events every run ends with and of the commands
+    that stop a run; then the protocol's classes `forged._wire` leaves to first use, the
+    built-in tools and the run driver's modules are made, and the hooks of every class
     forged writes. Last, the ~40,000 objects start-up made leave the collector's view: a
     full collection over them stalled the loop ~8 ms.
 
-    The load starts once the loop is idle, so commands already waiting (a client's first
-    ``get_state``) are answered before it takes the interpreter. Each later step is taken
-    when the loop is idle (`_quiet`)."""
+    Each step waits until every other task waits: the load, so that commands already
+    waiting (a client's first ``get_state``) are answered before it takes the interpreter;
+    the run's closing hooks (each run needs them, an abort at once). The rest waits for the
+    process to have nothing to do (`_idle`)."""
     await wait_all_tasks_blocked()
     if apis:
         await load_providers(apis)
     for event in _codec.rehearsals():  # and the hooks nested in them: see `rehearsals`
-        await _quiet()
+        await wait_all_tasks_blocked()
         _codec.encode(event)
     for name in _codec.URGENT_COMMANDS:
-        await _quiet()
+        await wait_all_tasks_blocked()
         _codec.prepare_command(name)
     for module in [*(f"{w.__name__}.{name}" for name in w.LAZY_MODULES), f"{__package__}._run"]:
-        await _quiet()
+        await _idle()
         importlib.import_module(module)
-    await _quiet()
+    await _idle()
     builtin_tools()
     for cls in _codec.sent_classes() * 2:  # twice: see `prepare`
-        await _quiet()
+        await _idle()
         _codec.prepare(cls)
     _codecache.save()
     gc.freeze()
 
 
-async def _quiet() -> None:
-    """Return once every other task waits, if none did more than `WARM_UP_GAP_S` of work
-    since the last step; else once nothing has run for `WARM_UP_IDLE_S`. A step (an import
-    of a module of classes takes ~10 ms) taken while a run waited a moment for the network
-    would hold up the bytes that come next, and one taken between a run's steps would slow a
-    reply forged is reading as fast as it can: so the steps go where the process has nothing
-    to do (between prompts, while a command runs)."""
+async def _idle() -> None:
+    """Return once every other task waits, no model's reply is streaming in, and nothing
+    else did more than `WARM_UP_GAP_S` of work since the last step (else nothing has run for
+    `WARM_UP_IDLE_S`). A step (an import of a module of classes takes ~10 ms) would hold up
+    the bytes of a reply that come next, and one taken between a run's steps would slow it:
+    so the steps go where the process has nothing to do (while a request waits for its
+    answer, a command runs, or no prompt has come)."""
     started = time.perf_counter()
     await wait_all_tasks_blocked()
-    if time.perf_counter() - started > WARM_UP_GAP_S:
+    busy = time.perf_counter() - started > WARM_UP_GAP_S
+    while busy or streaming():
+        await replies_ended()
         await wait_all_tasks_blocked(WARM_UP_IDLE_S)
+        busy = False
 
 
 async def open_session_config(options: Options, nursery: trio.Nursery) -> SessionConfig:

@@ -242,15 +242,18 @@ def test_the_first_get_state_is_answered_before_what_a_prompt_needs_loads(
     assert b"first answer: forged._wire.base\n" in done.stderr
 
 
-def test_the_warm_up_keeps_out_of_a_run_that_reads_as_fast_as_it_can() -> None:
+def test_the_warm_up_keeps_out_of_a_run_and_of_a_streaming_reply() -> None:
     """The warm-up (loading its provider first) takes no step while a run keeps the event
-    loop busy, as one reading a fast stream does (each step, ~10 ms for a module of classes,
-    would be the run's to wait out), and does them all once the loop is idle: a real
-    process, its run a task that checkpoints without waiting."""
+    loop busy, as one reading a fast stream does, nor while a reply streams in, however idle
+    the loop is between its bytes (each step, ~10 ms for a module of classes, would be the
+    run's to wait out); it does them all once the process has nothing to do: a real process,
+    its run a task that checkpoints without waiting, then a reply's stream held open over
+    50 ms of idleness."""
     code = ("import sys, trio\n"
             "from forged import _config, _providers\n"
             "from trio.testing import wait_all_tasks_blocked\n"
             "LATER = ('forged._wire.responses', 'forged._run')\n"
+            "def later(): return [m for m in LATER if m in sys.modules]\n"
             "async def main():\n"
             "    async with trio.open_nursery() as nursery:\n"
             "        nursery.start_soon(_config.warm_up, ['anthropic-messages'])\n"
@@ -259,13 +262,17 @@ def test_the_warm_up_keeps_out_of_a_run_that_reads_as_fast_as_it_can() -> None:
             "            await trio.lowlevel.checkpoint()\n"
             "        for _ in range(500):\n"
             "            await trio.lowlevel.checkpoint()\n"
-            "        print('during the run:', *[m for m in LATER if m in sys.modules])\n"
-            "    print('after it:', *[m for m in LATER if m in sys.modules])\n"
+            "        print('during the run:', *later())\n"
+            "        with _providers.reply_streaming():\n"
+            "            await wait_all_tasks_blocked(0.05)\n"
+            "            print('while a reply streams:', *later())\n"
+            "    print('after it:', *later())\n"
             "trio.run(main)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.splitlines() == [
-        "during the run:", "after it: forged._wire.responses forged._run"]
+        "during the run:", "while a reply streams:",
+        "after it: forged._wire.responses forged._run"]
 
 
 def test_public_api() -> None:

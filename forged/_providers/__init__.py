@@ -29,6 +29,9 @@ from .base import (
     Provider as Provider,
     ProviderRequest as ProviderRequest,
     ToolSpec as ToolSpec,
+    replies_ended as replies_ended,
+    reply_streaming as reply_streaming,
+    streaming as streaming,
 )
 
 STREAMS = {"anthropic-messages": ("anthropic", "stream"),

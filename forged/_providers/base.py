@@ -13,11 +13,13 @@ the builder keeps the partial content, and the loop finishes the message with ``
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal, TypeAlias
 
 import attrs
 import orjson
+import trio
 
 from .. import _wire as w
 from .._time import now_ms
@@ -379,3 +381,40 @@ def llm_messages(messages: list[w.AgentMessage], model: w.Model) -> list[LlmMess
 def max_output_tokens(request: ProviderRequest) -> int:
     limit = min(request.model.max_tokens, 32000)
     return limit if request.max_tokens is None else min(request.max_tokens, limit)
+
+
+# --- replies streaming in ------------------------------------------------------------------
+
+_replies = 0
+"""How many replies' bodies are streaming in now (`streaming`)."""
+_replies_ended: trio.Event | None = None
+"""Set as the last of them ends, for `replies_ended`."""
+
+
+@contextlib.contextmanager
+def reply_streaming() -> Iterator[None]:
+    """Held while a reply's body streams in (`http.open_body`)."""
+    global _replies, _replies_ended
+    _replies += 1
+    try:
+        yield
+    finally:
+        _replies -= 1
+        if not _replies and _replies_ended is not None:
+            _replies_ended.set()
+            _replies_ended = None
+
+
+def streaming() -> bool:
+    """Whether a model's reply is streaming in now, in this process: what can wait for it
+    to end (`forged._config.warm_up`) does (`replies_ended`)."""
+    return _replies > 0
+
+
+async def replies_ended() -> None:
+    """Return once no reply is streaming in."""
+    global _replies_ended
+    while _replies:
+        if _replies_ended is None:
+            _replies_ended = trio.Event()
+        await _replies_ended.wait()

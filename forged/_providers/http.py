@@ -29,7 +29,7 @@ import trio
 from .. import _telemetry
 from .._errors import ProviderError, ProviderStatusError, ProviderStreamError
 from .._tls import tls_context
-from .base import AssistantBuilder, ProviderRequest
+from .base import AssistantBuilder, ProviderRequest, reply_streaming
 from .sse import silent, sse_events
 
 CONNECT_TIMEOUT_S = 30.0
@@ -197,11 +197,12 @@ async def open_body(request: ProviderRequest, url: str, headers: dict[str, str],
             if response.is_error:
                 raise await status_error(response, error_text, request.idle_timeout_s)
             chunks = response.aiter_bytes()
-            yield chunks
-            # Best effort: a body that does not end in time only costs its connection.
-            with trio.move_on_after(DRAIN_TIMEOUT_S), suppress(*_BROKEN):
-                async for _ in chunks:
-                    pass
+            with reply_streaming():
+                yield chunks
+                # Best effort: a body that does not end in time only costs its connection.
+                with trio.move_on_after(DRAIN_TIMEOUT_S), suppress(*_BROKEN):
+                    async for _ in chunks:
+                        pass
 
 
 async def status_error(response: httpx.Response, error_text: ErrorText | None,
