@@ -28,7 +28,7 @@ from ._models import SCRIPTED_PROVIDER, ModelRegistry, clamp_level, register_scr
 from ._opening import SessionConfig
 from ._paths import agent_dir, session_dir_for
 from ._plugins import discover_plugins
-from ._providers import load_providers, replies_ended, streaming
+from ._providers import load_providers, streaming, wait_replies_ended
 from ._resources import ExtraPaths
 from ._settings import Settings
 from ._tools import ToolChoice, builtin_tools
@@ -148,24 +148,26 @@ async def warm_up(apis: list[str]) -> None:
     """What a first prompt or abort would otherwise pay for, done while the process waits:
     the providers of `apis` (those of the models it has keys for) load in a worker thread;
     the converter builds the hooks of the events every run ends with and of the commands
-    that stop a run; then the protocol's classes `forged._wire` leaves to first use, the
-    built-in tools and the run driver's modules are made, and the hooks of every class
-    forged writes. Last, the ~40,000 objects start-up made leave the collector's view: a
-    full collection over them stalled the loop ~8 ms.
+    that stop a run, and the ~40,000 objects start-up made leave the collector's view (a
+    full collection over them stalled the loop ~8 ms); then the protocol's classes
+    `forged._wire` leaves to first use, the built-in tools and the run driver's modules are
+    made, and the hooks of every class forged writes.
 
-    Each step waits until every other task waits: the load, so that commands already
-    waiting (a client's first ``get_state``) are answered before it takes the interpreter;
-    the run's closing hooks (each run needs them, an abort at once). The rest waits for the
-    process to have nothing to do (`_idle`)."""
+    Until the collector's view is cleared, each step waits until every other task waits:
+    commands already waiting (a client's first ``get_state``) are answered before the load
+    takes the interpreter, and every run needs the closing hooks (an abort at once). The
+    rest waits for the process to have nothing to do (`_idle`)."""
     await wait_all_tasks_blocked()
     if apis:
         await load_providers(apis)
+    await wait_all_tasks_blocked()
     for event in _codec.rehearsals():  # and the hooks nested in them: see `rehearsals`
-        await wait_all_tasks_blocked()
         _codec.encode(event)
-    for name in _codec.URGENT_COMMANDS:
         await wait_all_tasks_blocked()
+    for name in _codec.URGENT_COMMANDS:
         _codec.prepare_command(name)
+        await wait_all_tasks_blocked()
+    gc.freeze()
     for module in [*(f"{w.__name__}.{name}" for name in w.LAZY_MODULES), f"{__package__}._run"]:
         await _idle()
         importlib.import_module(module)
@@ -189,7 +191,7 @@ async def _idle() -> None:
     await wait_all_tasks_blocked()
     busy = time.perf_counter() - started > WARM_UP_GAP_S
     while busy or streaming():
-        await replies_ended()
+        await wait_replies_ended()
         await wait_all_tasks_blocked(WARM_UP_IDLE_S)
         busy = False
 

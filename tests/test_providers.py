@@ -269,7 +269,7 @@ def test_the_warm_up_keeps_out_of_a_run_and_of_a_streaming_reply() -> None:
             "    print('after it:', *later())\n"
             "trio.run(main)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+                          check=True, timeout=60)
     assert done.stdout.splitlines() == [
         "during the run:", "while a reply streams:",
         "after it: forged._wire.responses forged._run"]

@@ -29,9 +29,9 @@ from .base import (
     Provider as Provider,
     ProviderRequest as ProviderRequest,
     ToolSpec as ToolSpec,
-    replies_ended as replies_ended,
     reply_streaming as reply_streaming,
     streaming as streaming,
+    wait_replies_ended as wait_replies_ended,
 )
 
 STREAMS = {"anthropic-messages": ("anthropic", "stream"),

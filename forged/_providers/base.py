@@ -388,7 +388,7 @@ def max_output_tokens(request: ProviderRequest) -> int:
 _replies = 0
 """How many replies' bodies are streaming in now (`streaming`)."""
 _replies_ended: trio.Event | None = None
-"""Set as the last of them ends, for `replies_ended`."""
+"""Set as the last of them ends, for `wait_replies_ended`."""
 
 
 @contextlib.contextmanager
@@ -407,11 +407,11 @@ def reply_streaming() -> Iterator[None]:
 
 def streaming() -> bool:
     """Whether a model's reply is streaming in now, in this process: what can wait for it
-    to end (`forged._config.warm_up`) does (`replies_ended`)."""
+    to end (`forged._config.warm_up`) does (`wait_replies_ended`)."""
     return _replies > 0
 
 
-async def replies_ended() -> None:
+async def wait_replies_ended() -> None:
     """Return once no reply is streaming in."""
     global _replies_ended
     while _replies:
